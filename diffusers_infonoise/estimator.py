@@ -1,0 +1,274 @@
+"""The online conditional-entropy-rate profile (METHOD.md §2-§5).
+
+:class:`ProfileEstimator` keeps, on K bins uniform in log σ, running sums of the unweighted
+x0-space error ``e`` the training loop already computes. At each refresh it
+
+1. sums the bin statistics across all processes (``torch.distributed`` when initialised),
+2. updates ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count`` new samples
+   (β = ``ema_decay`` is the weight on the old value; a bin's first value is taken as is),
+3. interpolates bins never filled (linearly in log σ, on log m̂; see ``filled_m_hat`` for the
+   ends) and smooths log m̂ with a
+   Gaussian kernel of ``smoothing`` bins (both ours),
+4. forms ``q_k = m̂_k/σ_k²``, the entropy rate per unit log σ (I-MMSE: ``dH/dσ = mmse/σ³``),
+5. gates the clean end, ``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3, c pinned or automatic (§5.5),
+6. returns ``ρ̂ = r/∫r`` per unit log σ.
+
+It holds no opinion on π: :mod:`diffusers_infonoise.samplers` turns ρ̂ into π ∝ ρ̂/w.
+Statistics are float64; inputs may be any float dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ProfileEstimator", "GateResult", "automatic_gate_pivot", "apply_gate", "GATE_EXPONENT"]
+
+GATE_EXPONENT = 3  # n of the paper's clean-end gate
+AUTO_GATE_THRESHOLD = 0.002  # p of the automatic pivot rule (METHOD.md §5.5)
+
+
+@dataclass
+class GateResult:
+    """The pivot the gate used and why: ``source`` is ``"pinned"``, ``"auto"``, ``"fallback"`` or ``"off"``."""
+
+    pivot: float | None
+    source: str
+    reason: str = ""
+    auto_pivot: float | None = None
+
+
+def automatic_gate_pivot(sigmas: torch.Tensor, m_hat: torch.Tensor, threshold: float = AUTO_GATE_THRESHOLD) -> float:
+    """The automatic pivot c of METHOD.md §5.5 (ungated, before any fallback).
+
+    On the per-dσ profile ``m̂/σ³`` normalised to max 1, c is the largest grid σ where it is still
+    ``≥ threshold``, scanning from high σ down.
+
+    Args:
+        sigmas: (K,) VE σ of the bin centres, increasing. m_hat: (K,) x0-space errors.
+    """
+    per_dsigma = m_hat / sigmas**3
+    per_dsigma = per_dsigma / per_dsigma.max()
+    above = torch.nonzero(per_dsigma >= threshold).flatten()
+    return float(sigmas[above.max()]) if above.numel() else float(sigmas[0])
+
+
+def apply_gate(sigmas: torch.Tensor, q: torch.Tensor, pivot: float | None) -> torch.Tensor:
+    """``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3 (paper); ``pivot=None`` returns q unchanged."""
+    if pivot is None:
+        return q.clone()
+    n = GATE_EXPONENT
+    # σⁿ/(σⁿ + cⁿ) = 1/(1 + (c/σ)ⁿ): finite for every σ > 0
+    return q / (1.0 + (pivot / sigmas) ** n)
+
+
+class ProfileEstimator:
+    """Binned EMA estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
+
+    Args:
+        edges: (K+1,) increasing bin edges in log σ (VE σ). Samples outside fall into the edge bins.
+        ema_decay: β, the weight on the old value in ``m̂ ← β·m̂ + (1 − β)·mean`` (METHOD.md §5.4).
+        min_count: bins with fewer new samples keep their value at a refresh.
+        smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
+        gate: ``"auto"``, a float pivot c (VE σ), or ``None`` for no gate (METHOD.md §5.5).
+        gate_fallback: pinned pivot used when the automatic rule misfires (collapse onto σ_min, or a
+            pivot at or above the mode of ``m̂/σ²``). The paper pins 0.2 for non-image data and
+            about 0.15 for CIFAR-10-scale images.
+
+    Raises:
+        ValueError: for invalid hyperparameters (each names the argument).
+    """
+
+    def __init__(
+        self,
+        edges: torch.Tensor,
+        *,
+        ema_decay: float = 0.9,
+        min_count: int = 8,
+        smoothing: float = 1.0,
+        gate: str | float | None = "auto",
+        gate_fallback: float = 0.2,
+    ):
+        edges = torch.as_tensor(edges, dtype=torch.float64).flatten()
+        if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
+            raise ValueError("edges: need at least 3 finite, strictly increasing log-sigma edges")
+        if not 0.0 <= ema_decay < 1.0:
+            raise ValueError(f"ema_decay: must be in [0, 1), got {ema_decay}")
+        if int(min_count) < 1:
+            raise ValueError(f"min_count: must be >= 1, got {min_count}")
+        if smoothing < 0:
+            raise ValueError(f"smoothing: must be >= 0 (bins), got {smoothing}")
+        if not (gate is None or gate == "auto" or (isinstance(gate, (int, float)) and not isinstance(gate, bool) and gate > 0)):
+            raise ValueError(f"gate: accepted values are 'auto', a positive float pivot (VE sigma) or None, got {gate!r}")
+        if not gate_fallback > 0:
+            raise ValueError(f"gate_fallback: must be > 0, got {gate_fallback}")
+        self.edges = edges
+        self.ema_decay = float(ema_decay)
+        self.min_count = int(min_count)
+        self.smoothing = float(smoothing)
+        self.gate = gate if gate in (None, "auto") else float(gate)
+        self.gate_fallback = float(gate_fallback)
+        k = self.num_bins
+        self.sums = torch.zeros(k, dtype=torch.float64)
+        self.counts = torch.zeros(k, dtype=torch.float64)
+        self.m_hat = torch.full((k,), math.nan, dtype=torch.float64)  # NaN = never filled
+        self.total_counts = torch.zeros(k, dtype=torch.float64)
+        self.num_nonfinite = 0
+        self.num_refreshes = 0
+        self.last_gate = GateResult(None, "off")
+
+    # -- geometry ---------------------------------------------------------------------------
+    @property
+    def num_bins(self) -> int:
+        return self.edges.numel() - 1
+
+    @property
+    def centers(self) -> torch.Tensor:
+        """(K,) bin centres in log σ."""
+        return 0.5 * (self.edges[1:] + self.edges[:-1])
+
+    @property
+    def widths(self) -> torch.Tensor:
+        return self.edges[1:] - self.edges[:-1]
+
+    def bin_index(self, log_sigmas: torch.Tensor) -> torch.Tensor:
+        """(B,) int64 bin of each log σ; values outside the grid (±inf too) go to the edge bins."""
+        x = torch.nan_to_num(log_sigmas.detach().to("cpu", torch.float64), posinf=1e300, neginf=-1e300)
+        return (torch.searchsorted(self.edges[1:-1], x, right=True)).clamp(0, self.num_bins - 1)
+
+    # -- accumulation -----------------------------------------------------------------------
+    def accumulate(self, log_sigmas: torch.Tensor, errors: torch.Tensor) -> int:
+        """Add per-sample x0 errors ``errors`` (B,) at ``log_sigmas`` (B,) to the open bin sums.
+
+        Non-finite errors are left out and counted in ``num_nonfinite``; the number kept is returned.
+        """
+        errors = errors.detach().to("cpu", torch.float64).flatten()
+        finite = torch.isfinite(errors)
+        self.num_nonfinite += int((~finite).sum())
+        idx = self.bin_index(log_sigmas.flatten())[finite]
+        self.sums.index_add_(0, idx, errors[finite])
+        self.counts.index_add_(0, idx, torch.ones_like(errors[finite]))
+        return int(finite.sum())
+
+    def _all_reduce(self) -> None:
+        """Sum the open statistics over processes so every rank computes a bit-identical profile."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            backend = torch.distributed.get_backend()
+            device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+            buf = torch.cat([self.sums, self.counts]).to(device)
+            torch.distributed.all_reduce(buf)
+            buf = buf.cpu()
+            self.sums, self.counts = buf[: self.num_bins].clone(), buf[self.num_bins :].clone()
+
+    # -- refresh ----------------------------------------------------------------------------
+    def refresh(self) -> torch.Tensor:
+        """Fold the open bin statistics into ``m̂`` (across processes) and reset them.
+
+        Returns:
+            (K,) bool mask of the bins that were updated.
+        """
+        self._all_reduce()
+        means = self.sums / self.counts.clamp_min(1)
+        update = self.counts >= self.min_count
+        first = update & torch.isnan(self.m_hat)
+        ema = update & ~first
+        self.m_hat[first] = means[first]
+        self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
+        self.total_counts += self.counts
+        self.sums.zero_()
+        self.counts.zero_()
+        self.num_refreshes += 1
+        return update
+
+    @property
+    def is_ready(self) -> bool:
+        """True once at least two bins hold an estimate (enough to interpolate a profile)."""
+        return int((~torch.isnan(self.m_hat)).sum()) >= 2
+
+    def filled_m_hat(self) -> torch.Tensor:
+        """(K,) ``m̂`` with unfilled bins interpolated linearly in log σ on log m̂, then smoothed.
+
+        Raises:
+            RuntimeError: before two bins hold an estimate.
+        """
+        if not self.is_ready:
+            raise RuntimeError("the profile has fewer than two filled bins; call refresh() after update()s first")
+        x = self.centers
+        known = ~torch.isnan(self.m_hat)
+        y = torch.log(self.m_hat.clamp_min(1e-300))
+        xk, yk = x[known], y[known]
+        # Linear interpolation inside the filled range. Outside it, the limits of METHOD.md §2:
+        # below, m̂ ∝ σ² (q = m̂/σ² constant, the continuous-data limit; the gate trims it for
+        # discrete data); above, m̂ constant (→ Var(x0) as σ → ∞).
+        j = torch.searchsorted(xk, x).clamp(1, xk.numel() - 1)
+        t = ((x - xk[j - 1]) / (xk[j] - xk[j - 1])).clamp(0, 1)
+        inner = yk[j - 1] + t * (yk[j] - yk[j - 1])
+        inner = torch.where(x < xk[0], yk[0] + 2.0 * (x - xk[0]), inner)
+        y = torch.where(known, y, inner)
+        if self.smoothing > 0:
+            y = _gaussian_smooth(y, self.smoothing)
+        return torch.exp(y)
+
+    def profile(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rho_hat, q)``: the gated, normalised entropy-rate density per unit log σ and the ungated
+        ``q = m̂/σ²`` (both (K,), on the bin centres). Records the gate decision in ``last_gate``.
+        """
+        m = self.filled_m_hat()
+        sig = torch.exp(self.centers)
+        q = m / sig**2
+        self.last_gate = self.resolve_gate(sig, m)
+        r = apply_gate(sig, q, self.last_gate.pivot)
+        rho = r / (r * self.widths).sum()
+        return rho, q
+
+    def resolve_gate(self, sigmas: torch.Tensor, m_hat: torch.Tensor) -> GateResult:
+        """Decide the pivot c for this profile (METHOD.md §5.5), with the misfire checks."""
+        if self.gate is None:
+            return GateResult(None, "off")
+        if self.gate != "auto":
+            return GateResult(float(self.gate), "pinned")
+        c = automatic_gate_pivot(sigmas, m_hat)
+        mode = float(sigmas[torch.argmax(m_hat / sigmas**2)])
+        if c <= float(sigmas[0]):
+            return GateResult(self.gate_fallback, "fallback", "automatic pivot collapsed onto sigma_min", c)
+        if c >= mode:
+            return GateResult(
+                self.gate_fallback, "fallback", f"automatic pivot {c:.3g} at or above the profile's mode {mode:.3g}", c
+            )
+        return GateResult(c, "auto", "", c)
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "sums": self.sums.clone(),
+            "counts": self.counts.clone(),
+            "m_hat": self.m_hat.clone(),
+            "total_counts": self.total_counts.clone(),
+            "num_nonfinite": self.num_nonfinite,
+            "num_refreshes": self.num_refreshes,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("sums", "counts", "m_hat", "total_counts"):
+            value = torch.as_tensor(state[key], dtype=torch.float64)
+            if value.shape != (self.num_bins,):
+                raise ValueError(f"state_dict[{key!r}]: expected shape ({self.num_bins},), got {tuple(value.shape)}")
+            setattr(self, key, value.clone())
+        self.num_nonfinite = int(state["num_nonfinite"])
+        self.num_refreshes = int(state["num_refreshes"])
+
+
+def _gaussian_smooth(y: torch.Tensor, std_bins: float) -> torch.Tensor:
+    """Gaussian smoothing with odd-reflection padding, which leaves linear trends (log m̂ is linear
+    in log σ at both ends for continuous data) exactly unchanged at the edges."""
+    half = max(1, int(math.ceil(3 * std_bins)))
+    half = min(half, y.numel() - 1)
+    offs = torch.arange(-half, half + 1, dtype=torch.float64)
+    kernel = torch.exp(-0.5 * (offs / std_bins) ** 2)
+    kernel = kernel / kernel.sum()
+    left = 2 * y[0] - y[1 : half + 1].flip(0)
+    right = 2 * y[-1] - y[-half - 1 : -1].flip(0)
+    padded = torch.cat([left, y, right])
+    return torch.nn.functional.conv1d(padded.view(1, 1, -1), kernel.view(1, 1, -1)).flatten()

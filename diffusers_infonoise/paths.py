@@ -1,0 +1,321 @@
+"""Corruption paths: one log-σ axis for every diffusers noise schedule (METHOD.md §1).
+
+Every Gaussian path is ``x = a·x0 + b·ε`` with ``ε ~ N(0, I)``. Its VE-equivalent noise level is
+``σ = b/a`` and its log signal-to-noise ratio is ``λ = log(a²/b²) = −2·log σ``. All bookkeeping in
+this package happens on ``log σ``; a :class:`NoisePath` maps that axis to the native level a
+scheduler and a model use:
+
+============  =========================================  ==========================  ===================
+path          diffusers schedulers                        native level (timesteps)    σ (VE)
+============  =========================================  ==========================  ===================
+``"ve"``      EDMEulerScheduler, EDMDPMSolverMultistep    ``c_noise = 0.25·ln σ``     σ
+``"vp"``      DDPMScheduler, DDIMScheduler, any with      integer t                   ``sqrt((1−ᾱ)/ᾱ)``
+              ``alphas_cumprod``
+``"flow"``    FlowMatchEulerDiscreteScheduler             ``s·num_train_timesteps``   ``s/(1−s)``
+============  =========================================  ==========================  ===================
+
+All tensors returned here are float64 unless stated; σ may be ``+inf`` on a zero-terminal-SNR VP
+path (``rescale_betas_zero_snr=True``), and every function below is written so that it never
+divides by it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "NoisePath",
+    "VEPath",
+    "VPPath",
+    "FlowPath",
+    "path_from_scheduler",
+    "scheduler_kind",
+    "sigma_to_log_snr",
+    "log_snr_to_sigma",
+]
+
+
+def sigma_to_log_snr(sigmas: torch.Tensor) -> torch.Tensor:
+    """λ = −2·log σ (METHOD.md §1). ``σ = inf`` gives ``λ = −inf``; shape and dtype are kept."""
+    return -2.0 * torch.log(sigmas)
+
+
+def log_snr_to_sigma(log_snr: torch.Tensor) -> torch.Tensor:
+    """σ = exp(−λ/2), the inverse of :func:`sigma_to_log_snr`."""
+    return torch.exp(-0.5 * log_snr)
+
+
+def _as_f64(x) -> torch.Tensor:
+    return torch.as_tensor(x, dtype=torch.float64)
+
+
+def _broadcast_to(coeff: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Reshape a per-sample (B,) coefficient to broadcast against a (B, ...) batch."""
+    return coeff.to(device=like.device, dtype=like.dtype).reshape(-1, *([1] * (like.ndim - 1)))
+
+
+@dataclass(frozen=True)
+class NoisePath:
+    """A corruption path with its grid range on the log-σ axis.
+
+    Attributes:
+        kind: ``"ve"``, ``"vp"`` or ``"flow"``.
+        sigma_min, sigma_max: the VE σ range the path trains on (METHOD.md §5.1). For VP this is
+            the finite range of the ᾱ table; for flow it is ``s ∈ [1/N, 1 − 1/N]``.
+    """
+
+    kind: str
+    sigma_min: float
+    sigma_max: float
+
+    # -- coordinates ------------------------------------------------------------------------
+    @property
+    def log_sigma_range(self) -> tuple[float, float]:
+        """``(log σ_min, log σ_max)``: the edges of the estimator's grid (METHOD.md §5.1)."""
+        return math.log(self.sigma_min), math.log(self.sigma_max)
+
+    @property
+    def is_discrete(self) -> bool:
+        """True when the model takes integer timesteps (VP), so draws are cell masses (§5.8)."""
+        return False
+
+    def scale_factors(self, sigmas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, b)`` of ``x = a·x0 + b·ε`` at VE σ; shapes as ``sigmas``; safe at σ = inf."""
+        raise NotImplementedError
+
+    def sigma_to_timesteps(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """The native model input for VE σ (see the module table)."""
+        raise NotImplementedError
+
+    def timesteps_to_sigma(self, timesteps: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`sigma_to_timesteps` (float64 VE σ)."""
+        raise NotImplementedError
+
+    def add_noise(self, x0: torch.Tensor, noise: torch.Tensor, sigmas: torch.Tensor) -> torch.Tensor:
+        """``a·x0 + b·noise`` for a (B, ...) batch and (B,) VE σ; output has x0's dtype.
+
+        No lookup on a scheduler grid is involved, so any σ in the path's range works
+        (``EDMEulerScheduler.add_noise`` only accepts σ values on its own grid).
+        """
+        a, b = self.scale_factors(_as_f64(sigmas).to(x0.device))
+        return _broadcast_to(a, x0) * x0 + _broadcast_to(b, x0) * noise.to(x0.dtype)
+
+    def config(self) -> dict:
+        """Plain-float description used by serialization and for equality checks."""
+        return {"kind": self.kind, "sigma_min": float(self.sigma_min), "sigma_max": float(self.sigma_max)}
+
+
+@dataclass(frozen=True)
+class VEPath(NoisePath):
+    """Variance-exploding / EDM path: ``x = x0 + σ·ε``; model timestep ``c_noise = 0.25·ln σ``.
+
+    ``c_noise`` is what diffusers' EDM schedulers use as ``timesteps``
+    (``EDMEulerScheduler.precondition_noise``).
+    """
+
+    sigma_data: float = 0.5
+
+    def scale_factors(self, sigmas):
+        sigmas = _as_f64(sigmas)
+        return torch.ones_like(sigmas), sigmas
+
+    def sigma_to_timesteps(self, sigmas):
+        return 0.25 * torch.log(_as_f64(sigmas))
+
+    def timesteps_to_sigma(self, timesteps):
+        return torch.exp(4.0 * _as_f64(timesteps))
+
+    def config(self):
+        return {**super().config(), "sigma_data": float(self.sigma_data)}
+
+
+@dataclass(frozen=True)
+class FlowPath(NoisePath):
+    """Rectified flow: ``x = (1 − s)·x0 + s·ε``, ``σ = s/(1 − s)``, timestep ``s·num_train_timesteps``.
+
+    ``shift`` is recorded because base densities are defined in the *unshifted* coordinate and
+    then translated: a shift maps ``s → shift·s/(1 + (shift − 1)·s)``, which is exactly
+    ``σ → shift·σ`` (METHOD.md §1). The path's own σ range is the shifted one used for training.
+    """
+
+    num_train_timesteps: int = 1000
+    shift: float = 1.0
+
+    def scale_factors(self, sigmas):
+        s = self.sigma_to_s(sigmas)
+        return 1.0 - s, s
+
+    @staticmethod
+    def sigma_to_s(sigmas: torch.Tensor) -> torch.Tensor:
+        """Flow noise level ``s = σ/(1 + σ)`` (float64), written so that σ = inf gives s = 1."""
+        sigmas = _as_f64(sigmas)
+        return 1.0 / (1.0 + 1.0 / sigmas)
+
+    @staticmethod
+    def s_to_sigma(s: torch.Tensor) -> torch.Tensor:
+        """``σ = s/(1 − s)`` for flow noise level s in (0, 1)."""
+        s = _as_f64(s)
+        return s / (1.0 - s)
+
+    def sigma_to_timesteps(self, sigmas):
+        return self.sigma_to_s(sigmas) * self.num_train_timesteps
+
+    def timesteps_to_sigma(self, timesteps):
+        return self.s_to_sigma(_as_f64(timesteps) / self.num_train_timesteps)
+
+    def config(self):
+        return {**super().config(), "num_train_timesteps": int(self.num_train_timesteps), "shift": float(self.shift)}
+
+
+@dataclass(frozen=True, eq=False)
+class VPPath(NoisePath):
+    """Variance-preserving (DDPM) path: ``x = sqrt(ᾱ_t)·x0 + sqrt(1 − ᾱ_t)·ε`` with integer t.
+
+    ``alphas_cumprod`` is the scheduler's (N,) table. ``σ_t = sqrt((1 − ᾱ_t)/ᾱ_t)`` increases with
+    t; with ``rescale_betas_zero_snr=True`` the last ``ᾱ`` is 0 and ``σ = inf``. For the grid, such
+    a step is clamped into the top bin: its cell on the log-σ axis is given the width of the
+    previous gap (ours; METHOD.md §5.1).
+    """
+
+    alphas_cumprod: torch.Tensor = None
+
+    @property
+    def is_discrete(self):
+        return True
+
+    @property
+    def num_train_timesteps(self) -> int:
+        return int(self.alphas_cumprod.numel())
+
+    @property
+    def sigmas_table(self) -> torch.Tensor:
+        """(N,) float64 VE σ of every integer step; ``inf`` where ``ᾱ = 0``."""
+        ac = _as_f64(self.alphas_cumprod)
+        return torch.sqrt((1.0 - ac) / ac)  # ᾱ = 0 → 1/0 = inf, as wanted
+
+    def cell_edges(self) -> torch.Tensor:
+        """(N+1,) float64 log-σ edges of each step's cell: midpoints between neighbours (§5.8).
+
+        Non-finite log σ (σ = inf) is replaced by extrapolating the last finite gap.
+        """
+        log_s = torch.log(self.sigmas_table)
+        finite = torch.isfinite(log_s)
+        if not bool(finite[:-1].all()):
+            raise ValueError("alphas_cumprod: only the last step may have alpha_cumprod = 0 (sigma = inf)")
+        if not bool(finite[-1]):
+            log_s = log_s.clone()
+            log_s[-1] = 2 * log_s[-2] - log_s[-3]
+        if not bool((log_s[1:] > log_s[:-1]).all()):
+            raise ValueError("alphas_cumprod must be strictly decreasing (sigma increasing in t)")
+        mid = 0.5 * (log_s[1:] + log_s[:-1])
+        first = log_s[0] - (mid[0] - log_s[0])
+        last = log_s[-1] + (log_s[-1] - mid[-1])
+        return torch.cat([first.reshape(1), mid, last.reshape(1)])
+
+    def scale_factors(self, sigmas):
+        sigmas = _as_f64(sigmas)
+        # a = 1/sqrt(1+σ²), b = 1/sqrt(1+1/σ²): both finite at σ = inf (a = 0, b = 1).
+        return 1.0 / torch.sqrt(1.0 + sigmas**2), 1.0 / torch.sqrt(1.0 + 1.0 / sigmas**2)
+
+    def sigma_to_timesteps(self, sigmas):
+        """Integer t (int64) whose log-σ cell contains σ; out-of-range σ goes to the end cells."""
+        edges = self.cell_edges()
+        log_s = torch.log(_as_f64(sigmas)).clamp(min=-1e300)  # σ = 0 → first cell
+        t = torch.searchsorted(edges[1:-1].to(log_s.device), log_s, right=True)
+        return t.to(torch.int64)
+
+    def timesteps_to_sigma(self, timesteps):
+        return self.sigmas_table.to(timesteps.device)[timesteps.long()]
+
+    @property
+    def log_sigma_range(self):
+        edges = self.cell_edges()
+        return float(edges[0]), float(edges[-1])
+
+    def config(self):
+        ac = _as_f64(self.alphas_cumprod)
+        return {
+            **super().config(),
+            "num_train_timesteps": self.num_train_timesteps,
+            "zero_terminal_snr": bool(ac[-1] == 0),
+        }
+
+    def __eq__(self, other):
+        return isinstance(other, VPPath) and torch.equal(_as_f64(self.alphas_cumprod), _as_f64(other.alphas_cumprod))
+
+    __hash__ = None
+
+
+_VE_CLASSES = ("EDMEulerScheduler", "EDMDPMSolverMultistepScheduler")
+_FLOW_CLASSES = ("FlowMatchEulerDiscreteScheduler", "FlowMatchHeunDiscreteScheduler")
+
+
+def scheduler_kind(noise_scheduler) -> str:
+    """``"ve"``, ``"vp"`` or ``"flow"`` for a supported diffusers scheduler.
+
+    Raises:
+        TypeError: for a scheduler of none of these kinds (the message lists the accepted ones).
+    """
+    name = type(noise_scheduler).__name__
+    if name in _VE_CLASSES:
+        return "ve"
+    if name in _FLOW_CLASSES:
+        return "flow"
+    if hasattr(noise_scheduler, "alphas_cumprod"):
+        return "vp"
+    raise TypeError(
+        f"noise_scheduler: unsupported scheduler {name}; accepted: {', '.join(_VE_CLASSES + _FLOW_CLASSES)}, "
+        "or any scheduler with an alphas_cumprod table (DDPMScheduler, DDIMScheduler, ...)"
+    )
+
+
+def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePath:
+    """Build the :class:`NoisePath` of a diffusers scheduler (METHOD.md §1).
+
+    Args:
+        noise_scheduler: an ``EDMEulerScheduler`` / ``EDMDPMSolverMultistepScheduler`` (VE), a
+            ``FlowMatchEulerDiscreteScheduler`` (flow; static ``shift`` honoured), or any scheduler
+            with an ``alphas_cumprod`` table (VP: ``DDPMScheduler``, ``DDIMScheduler``, ...).
+        mu: flow only, for ``use_dynamic_shifting=True``: the ``mu`` the pipeline passes to
+            ``set_timesteps``. Dynamic (exponential) shifting with ``mu`` equals a static shift of
+            ``e^mu`` (METHOD.md §1). Required when dynamic shifting is on.
+
+    Raises:
+        TypeError: for a scheduler of none of these kinds.
+        ValueError: for dynamic shifting without ``mu``, or a ``mu`` on a non-flow scheduler.
+    """
+    kind = scheduler_kind(noise_scheduler)
+    cfg = noise_scheduler.config
+    if kind == "ve":
+        if mu is not None:
+            raise ValueError("mu: only flow-matching schedulers take a dynamic shift")
+        return VEPath("ve", float(cfg.sigma_min), float(cfg.sigma_max), sigma_data=float(cfg.sigma_data))
+    if kind == "flow":
+        n = int(cfg.num_train_timesteps)
+        if getattr(cfg, "use_dynamic_shifting", False):
+            if mu is None:
+                raise ValueError(
+                    "mu: the scheduler uses dynamic shifting (use_dynamic_shifting=True); pass the mu that "
+                    "set_timesteps gets (dynamic shifting with mu equals a static shift of exp(mu))"
+                )
+            if getattr(cfg, "time_shift_type", "exponential") != "exponential":
+                raise ValueError("time_shift_type: only 'exponential' dynamic shifting is supported")
+            shift = math.exp(mu)
+        else:
+            if mu is not None:
+                raise ValueError("mu: the scheduler has use_dynamic_shifting=False; set shift in its config instead")
+            shift = float(cfg.shift)
+        if shift <= 0:
+            raise ValueError(f"shift: must be > 0, got {shift}")
+        # Grid range of METHOD.md §5.1: s ∈ [1/N, 1 − 1/N] of the (shifted) path.
+        s_lo, s_hi = 1.0 / n, 1.0 - 1.0 / n
+        return FlowPath("flow", s_lo / (1 - s_lo), s_hi / (1 - s_hi), num_train_timesteps=n, shift=shift)
+    if mu is not None:
+        raise ValueError("mu: only flow-matching schedulers take a dynamic shift")
+    ac = _as_f64(noise_scheduler.alphas_cumprod.detach().cpu())
+    sig = torch.sqrt((1 - ac) / ac)
+    finite = sig[torch.isfinite(sig)]
+    return VPPath("vp", float(finite.min()), float(finite.max()), alphas_cumprod=ac)

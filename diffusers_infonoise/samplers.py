@@ -1,0 +1,735 @@
+"""Training-noise samplers: InfoNoise and the baselines it is compared with (METHOD.md §4-§5).
+
+Every sampler draws noise levels for a training batch on one log-σ axis and hands back what the
+model and the scheduler take::
+
+    levels = sampler.sample(batch_size, device=device, generator=generator)
+    noisy = sampler.add_noise(x0, noise, levels)
+    ...  # model forward, per-sample unweighted loss in the model's own parameterization
+    sampler.update(levels, per_sample_loss)
+    ...  # backward, optimizer.step()
+    sampler.step()  # once per optimizer step
+
+:class:`InfoNoiseTrainingTimestepSampler` learns ``π ∝ ρ̂/w`` online; :class:`FixedDensitySampler`
+draws from a fixed density (EDM log-normal, logit-normal, uniform t, ...); :class:`KingmaGaoSampler`
+is the VDM++ adaptive importance sampler that keeps the objective. :func:`make_sampler` builds any
+of them by name.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from . import densities as D
+from .estimator import ProfileEstimator
+from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler, scheduler_kind
+from .weighting import (
+    validate_loss_weighting,
+    validate_prediction_type,
+    x0_error_factor,
+    x0_loss_weight,
+    loss_weight,
+)
+
+__all__ = [
+    "NoiseLevels",
+    "TrainingTimestepSampler",
+    "FixedDensitySampler",
+    "InfoNoiseTrainingTimestepSampler",
+    "KingmaGaoSampler",
+    "SAMPLER_NAMES",
+    "make_sampler",
+    "base_density",
+    "default_prediction_type",
+]
+
+
+@dataclass
+class NoiseLevels:
+    """One batch of training noise levels.
+
+    Attributes:
+        timesteps: (B,) what the model and scheduler take: int64 t for VP (DDPM), float32
+            ``c_noise = 0.25·ln σ`` for VE/EDM, float32 ``s·num_train_timesteps`` for flow.
+        sigmas: (B,) float32 VE σ (``inf`` at a zero-terminal-SNR VP step).
+        log_snr: (B,) float32 λ = −2·log σ.
+        loss_weights: (B,) float32 importance weights to multiply the per-sample loss with
+            (Kingma-Gao only), else ``None``.
+    """
+
+    timesteps: torch.Tensor
+    sigmas: torch.Tensor
+    log_snr: torch.Tensor
+    loss_weights: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.sigmas.shape[0]
+
+    def to(self, device) -> "NoiseLevels":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return NoiseLevels(move(self.timesteps), move(self.sigmas), move(self.log_snr), move(self.loss_weights))
+
+
+def default_prediction_type(noise_scheduler) -> str:
+    """The loss parameterization a script most likely uses with ``noise_scheduler``.
+
+    VP: the scheduler's ``prediction_type``. Flow: ``"flow"`` (velocity). EDM: ``"sample"`` — the
+    network is trained through the denoiser D; the EDM scheduler's ``prediction_type`` only picks
+    the sign of ``c_out`` and is *not* a loss parameterization (METHOD.md §3, trap).
+    """
+    kind = scheduler_kind(noise_scheduler)
+    if kind == "ve":
+        return "sample"
+    if kind == "flow":
+        return "flow"
+    return noise_scheduler.config.prediction_type
+
+
+def _check_path_prediction(path: NoisePath, prediction_type: str) -> None:
+    allowed = {
+        "ve": ("sample", "edm_f", "epsilon"),
+        "vp": ("epsilon", "v_prediction", "sample"),
+        "flow": ("flow", "sample"),
+    }[path.kind]
+    if prediction_type not in allowed:
+        raise ValueError(
+            f"prediction_type: {prediction_type!r} is not a loss parameterization of the {path.kind} path; "
+            f"accepted: {', '.join(allowed)}"
+        )
+
+
+class TrainingTimestepSampler:
+    """Common interface: draws, noising, loss conversion, densities and state (see module docstring).
+
+    Args:
+        path: the corruption path (:func:`~diffusers_infonoise.paths.path_from_scheduler`).
+        prediction_type: what the per-sample loss given to :meth:`update` measures
+            (:data:`~diffusers_infonoise.weighting.PREDICTION_TYPES`).
+        loss_weighting: the weight the user's loss applies in its own parameterization
+            (``"none"``, ``"edm"``, ``"min_snr"``, ``"sigma_sqrt"``, ``"cosmap"`` or a callable of VE σ).
+        snr_gamma: γ of Min-SNR (``loss_weighting="min_snr"`` only).
+    """
+
+    name = "fixed"
+
+    def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None):
+        if not isinstance(path, NoisePath):
+            raise TypeError(f"path: expected a NoisePath, got {type(path).__name__}")
+        self.path = path
+        self.prediction_type = validate_prediction_type(prediction_type)
+        _check_path_prediction(path, prediction_type)
+        self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
+        self.snr_gamma = snr_gamma
+        self.sigma_data = path.sigma_data if isinstance(path, VEPath) else 0.5
+        self.optimizer_step = 0
+        self._cell_cache: tuple[int, torch.Tensor] | None = None
+
+    # -- the density ------------------------------------------------------------------------
+    @property
+    def density(self) -> D.Density:
+        """The current training density of log σ (VE σ), truncated to the path's range."""
+        raise NotImplementedError
+
+    def _density_version(self) -> int:
+        return 0
+
+    def log_prob(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """log π per unit log σ at VE ``sigmas`` (any shape; float64; ``-inf`` outside the range)."""
+        return self.density.log_prob(torch.log(torch.as_tensor(sigmas, dtype=torch.float64).cpu()))
+
+    def timestep_probabilities(self) -> torch.Tensor:
+        """VP paths: (num_train_timesteps,) float64 probability of each integer t, summing to 1.
+
+        The probability of step t is the π-mass of t's cell on the log-σ axis (METHOD.md §5.8).
+
+        Raises:
+            ValueError: on a continuous path (VE or flow), which has no integer timesteps.
+        """
+        if not isinstance(self.path, VPPath):
+            raise ValueError(f"timestep_probabilities: only defined for integer-timestep (vp) paths, this path is {self.path.kind!r}")
+        version = self._density_version()
+        if self._cell_cache is None or self._cell_cache[0] != version:
+            masses = D.bin_masses(self.density, self.path.cell_edges())
+            self._cell_cache = (version, masses / masses.sum())
+        return self._cell_cache[1]
+
+    def x0_loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """w(σ): the weight the configured loss puts on the x0-space error (METHOD.md §4)."""
+        return x0_loss_weight(
+            self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data
+        )
+
+    def loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """u(σ): the weight the configured loss puts on its own per-sample error (float64)."""
+        return loss_weight(
+            self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data
+        )
+
+    # -- drawing ----------------------------------------------------------------------------
+    def sample(self, batch_size: int, *, device=None, generator: torch.Generator | None = None) -> NoiseLevels:
+        """Draw ``batch_size`` noise levels from the current density.
+
+        Args:
+            batch_size: number of levels (0 allowed).
+            device: where the returned tensors live (default: the generator's device, else CPU).
+            generator: a ``torch.Generator`` for reproducible draws; the uniforms are drawn on its device.
+
+        Returns:
+            :class:`NoiseLevels` with (batch_size,) tensors.
+
+        Raises:
+            ValueError: negative or non-integer ``batch_size``.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"batch_size: must be a non-negative int, got {batch_size!r}")
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        out_device = torch.device(device) if device is not None else gen_device
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64, device=gen_device).cpu()
+        if isinstance(self.path, VPPath):
+            cum = torch.cumsum(self.timestep_probabilities(), 0)
+            t = torch.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
+            sigmas = self.path.sigmas_table[t]
+            timesteps = t.to(torch.int64)
+        else:
+            log_sigmas = self.density.icdf(u)
+            sigmas = torch.exp(log_sigmas)
+            timesteps = self.path.sigma_to_timesteps(sigmas).to(torch.float32)
+        levels = NoiseLevels(
+            timesteps=timesteps.to(out_device),
+            sigmas=sigmas.to(torch.float32).to(out_device),
+            log_snr=(-2.0 * torch.log(sigmas)).to(torch.float32).to(out_device),
+        )
+        levels.loss_weights = self._importance_weights(sigmas, levels)
+        return levels
+
+    def _importance_weights(self, sigmas: torch.Tensor, levels: NoiseLevels):
+        return None
+
+    def add_noise(self, x0: torch.Tensor, noise: torch.Tensor, levels: NoiseLevels) -> torch.Tensor:
+        """Noisy sample ``a·x0 + b·noise`` for (B, ...) ``x0`` and ``noise`` at ``levels``; x0's dtype.
+
+        Correct on all three paths without grid lookups: EDM ``x0 + σ·ε``, VP
+        ``sqrt(ᾱ_t)·x0 + sqrt(1 − ᾱ_t)·ε``, flow ``(1 − s)·x0 + s·ε``.
+
+        Raises:
+            ValueError: when shapes of ``x0``, ``noise`` and ``levels`` disagree.
+        """
+        if x0.shape != noise.shape:
+            raise ValueError(f"noise: shape {tuple(noise.shape)} differs from x0's {tuple(x0.shape)}")
+        if x0.shape[0] != len(levels):
+            raise ValueError(f"levels: {len(levels)} levels for a batch of {x0.shape[0]} samples")
+        if isinstance(self.path, VPPath):
+            # exact table values, not the float32-rounded sigmas
+            ac = self.path.alphas_cumprod.to(torch.float64)[levels.timesteps.cpu()]
+            a, b = ac.sqrt(), (1 - ac).sqrt()
+            shape = (-1,) + (1,) * (x0.ndim - 1)
+            return a.to(x0).view(shape) * x0 + b.to(x0).view(shape) * noise
+        return self.path.add_noise(x0, noise, levels.sigmas.to(torch.float64))
+
+    # -- statistics -------------------------------------------------------------------------
+    def _validated_errors(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> torch.Tensor:
+        """Check a (B,) loss against ``levels`` and convert it to the x0-space error (float64)."""
+        if not isinstance(levels, NoiseLevels):
+            raise TypeError(f"levels: expected the NoiseLevels returned by sample(), got {type(levels).__name__}")
+        if not torch.is_tensor(per_sample_loss) or not per_sample_loss.is_floating_point():
+            raise TypeError("per_sample_loss: expected a floating-point tensor of shape (batch_size,)")
+        if per_sample_loss.ndim != 1:
+            raise ValueError(
+                f"per_sample_loss: expected shape (batch_size,), got {tuple(per_sample_loss.shape)}; "
+                "reduce over all but the batch dimension first (e.g. loss.mean(dim=list(range(1, loss.ndim))))"
+            )
+        if per_sample_loss.shape[0] != len(levels):
+            raise ValueError(f"per_sample_loss: {per_sample_loss.shape[0]} losses for {len(levels)} levels")
+        loss = per_sample_loss.detach().to("cpu", torch.float64)
+        if bool((loss < 0).any()):
+            raise ValueError("per_sample_loss: squared errors must be >= 0, got a negative value")
+        factor = x0_error_factor(self.prediction_type, levels.sigmas.detach().cpu().to(torch.float64), sigma_data=self.sigma_data)
+        with torch.no_grad():
+            # 0·inf (an exact ε error at σ = inf) must count as non-finite, not as a value
+            return torch.where(torch.isfinite(factor), factor * loss, torch.full_like(loss, math.inf))
+
+    def update(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> None:
+        """Record the (B,) unweighted per-sample loss in the model's own parameterization.
+
+        Fixed-density samplers only validate it. Raises ``ValueError``/``TypeError`` on a loss that
+        is negative, of the wrong shape or not matching ``levels``. NaN/inf losses are ignored
+        (adaptive samplers count them).
+        """
+        self._validated_errors(levels, per_sample_loss)
+
+    def step(self) -> None:
+        """Call once per optimizer step (not per micro-batch)."""
+        self.optimizer_step += 1
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Plain tensors and numbers (safetensors/JSON friendly) for an exact resume."""
+        return {"name": self.name, "optimizer_step": self.optimizer_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("name") != self.name:
+            raise ValueError(f"state_dict: saved by a {state.get('name')!r} sampler, this is a {self.name!r} sampler")
+        self.optimizer_step = int(state["optimizer_step"])
+
+    def describe(self) -> dict:
+        """Plain-JSON summary (name, path, parameterization, density) for logs and model cards."""
+        return {
+            "name": self.name,
+            "path": self.path.config(),
+            "prediction_type": self.prediction_type,
+            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
+            "snr_gamma": self.snr_gamma,
+        }
+
+
+class FixedDensitySampler(TrainingTimestepSampler):
+    """Draws from a fixed density of log σ (a baseline). ``density`` is truncated to the path's range."""
+
+    def __init__(self, path: NoisePath, density: D.Density, *, name: str = "fixed", **kwargs):
+        super().__init__(path, **kwargs)
+        lo, hi = path.log_sigma_range
+        self.name = name
+        self._density = density if isinstance(density, D.Piecewise) else D.Truncated(density, lo, hi)
+
+    @property
+    def density(self):
+        return self._density
+
+    def describe(self):
+        return {**super().describe(), "density": self._density.describe()}
+
+
+# ----------------------------------------------------------------------------------------------
+# base densities by name
+# ----------------------------------------------------------------------------------------------
+
+
+def _flow_offset(path: NoisePath) -> float:
+    return math.log(path.shift) if isinstance(path, FlowPath) else 0.0
+
+
+def base_density(name: str, path: NoisePath, **params) -> D.Density:
+    """The fixed density of a baseline sampler on ``path``, per unit log σ (VE σ).
+
+    ``uniform``: uniform t on VP (every integer step has mass 1/N), uniform flow level s (shifted),
+    uniform position on EDM's ρ-ramp on VE. ``edm_lognormal`` (``P_mean=-1.2, P_std=1.2``).
+    ``logit_normal`` (``mean=0, std=1``) on the flow level s in the SD3 paper's convention: a
+    positive ``mean`` means *more* noise; since ``logit(s) = log σ`` it is a normal density in log σ,
+    translated by ``log(shift)`` on a shifted flow path. ``mode`` (``scale=1.29``, SD3).
+    ``log_uniform``: uniform log σ over the path's range. ``cosine`` (``sigma_data``, default the
+    path's σ_data on VE, else 1): ``σ = σ_data·tan(πu/2)``.
+
+    Raises:
+        ValueError: unknown name or parameter.
+    """
+    def take(**defaults):
+        unknown = set(params) - set(defaults)
+        if unknown:
+            raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(defaults) or 'none'}")
+        return {**defaults, **params}
+
+    off = _flow_offset(path)
+    lo, hi = path.log_sigma_range
+    if name == "uniform":
+        take()
+        if isinstance(path, VPPath):
+            return D.Piecewise(path.cell_edges(), torch.ones(path.num_train_timesteps, dtype=torch.float64))
+        if isinstance(path, FlowPath):
+            return D.Shifted(D.Logistic(0.0), off)
+        return D.KarrasRamp(path.sigma_min, path.sigma_max)
+    if name == "edm_lognormal":
+        p = take(P_mean=-1.2, P_std=1.2)
+        return D.Normal(p["P_mean"], p["P_std"])
+    if name == "logit_normal":
+        p = take(mean=0.0, std=1.0)
+        return D.Shifted(D.Normal(p["mean"], p["std"]), off)
+    if name == "mode":
+        p = take(scale=1.29)
+        return D.Shifted(D.Mode(p["scale"]), off)
+    if name == "log_uniform":
+        take()
+        return D.Uniform(lo, hi)
+    if name == "cosine":
+        p = take(sigma_data=path.sigma_data if isinstance(path, VEPath) else 1.0)
+        return D.Cosine(p["sigma_data"])
+    raise ValueError(f"name: unknown base density {name!r}; accepted: {', '.join(_FIXED_NAMES)}")
+
+
+_FIXED_NAMES = ("uniform", "edm_lognormal", "logit_normal", "mode", "log_uniform", "cosine")
+_PATH_DEFAULT_BASE = {"ve": "edm_lognormal", "vp": "uniform", "flow": "logit_normal"}
+
+
+def _resolve_base(path: NoisePath, base) -> tuple[D.Density, dict]:
+    """``base`` may be None (the path's conventional density, METHOD.md §5.2), a name, a
+    ``(name, params)`` pair, or a Density."""
+    if base is None:
+        base = _PATH_DEFAULT_BASE[path.kind]
+    if isinstance(base, D.Density):
+        density, desc = base, {"density": base.describe()}
+    else:
+        name, params = (base, {}) if isinstance(base, str) else base
+        density, desc = base_density(name, path, **params), {"name": name, **params}
+    lo, hi = path.log_sigma_range
+    if not isinstance(density, D.Piecewise):
+        density = D.Truncated(density, lo, hi)
+    return density, desc
+
+
+# ----------------------------------------------------------------------------------------------
+# adaptive samplers
+# ----------------------------------------------------------------------------------------------
+
+
+class _AdaptiveSampler(TrainingTimestepSampler):
+    """Shared machinery: a binned estimator, warm-up in optimizer steps, periodic refresh, floor."""
+
+    def __init__(
+        self,
+        path: NoisePath,
+        *,
+        prediction_type: str,
+        loss_weighting="none",
+        snr_gamma=None,
+        num_bins: int = 64,
+        warmup_steps: int = 500,
+        refresh_every: int = 50,
+        ema_decay: float = 0.9,
+        min_count: int = 8,
+        smoothing: float = 1.0,
+        floor: float = 0.05,
+        base=None,
+        gate="auto",
+        gate_fallback: float = 0.2,
+    ):
+        super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
+        for arg, value, ok, accepted in (
+            ("num_bins", num_bins, isinstance(num_bins, int) and num_bins >= 4, "an int >= 4"),
+            ("warmup_steps", warmup_steps, isinstance(warmup_steps, int) and warmup_steps >= 0, "an int >= 0"),
+            ("refresh_every", refresh_every, isinstance(refresh_every, int) and refresh_every >= 1, "an int >= 1"),
+            ("floor", floor, isinstance(floor, (int, float)) and 0.0 <= floor <= 1.0, "a float in [0, 1]"),
+        ):
+            if not ok:
+                raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
+        lo, hi = path.log_sigma_range
+        edges = torch.linspace(lo, hi, num_bins + 1, dtype=torch.float64)
+        self.estimator = ProfileEstimator(
+            edges, ema_decay=ema_decay, min_count=min_count, smoothing=smoothing, gate=gate, gate_fallback=gate_fallback
+        )
+        self.warmup_steps, self.refresh_every, self.floor = warmup_steps, refresh_every, float(floor)
+        self.base, self.base_description = _resolve_base(path, base)
+        self.base_masses = D.bin_masses(self.base, edges)
+        self.base_masses = self.base_masses / self.base_masses.sum()
+        self.hyperparameters = {
+            "num_bins": num_bins,
+            "warmup_steps": warmup_steps,
+            "refresh_every": refresh_every,
+            "ema_decay": ema_decay,
+            "min_count": min_count,
+            "smoothing": smoothing,
+            "floor": floor,
+            "gate": gate,
+            "gate_fallback": gate_fallback,
+        }
+        self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
+        self.num_updates = 0
+
+    @property
+    def edges(self) -> torch.Tensor:
+        """(K+1,) log-σ bin edges (VE σ)."""
+        return self.estimator.edges
+
+    @property
+    def is_adapted(self) -> bool:
+        """True once a learned density replaced the base one."""
+        return self.probs is not None
+
+    @property
+    def density(self):
+        if self.probs is None:
+            return self.base
+        return D.Piecewise(self.edges, self.probs)
+
+    def _density_version(self):
+        return self.num_updates
+
+    def _statistic(self, levels: NoiseLevels, errors: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _target_masses(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def update(self, levels, per_sample_loss):
+        errors = self._validated_errors(levels, per_sample_loss)
+        if errors.numel():
+            self.estimator.accumulate(torch.log(levels.sigmas.detach().cpu().to(torch.float64)), self._statistic(levels, errors))
+
+    @property
+    def num_nonfinite(self) -> int:
+        """How many per-sample losses were NaN/inf and left out of the statistics (this process)."""
+        return self.estimator.num_nonfinite
+
+    def step(self):
+        """Count one optimizer step; refresh the estimate and the density when due (METHOD.md §5.3-4).
+
+        Statistics are folded in every ``refresh_every`` steps from step 0; the density leaves the
+        base at ``warmup_steps`` and is rebuilt at every refresh after that. Under data parallelism
+        every process must call this at the same steps: the refresh sums statistics across ranks.
+        """
+        self.optimizer_step += 1
+        due = self.optimizer_step % self.refresh_every == 0 or self.optimizer_step == self.warmup_steps
+        if not due:
+            return
+        self.estimator.refresh()
+        if self.optimizer_step >= self.warmup_steps and self.estimator.is_ready:
+            masses = self._target_masses()
+            masses = masses / masses.sum()
+            self.probs = (1 - self.floor) * masses + self.floor * self.base_masses
+            self.num_updates += 1
+
+    def pi_hash(self) -> str:
+        """Short SHA-256 of the current bin masses: equal on every rank under data parallelism."""
+        data = (self.probs if self.probs is not None else self.base_masses).numpy().tobytes()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    def state_dict(self):
+        state = super().state_dict()
+        state.update(
+            {
+                "estimator": self.estimator.state_dict(),
+                "probs": None if self.probs is None else self.probs.clone(),
+                "num_updates": self.num_updates,
+                "edges": self.edges.clone(),
+            }
+        )
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        edges = torch.as_tensor(state["edges"], dtype=torch.float64)
+        if edges.shape != self.edges.shape or not torch.allclose(edges, self.edges, rtol=0, atol=1e-12):
+            raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
+        self.estimator.load_state_dict(state["estimator"])
+        self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
+        self.num_updates = int(state["num_updates"])
+
+    def describe(self):
+        return {
+            **super().describe(),
+            "base": self.base_description,
+            "hyperparameters": dict(self.hyperparameters),
+            "adapted": self.is_adapted,
+            "optimizer_steps": self.optimizer_step,
+        }
+
+
+class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
+    """InfoNoise: the training-noise density follows the conditional-entropy rate (METHOD.md §5).
+
+    From the per-sample losses of training it estimates ``m̂(σ)`` (x0 MMSE proxy), forms the
+    entropy rate per unit log σ ``q = m̂/σ²`` (I-MMSE, §2), gates the clean end (§5.5), and sets
+    ``π ∝ ρ̂/w`` so that the effective allocation ``π·w`` follows ``ρ̂`` (§4), mixed with the base
+    density by ``floor`` (§5.7). Before ``warmup_steps`` optimizer steps it draws from the base.
+
+    Build it with :meth:`from_scheduler`. Args (all keyword):
+        prediction_type: the parameterization of the per-sample loss given to :meth:`update`.
+        loss_weighting, snr_gamma: the weight the user's loss applies (METHOD.md §4).
+        num_bins: K bins uniform in log σ over the path's range (default 64).
+        warmup_steps: optimizer steps on the base density (default 500).
+        refresh_every: optimizer steps between refreshes (default 50).
+        ema_decay: β, weight on the old bin value (default 0.9).
+        min_count: new samples a bin needs to be updated at a refresh (default 8).
+        smoothing: Gaussian kernel width in bins on log m̂ (default 1.0; 0 disables).
+        gate: ``"auto"`` (default), a pinned pivot c (VE σ), or ``None``.
+        gate_fallback: pivot used when the automatic rule misfires (default 0.2, the paper's value for
+            non-image data).
+        floor: η of ``π ← (1 − η)·π + η·π_base`` (default 0.05).
+        base: the warm-up and floor density: ``None`` (EDM log-normal on VE, uniform t on VP,
+            logit-normal(0, 1) on flow), a name of :func:`base_density`, ``(name, params)``, or a Density.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments, each naming the argument and accepted values.
+    """
+
+    name = "infonoise"
+
+    def _statistic(self, levels, errors):
+        return errors
+
+    def profile(self) -> dict:
+        """The current estimate on the bin centres (float64 (K,) tensors): ``log_sigma``, ``m_hat``
+        (filled and smoothed), ``q = m̂/σ²``, ``rho_hat`` (gated, per unit log σ), ``w``, ``pi``
+        (density per unit log σ) and the gate decision.
+
+        Raises:
+            RuntimeError: before any bin holds an estimate.
+        """
+        rho, q = self.estimator.profile()
+        x = self.estimator.centers
+        return {
+            "log_sigma": x,
+            "m_hat": self.estimator.filled_m_hat(),
+            "q": q,
+            "rho_hat": rho,
+            "w": self.x0_loss_weight(torch.exp(x)),
+            "pi": torch.exp(self.density.log_prob(x)),
+            "gate": self.estimator.last_gate,
+        }
+
+    def _target_masses(self):
+        rho, _ = self.estimator.profile()
+        w = self.x0_loss_weight(torch.exp(self.estimator.centers))
+        if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
+            raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the grid")
+        return rho / w * self.estimator.widths
+
+    @classmethod
+    def from_scheduler(
+        cls,
+        noise_scheduler,
+        prediction_type: str | None = None,
+        loss_weighting="none",
+        *,
+        snr_gamma: float | None = None,
+        mu: float | None = None,
+        use_stored_schedule: bool = True,
+        **kwargs,
+    ) -> "InfoNoiseTrainingTimestepSampler":
+        """Build a sampler for a diffusers scheduler (see :func:`~diffusers_infonoise.paths.path_from_scheduler`).
+
+        Args:
+            noise_scheduler: DDPM/DDIM (VP), EDMEuler/EDMDPMSolverMultistep (VE) or FlowMatchEulerDiscrete.
+            prediction_type: default :func:`default_prediction_type` (VP: the scheduler's; flow:
+                ``"flow"``; EDM: ``"sample"``, the denoiser error).
+            loss_weighting, snr_gamma, **kwargs: see the class docstring.
+            mu: dynamic-shift ``mu`` for flow schedulers with ``use_dynamic_shifting=True``.
+            use_stored_schedule: when the scheduler's config carries a learned schedule
+                (:meth:`save_to_scheduler`), start from it: its π and m̂, no warm-up. ``False`` starts
+                from the base density.
+
+        Raises:
+            TypeError: unsupported scheduler. ValueError: bad arguments, or a stored schedule for
+            another path or grid (pass ``use_stored_schedule=False`` to ignore it).
+        """
+        from .serialization import read_schedule
+
+        path = path_from_scheduler(noise_scheduler, mu=mu)
+        if prediction_type is None:
+            prediction_type = default_prediction_type(noise_scheduler)
+        sampler = cls(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **kwargs)
+        stored = read_schedule(noise_scheduler) if use_stored_schedule else None
+        if stored is not None:
+            sampler.load_schedule(stored)
+        return sampler
+
+    def load_schedule(self, payload: dict) -> None:
+        """Start from a stored schedule payload (:mod:`~diffusers_infonoise.serialization`).
+
+        Raises:
+            ValueError: when the payload's path or grid differs from this sampler's.
+        """
+        if payload["path"] != self.path.config():
+            raise ValueError(
+                f"noise_scheduler: the stored schedule was learned on path {payload['path']}, this sampler's is "
+                f"{self.path.config()}; pass use_stored_schedule=False to start from the base density"
+            )
+        edges = torch.tensor(payload["edges"], dtype=torch.float64)
+        if edges.shape != self.edges.shape or not torch.allclose(edges, self.edges, rtol=0, atol=1e-9):
+            raise ValueError(
+                f"num_bins: the stored schedule has {edges.numel() - 1} bins, this sampler {self.edges.numel() - 1}; "
+                "use the same num_bins or pass use_stored_schedule=False"
+            )
+        m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
+        self.estimator.m_hat = m_hat
+        self.probs = torch.tensor(payload["pi"], dtype=torch.float64)
+        self.num_updates = max(self.num_updates, 1)
+        self.warmup_steps = 0  # the stored π already is an adapted schedule
+        self.hyperparameters["warmup_steps"] = 0
+
+    def save_to_scheduler(self, noise_scheduler) -> None:
+        """Write the learned schedule into ``noise_scheduler``'s config (see :mod:`.serialization`)."""
+        from .serialization import write_schedule
+
+        write_schedule(noise_scheduler, self)
+
+
+class KingmaGaoSampler(_AdaptiveSampler):
+    """VDM++ adaptive importance sampling (Kingma & Gao 2023), the objective-preserving contrast.
+
+    The objective ``E_{σ~base}[u·L]`` is kept: levels are drawn from ``p ∝ base·E[u·L]`` on the
+    log-σ bins (with VDM++'s uniform-λ base this is their ``p ∝ w·loss``), mixed with the base by
+    ``floor``, and each draw carries ``levels.loss_weights = base(σ)/p(σ)`` to multiply the
+    per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
+    """
+
+    name = "kingma_gao"
+
+    def __init__(self, path, **kwargs):
+        kwargs.setdefault("gate", None)
+        super().__init__(path, **kwargs)
+
+    def _statistic(self, levels, errors):
+        # u·L = w·e: the weighted loss the objective averages
+        return self.x0_loss_weight(levels.sigmas.detach().cpu().to(torch.float64)) * errors
+
+    def _target_masses(self):
+        return self.estimator.filled_m_hat() * self.base_masses
+
+    def _importance_weights(self, sigmas, levels):
+        sig = sigmas.to(torch.float64)
+        if isinstance(self.path, VPPath):
+            base_p = D.bin_masses(self.base, self.path.cell_edges())
+            base_p = base_p / base_p.sum()
+            ratio = base_p / self.timestep_probabilities().clamp_min(1e-300)
+            w = ratio[levels.timesteps.cpu()]
+        else:
+            x = torch.log(sig)
+            w = torch.exp(self.base.log_prob(x) - self.density.log_prob(x))
+        return w.to(torch.float32).to(levels.sigmas.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# factory
+# ----------------------------------------------------------------------------------------------
+
+SAMPLER_NAMES = ("infonoise", "uniform", "edm_lognormal", "logit_normal", "mode", "log_uniform", "cosine", "kingma_gao")
+
+_ADAPTIVE_KEYS = {
+    "num_bins", "warmup_steps", "refresh_every", "ema_decay", "min_count", "smoothing", "floor", "base",
+    "gate", "gate_fallback",
+}
+
+
+def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:
+    """Any training-noise sampler by name, behind one interface.
+
+    Args:
+        name: one of :data:`SAMPLER_NAMES`.
+        noise_scheduler: a supported diffusers scheduler (see :func:`path_from_scheduler`).
+        **kwargs: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` for every sampler;
+            the density parameters of :func:`base_density` for fixed samplers (``P_mean``, ``P_std``;
+            ``mean``, ``std``; ``scale``; ``sigma_data``); the hyperparameters of
+            :class:`InfoNoiseTrainingTimestepSampler` for ``infonoise`` and ``kingma_gao``.
+
+    Raises:
+        ValueError: unknown name or keyword (the message lists the accepted ones).
+    """
+    if name not in SAMPLER_NAMES:
+        raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
+    common = {k: kwargs.pop(k) for k in ("prediction_type", "loss_weighting", "snr_gamma") if k in kwargs}
+    mu = kwargs.pop("mu", None)
+    if name == "infonoise":
+        return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **common, **kwargs)
+    path = path_from_scheduler(noise_scheduler, mu=mu)
+    common.setdefault("prediction_type", default_prediction_type(noise_scheduler))
+    if name == "kingma_gao":
+        unknown = set(kwargs) - _ADAPTIVE_KEYS
+        if unknown:
+            raise ValueError(f"kingma_gao: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS)}")
+        return KingmaGaoSampler(path, **common, **kwargs)
+    return FixedDensitySampler(path, base_density(name, path, **kwargs), name=name, **common)

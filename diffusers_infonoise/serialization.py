@@ -1,0 +1,142 @@
+"""The learned schedule as a small, versioned payload inside a diffusers scheduler config.
+
+``write_schedule(noise_scheduler, sampler)`` stores plain floats (grid, π, ρ̂, m̂), the path,
+prediction type, loss weighting, hyperparameters, optimizer steps and the package version under the
+config key :data:`CONFIG_KEY`. The key starts with an underscore, which diffusers treats as a
+private attribute: ``save_pretrained`` writes it, ``from_pretrained``/``from_config`` (also into a
+compatible class) carry it along as a hidden config entry, and stock diffusers neither passes it to
+``__init__`` nor warns about it. ``read_schedule`` validates a payload and rejects a corrupted or
+unknown-version one with a clear error.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = ["CONFIG_KEY", "FORMAT", "VERSION", "schedule_payload", "write_schedule", "read_schedule", "validate_payload", "ScheduleError"]
+
+CONFIG_KEY = "_infonoise_schedule"
+FORMAT = "diffusers-infonoise/schedule"
+VERSION = 1
+
+
+class ScheduleError(ValueError):
+    """A stored schedule payload is missing fields, corrupted, or of an unknown version."""
+
+
+def _floats(t: torch.Tensor) -> list:
+    # JSON has no NaN: unfilled bins are stored as null
+    return [None if not math.isfinite(v) else float(v) for v in t.tolist()]
+
+
+def schedule_payload(sampler) -> dict[str, Any]:
+    """The JSON-ready payload of an :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler`.
+
+    Fields: ``format``, ``version``, ``package_version``, ``path`` (the path's config), ``prediction_type``,
+    ``loss_weighting`` (name or ``"custom"``), ``snr_gamma``, ``edges`` (K+1 log-σ edges, VE σ),
+    ``pi`` (K bin masses summing to 1), ``rho_hat`` (K densities per unit log σ, or null before
+    adaptation), ``m_hat`` (K x0-space errors, null where never filled), ``base``, ``hyperparameters``,
+    ``gate``, ``optimizer_steps``, ``num_updates``.
+    """
+    from . import __version__
+
+    est = sampler.estimator
+    rho = None
+    if est.is_ready:
+        rho_t, _ = est.profile()
+        rho = _floats(rho_t)
+    probs = sampler.probs if sampler.probs is not None else sampler.base_masses
+    gate = est.last_gate
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "package_version": __version__,
+        "path": sampler.path.config(),
+        "prediction_type": sampler.prediction_type,
+        "loss_weighting": sampler.loss_weighting if isinstance(sampler.loss_weighting, str) else "custom",
+        "snr_gamma": sampler.snr_gamma,
+        "edges": _floats(sampler.edges),
+        "pi": _floats(probs),
+        "rho_hat": rho,
+        "m_hat": _floats(est.m_hat),
+        "base": sampler.base_description,
+        "hyperparameters": {k: v for k, v in sampler.hyperparameters.items()},
+        "gate": {"pivot": gate.pivot, "source": gate.source, "reason": gate.reason},
+        "optimizer_steps": int(sampler.optimizer_step),
+        "num_updates": int(sampler.num_updates),
+        "adapted": bool(sampler.is_adapted),
+    }
+
+
+def validate_payload(payload: Any) -> dict:
+    """Check a payload's format, version and fields; return it.
+
+    Raises:
+        ScheduleError: (a ``ValueError``) naming what is wrong.
+    """
+    if not isinstance(payload, dict):
+        raise ScheduleError(f"{CONFIG_KEY}: expected a JSON object, got {type(payload).__name__}")
+    if payload.get("format") != FORMAT:
+        raise ScheduleError(f"{CONFIG_KEY}: format {payload.get('format')!r} is not {FORMAT!r}")
+    if payload.get("version") != VERSION:
+        raise ScheduleError(
+            f"{CONFIG_KEY}: unknown version {payload.get('version')!r}; this diffusers-infonoise reads version {VERSION}"
+        )
+    required = ("path", "prediction_type", "loss_weighting", "edges", "pi", "m_hat", "hyperparameters", "optimizer_steps")
+    missing = [k for k in required if k not in payload]
+    if missing:
+        raise ScheduleError(f"{CONFIG_KEY}: missing field(s) {missing}")
+    edges, pi, m_hat = payload["edges"], payload["pi"], payload["m_hat"]
+    if not (isinstance(edges, list) and isinstance(pi, list) and isinstance(m_hat, list)):
+        raise ScheduleError(f"{CONFIG_KEY}: edges, pi and m_hat must be lists of numbers")
+    k = len(pi)
+    if k < 2 or len(edges) != k + 1 or len(m_hat) != k:
+        raise ScheduleError(f"{CONFIG_KEY}: need len(edges) == len(pi) + 1 == len(m_hat) + 1, got {len(edges)}, {k}, {len(m_hat)}")
+    try:
+        e = torch.tensor(edges, dtype=torch.float64)
+        p = torch.tensor(pi, dtype=torch.float64)
+        m = torch.tensor([math.nan if v is None else v for v in m_hat], dtype=torch.float64)
+    except (TypeError, ValueError) as err:
+        raise ScheduleError(f"{CONFIG_KEY}: non-numeric values in edges, pi or m_hat ({err})") from None
+    if not bool(torch.isfinite(e).all()) or not bool((e[1:] > e[:-1]).all()):
+        raise ScheduleError(f"{CONFIG_KEY}: edges must be finite and strictly increasing")
+    if not bool(torch.isfinite(p).all()) or bool((p < 0).any()) or abs(float(p.sum()) - 1.0) > 1e-6:
+        raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
+    if bool((m[~torch.isnan(m)] < 0).any()):
+        raise ScheduleError(f"{CONFIG_KEY}: m_hat must be >= 0")
+    return payload
+
+
+def write_schedule(noise_scheduler, sampler) -> dict:
+    """Store ``sampler``'s schedule in ``noise_scheduler.config[CONFIG_KEY]``; returns the payload.
+
+    ``noise_scheduler.save_pretrained`` (or the pipeline's) then writes it to ``scheduler_config.json``.
+    The scheduler's own parameters are not touched.
+
+    Raises:
+        ValueError: when the scheduler's path differs from the sampler's.
+    """
+    from .paths import path_from_scheduler
+
+    mu = math.log(sampler.path.shift) if getattr(noise_scheduler.config, "use_dynamic_shifting", False) else None
+    if path_from_scheduler(noise_scheduler, mu=mu).config() != sampler.path.config():
+        raise ValueError("noise_scheduler: its corruption path differs from the one the sampler was built for")
+    payload = validate_payload(schedule_payload(sampler))
+    noise_scheduler.register_to_config(**{CONFIG_KEY: payload})
+    return payload
+
+
+def read_schedule(config_or_scheduler) -> dict | None:
+    """The validated payload stored in a scheduler, a scheduler config dict, or ``None`` if absent.
+
+    Raises:
+        ScheduleError: for a corrupted or unknown-version payload.
+    """
+    config = getattr(config_or_scheduler, "config", config_or_scheduler)
+    payload = config.get(CONFIG_KEY) if hasattr(config, "get") else None
+    if payload is None:
+        return None
+    return validate_payload(payload)

