@@ -16,7 +16,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["CONFIG_KEY", "FORMAT", "VERSION", "schedule_payload", "write_schedule", "read_schedule", "validate_payload", "ScheduleError"]
+__all__ = [
+    "CONFIG_KEY",
+    "FORMAT",
+    "VERSION",
+    "schedule_payload",
+    "write_schedule",
+    "read_schedule",
+    "validate_payload",
+    "ScheduleError",
+    "save_sampler_state",
+    "load_sampler_state",
+]
 
 CONFIG_KEY = "_infonoise_schedule"
 FORMAT = "diffusers-infonoise/schedule"
@@ -140,3 +151,83 @@ def read_schedule(config_or_scheduler) -> dict | None:
     if payload is None:
         return None
     return validate_payload(payload)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sampler state in training checkpoints: safetensors for tensors, JSON for the rest (no pickle).
+# ----------------------------------------------------------------------------------------------
+
+SAMPLER_STATE_TENSORS = "infonoise_sampler.safetensors"
+SAMPLER_STATE_JSON = "infonoise_sampler.json"
+
+
+def _flatten(state: dict, prefix: str = ""):
+    tensors, plain = {}, {}
+    for key, value in state.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            t, p = _flatten(value, name + ".")
+            tensors.update(t)
+            plain.update(p)
+        elif torch.is_tensor(value):
+            tensors[name] = value.detach().cpu().contiguous()
+        else:
+            plain[name] = value
+    return tensors, plain
+
+
+def _unflatten(flat: dict) -> dict:
+    out: dict = {}
+    for name, value in flat.items():
+        node = out
+        *parents, leaf = name.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def save_sampler_state(sampler, directory, *, generator: torch.Generator | None = None) -> None:
+    """Write ``sampler.state_dict()`` (and the drawing generator's state) into ``directory``.
+
+    Files: :data:`SAMPLER_STATE_TENSORS` (safetensors) and :data:`SAMPLER_STATE_JSON`.
+    """
+    import json
+    import os
+
+    from safetensors.torch import save_file
+
+    state = sampler.state_dict()
+    if generator is not None:
+        state = {**state, "generator_state": generator.get_state()}
+    tensors, plain = _flatten(state)
+    os.makedirs(directory, exist_ok=True)
+    save_file(tensors, os.path.join(directory, SAMPLER_STATE_TENSORS))
+    with open(os.path.join(directory, SAMPLER_STATE_JSON), "w") as f:
+        json.dump({"format": "diffusers-infonoise/sampler-state", "version": 1, "values": plain}, f, indent=1)
+
+
+def load_sampler_state(sampler, directory, *, generator: torch.Generator | None = None) -> bool:
+    """Restore a state written by :func:`save_sampler_state`; returns False when ``directory`` has none.
+
+    Raises:
+        ScheduleError: for an unreadable or foreign state file. ValueError: state of another sampler/grid.
+    """
+    import json
+    import os
+
+    from safetensors.torch import load_file
+
+    tpath, jpath = os.path.join(directory, SAMPLER_STATE_TENSORS), os.path.join(directory, SAMPLER_STATE_JSON)
+    if not (os.path.exists(tpath) and os.path.exists(jpath)):
+        return False
+    with open(jpath) as f:
+        meta = json.load(f)
+    if meta.get("format") != "diffusers-infonoise/sampler-state" or meta.get("version") != 1:
+        raise ScheduleError(f"{jpath}: not a diffusers-infonoise sampler state (version 1)")
+    state = _unflatten({**load_file(tpath), **meta["values"]})
+    gen_state = state.pop("generator_state", None)
+    sampler.load_state_dict(state)
+    if generator is not None and gen_state is not None:
+        generator.set_state(gen_state)
+    return True

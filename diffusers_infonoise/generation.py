@@ -1,0 +1,93 @@
+"""How an unconditional diffusers model is called and sampled on each path, in one place.
+
+Training, sampling and the diagnostics all call the network through :func:`denoise`, so the EDM
+timestep scaling below can never differ between them (METHOD.md §7).
+
+* VP (DDPM): ``unet(x_t, t)`` with integer t; the output is ε, v or x0 per ``prediction_type``.
+* Flow: ``unet(x_s, s·N)``; the output is the velocity ``ε − x0`` (diffusers' convention).
+* VE/EDM: ``F = unet(c_in·x, EDM_TIMESTEP_SCALE·c_noise)`` and ``D = c_skip·x + c_out·F`` through the
+  scheduler's ``precondition_inputs``/``precondition_outputs`` (Karras et al. 2022, Table 1).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .paths import scheduler_kind
+
+__all__ = ["EDM_TIMESTEP_SCALE", "model_timesteps", "model_output", "generate_images"]
+
+#: diffusers' positional time embedding barely separates EDM's c_noise = 0.25·ln σ (about −1.6..1.1);
+#: scaled by 250 it spans about −390..280, the range of DDPM timesteps the embedding was built for.
+EDM_TIMESTEP_SCALE = 250.0
+
+
+def model_timesteps(noise_scheduler, timesteps: torch.Tensor) -> torch.Tensor:
+    """What the UNet receives as ``timestep`` for the scheduler's native ``timesteps``.
+
+    EDM schedulers: ``EDM_TIMESTEP_SCALE · c_noise``; every other scheduler: unchanged.
+    """
+    if scheduler_kind(noise_scheduler) == "ve":
+        return timesteps * EDM_TIMESTEP_SCALE
+    return timesteps
+
+
+def model_output(unet, noise_scheduler, noisy: torch.Tensor, timesteps: torch.Tensor, sigmas: torch.Tensor | None = None, **kwargs):
+    """The network's prediction for a noisy (B, C, H, W) batch, in the parameterization it is trained in.
+
+    Args:
+        noisy: the noisy sample ``x`` (EDM: ``x0 + σ·ε``, unscaled).
+        timesteps: (B,) native timesteps (:class:`~diffusers_infonoise.samplers.NoiseLevels`).
+        sigmas: (B,) VE σ; required on EDM, where the result is the denoiser ``D`` (an x0 estimate).
+        **kwargs: passed to the model (``encoder_hidden_states``, ...).
+
+    Returns:
+        A tensor shaped like ``noisy``: VP ε/v/x0, flow velocity, EDM ``D``.
+    """
+    if scheduler_kind(noise_scheduler) != "ve":
+        return unet(noisy, model_timesteps(noise_scheduler, timesteps), **kwargs).sample
+    if sigmas is None:
+        raise ValueError("sigmas: required for EDM schedulers (the preconditioning depends on sigma)")
+    shape = (-1,) + (1,) * (noisy.ndim - 1)
+    sig = sigmas.to(noisy.dtype).view(shape)
+    x_in = noise_scheduler.precondition_inputs(noisy, sig)
+    f = unet(x_in, model_timesteps(noise_scheduler, timesteps), **kwargs).sample
+    return noise_scheduler.precondition_outputs(noisy, f, sig)
+
+
+@torch.no_grad()
+def generate_images(
+    unet,
+    noise_scheduler,
+    batch_size: int,
+    *,
+    num_inference_steps: int = 50,
+    generator: torch.Generator | None = None,
+    device=None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """Sample ``batch_size`` images with the scheduler's own ``step``; returns (B, C, H, W) float32 in [0, 1].
+
+    Works for DDPM/DDIM (the loop of ``DDPMPipeline``), ``FlowMatchEulerDiscreteScheduler`` and the
+    EDM schedulers (``scale_model_input`` and ``init_noise_sigma`` are honoured; the EDM network is
+    called with :func:`model_timesteps`). A copy of the scheduler is used, so training state is untouched.
+    """
+    import copy
+
+    from diffusers.utils.torch_utils import randn_tensor
+    from tqdm.auto import tqdm
+
+    scheduler = copy.deepcopy(noise_scheduler)
+    device = device or next(unet.parameters()).device
+    cfg = unet.config
+    size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size, cfg.sample_size)
+    dtype = next(unet.parameters()).dtype
+    x = randn_tensor((batch_size, cfg.in_channels, *size), generator=generator, device=device, dtype=dtype)
+    scheduler.set_timesteps(num_inference_steps, device=device)
+    x = x * getattr(scheduler, "init_noise_sigma", 1.0)
+    for t in tqdm(scheduler.timesteps, disable=not progress, desc="sampling"):
+        x_in = scheduler.scale_model_input(x, t) if hasattr(scheduler, "scale_model_input") else x
+        t_batch = t.expand(batch_size) if torch.is_tensor(t) else torch.full((batch_size,), t, device=device)
+        out = unet(x_in, model_timesteps(scheduler, t_batch)).sample
+        x = scheduler.step(out, t, x, generator=generator).prev_sample
+    return (x.float() / 2 + 0.5).clamp(0, 1)

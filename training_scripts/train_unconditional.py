@@ -1,0 +1,366 @@
+#!/usr/bin/env python
+"""Train an unconditional diffusion model with an InfoNoise (or baseline) training-noise schedule.
+
+In the style of diffusers' ``examples/unconditional_image_generation/train_unconditional.py``, with
+``--diffusion {ddpm,edm,flow}`` and ``--noise_sampler``. Run it single-process with ``python`` or
+``accelerate launch``, or multi-process, e.g. on CPU::
+
+    ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 --num_machines 1 \\
+        --mixed_precision no --dynamo_backend no training_scripts/train_unconditional.py --dataset_name mnist ...
+
+Everything shared with the text-to-image scripts lives in :mod:`diffusers_infonoise.training`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+
+import torch
+from accelerate import Accelerator
+from accelerate.logging import get_logger
+from accelerate.utils import ProjectConfiguration, set_seed
+from diffusers import DDPMPipeline, DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel
+from diffusers.optimization import get_scheduler
+from diffusers.training_utils import EMAModel
+from tqdm.auto import tqdm
+
+from diffusers_infonoise.generation import generate_images, model_output
+from diffusers_infonoise.training import (
+    ScheduleMonitor,
+    add_common_training_args,
+    add_noise_sampler_args,
+    build_noise_sampler,
+    image_transform,
+    load_image_dataset,
+    per_sample_mse,
+    prune_checkpoints,
+    push_output_dir,
+    register_sampler_checkpointing,
+    render_model_card,
+    resolve_resume_checkpoint,
+    save_image_grid,
+    show_noise_schedule,
+    training_target,
+    tracker_config,
+    weighted_loss,
+)
+
+logger = get_logger(__name__, log_level="INFO")
+
+PREDICTION_TYPES = {"ddpm": ("epsilon", "v_prediction", "sample"), "edm": ("epsilon", "v_prediction"), "flow": ("flow",)}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Train an unconditional diffusion model with InfoNoise.")
+    a = parser.add_argument
+    a("--dataset_name", type=str, default=None,
+      help="A built-in offline data set (mnist, fashion_mnist, binarized_mnist, digits, binarized_digits), a Hub "
+           "dataset name or a local save_to_disk folder. Default: mnist.")
+    a("--dataset_config_name", type=str, default=None)
+    a("--train_data_dir", type=str, default=None, help="A folder of images (datasets' imagefolder).")
+    a("--image_column", type=str, default="image")
+    a("--max_train_samples", type=int, default=None, help="Truncate the training set (debugging, quick runs).")
+    a("--resolution", type=int, default=16)
+    a("--center_crop", action="store_true")
+    a("--random_flip", action="store_true")
+    a("--model_config_name_or_path", type=str, default=None, help="A UNet2DModel config (JSON file or folder).")
+    a("--eval_batch_size", type=int, default=16, help="Images in each sample grid.")
+    a("--num_epochs", type=int, default=100)
+    a("--save_images_epochs", type=int, default=10)
+    a("--save_model_epochs", type=int, default=10)
+    a("--use_ema", action="store_true")
+    a("--ema_inv_gamma", type=float, default=1.0)
+    a("--ema_power", type=float, default=3 / 4)
+    a("--ema_max_decay", type=float, default=0.9999)
+    a("--diffusion", type=str, default="ddpm", choices=list(PREDICTION_TYPES),
+      help="Corruption path: ddpm (VP, DDPMScheduler), edm (VE with EDM preconditioning and weighting), "
+           "flow (rectified flow, FlowMatchEulerDiscreteScheduler).")
+    a("--prediction_type", type=str, default=None,
+      help="ddpm: epsilon (default), v_prediction or sample. edm: epsilon (default) or v_prediction, which only pick "
+           "the sign of c_out (the network is trained through the denoiser D). flow: flow (velocity).")
+    a("--ddpm_num_steps", type=int, default=1000)
+    a("--ddpm_beta_schedule", type=str, default="linear")
+    a("--ddpm_num_inference_steps", type=int, default=100)
+    a("--num_inference_steps", type=int, default=None, help="Sampling steps for edm (default 40) and flow (default 50).")
+    a("--sigma_data", type=float, default=0.5, help="EDM sigma_data (data in [-1, 1]).")
+    a("--sigma_min", type=float, default=0.002)
+    a("--sigma_max", type=float, default=80.0)
+    a("--flow_shift", type=float, default=1.0, help="Static shift of the flow scheduler.")
+    a("--logger", type=str, default="tensorboard", choices=["tensorboard", "wandb", "none"])
+    add_common_training_args(parser, defaults={"unconditional": True, "output_dir": "ddpm-model-16"})
+    add_noise_sampler_args(parser)
+    args = parser.parse_args(argv)
+
+    allowed = PREDICTION_TYPES[args.diffusion]
+    if args.prediction_type is None:
+        args.prediction_type = allowed[0]
+    elif args.prediction_type not in allowed:
+        parser.error(f"--prediction_type {args.prediction_type} is not valid with --diffusion {args.diffusion}; "
+                     f"accepted: {', '.join(allowed)}")
+    if args.snr_gamma is not None and args.diffusion != "ddpm":
+        parser.error("--snr_gamma (Min-SNR) applies to --diffusion ddpm only")
+    if args.dataset_name and args.train_data_dir:
+        parser.error("--dataset_name and --train_data_dir: give one of them")
+    return args
+
+
+def build_scheduler(args):
+    """The training scheduler, the loss parameterization the sampler sees, and the loss weighting."""
+    if args.diffusion == "ddpm":
+        sched = DDPMScheduler(num_train_timesteps=args.ddpm_num_steps, beta_schedule=args.ddpm_beta_schedule,
+                              prediction_type=args.prediction_type)
+        return sched, args.prediction_type, ("min_snr" if args.snr_gamma else "none")
+    if args.diffusion == "edm":
+        sched = EDMEulerScheduler(sigma_min=args.sigma_min, sigma_max=args.sigma_max, sigma_data=args.sigma_data,
+                                  prediction_type=args.prediction_type)
+        return sched, "sample", "edm"  # loss on the denoiser D with EDM's λ(σ)
+    return FlowMatchEulerDiscreteScheduler(shift=args.flow_shift), "flow", "none"
+
+
+def build_unet(args, channels: int) -> UNet2DModel:
+    if args.model_config_name_or_path:
+        config = UNet2DModel.load_config(args.model_config_name_or_path)
+        return UNet2DModel.from_config(config)
+    return UNet2DModel(
+        sample_size=args.resolution, in_channels=channels, out_channels=channels, layers_per_block=1,
+        block_out_channels=(32, 64, 64), norm_num_groups=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
+    )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
+    sampler = build_noise_sampler(args, noise_scheduler, prediction_type=prediction_type,
+                                  loss_weighting=loss_weighting, snr_gamma=args.snr_gamma)
+    if args.show_noise_schedule:
+        show_noise_schedule(sampler, args.output_dir)
+        return
+
+    accelerator = Accelerator(
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision,
+        log_with=None if args.logger == "none" else args.logger,
+        project_config=ProjectConfiguration(project_dir=args.output_dir,
+                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
+    )
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
+    if args.seed is not None:
+        set_seed(args.seed)
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+
+    # -- data ------------------------------------------------------------------------------------
+    dataset = load_image_dataset(args)
+    if args.image_column not in dataset.column_names:
+        raise ValueError(f"--image_column: {args.image_column!r} is not a column of the data set {dataset.column_names}")
+    channels = 1 if dataset[0][args.image_column].mode in ("L", "1", "I", "F") else 3
+    transform = image_transform(args.resolution, center_crop=args.center_crop, random_flip=args.random_flip,
+                                channels=channels)
+    rng = __import__("numpy").random.default_rng((args.seed or 0) + accelerator.process_index)
+
+    def collate(examples):
+        return torch.stack([transform(ex[args.image_column], rng) for ex in examples])
+
+    dataloader = torch.utils.data.DataLoader(dataset, batch_size=args.train_batch_size, shuffle=True,
+                                             collate_fn=collate, num_workers=args.dataloader_num_workers, drop_last=True)
+
+    # -- model, EMA, optimizer -----------------------------------------------------------------------
+    model = build_unet(args, channels)
+    ema = None
+    if args.use_ema:
+        ema = EMAModel(model.parameters(), decay=args.ema_max_decay, use_ema_warmup=True, inv_gamma=args.ema_inv_gamma,
+                       power=args.ema_power, model_cls=UNet2DModel, model_config=model.config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+                                  weight_decay=args.adam_weight_decay, eps=args.adam_epsilon)
+    steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
+    max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
+    num_epochs = math.ceil(max_steps / max(1, steps_per_epoch))
+    lr_scheduler = get_scheduler(args.lr_scheduler, optimizer=optimizer,
+                                 num_warmup_steps=args.lr_warmup_steps * accelerator.num_processes,
+                                 num_training_steps=max_steps * accelerator.num_processes)
+    model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
+    if ema is not None:
+        ema.to(accelerator.device)
+
+    # Each rank draws its own levels; the schedule (π) is shared through the sampler's all-reduce.
+    draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
+    register_sampler_checkpointing(accelerator, sampler, draw_gen)
+    _register_model_hooks(accelerator, ema)
+
+    if accelerator.is_main_process:
+        accelerator.init_trackers("train_unconditional", config=tracker_config(args))
+    total_batch = args.train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    logger.info(f"***** Running training: {len(dataset)} examples, {num_epochs} epochs, {max_steps} optimizer steps, "
+                f"total batch {total_batch}, sampler {sampler.name}, path {sampler.path.kind} *****")
+
+    global_step, first_epoch, skip_batches = 0, 0, 0
+    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
+    if args.resume_from_checkpoint and resume_dir is None:
+        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
+    if resume_dir:
+        accelerator.print(f"Resuming from {resume_dir}")
+        accelerator.load_state(resume_dir)
+        global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
+        if sampler.optimizer_step != global_step:
+            sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
+        first_epoch, skip_batches = divmod(global_step * args.gradient_accumulation_steps, len(dataloader))
+
+    monitor = ScheduleMonitor(sampler, args.output_dir)
+    progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
+    num_inference_steps = args.num_inference_steps or {"ddpm": args.ddpm_num_inference_steps, "edm": 40, "flow": 50}[args.diffusion]
+
+    for epoch in range(first_epoch, num_epochs):
+        model.train()
+        loader = accelerator.skip_first_batches(dataloader, skip_batches) if epoch == first_epoch and skip_batches else dataloader
+        for x0 in loader:
+            with accelerator.accumulate(model):
+                levels = sampler.sample(x0.shape[0], generator=draw_gen, device=x0.device)
+                noise = torch.randn_like(x0)
+                noisy = sampler.add_noise(x0, noise, levels)
+                pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
+                per_sample = per_sample_mse(pred, training_target(sampler, noise_scheduler, x0, noise, levels))
+                loss = weighted_loss(sampler, levels, per_sample)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm:
+                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                optimizer.step()
+                lr_scheduler.step()
+                optimizer.zero_grad()
+            sampler.update(levels, per_sample.detach())
+            monitor.observe(levels, per_sample.detach())
+            if not accelerator.sync_gradients:
+                continue
+            sampler.step()
+            if ema is not None:
+                ema.step(model.parameters())
+            global_step += 1
+            progress.update(1)
+            logs = {"loss": loss.detach().item(), "lr": lr_scheduler.get_last_lr()[0], "step": global_step}
+            if ema is not None:
+                logs["ema_decay"] = ema.cur_decay_value
+            logs.update(monitor.after_step(accelerator, global_step))
+            progress.set_postfix(loss=f"{logs['loss']:.4f}", step=global_step)
+            accelerator.log(logs, step=global_step)
+            if global_step % args.checkpointing_steps == 0:
+                if accelerator.is_main_process:
+                    prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
+                accelerator.wait_for_everyone()
+                accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+            if global_step >= max_steps:
+                break
+        skip_batches = 0
+        last = global_step >= max_steps or epoch == num_epochs - 1
+        if accelerator.is_main_process and (epoch + 1) % args.save_model_epochs == 0 and not last:
+            _save_pipeline(accelerator.unwrap_model(model), ema, noise_scheduler, sampler, args.output_dir)
+        if accelerator.is_main_process and ((epoch + 1) % args.save_images_epochs == 0 or last):
+            grid = _sample_grid(accelerator.unwrap_model(model), ema, noise_scheduler, args, num_inference_steps,
+                                os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}.png"))
+            _log_samples(accelerator, grid, global_step)
+        if last:
+            break
+
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _save_final(args, accelerator.unwrap_model(model), ema, noise_scheduler, sampler, global_step, total_batch,
+                    channels, num_inference_steps)
+    progress.close()
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
+def _register_model_hooks(accelerator, ema):
+    """diffusers' convention: the UNet (and EMA UNet) in diffusers format inside each checkpoint."""
+
+    def save_hook(models, weights, output_dir):
+        if accelerator.is_main_process:
+            if ema is not None:
+                ema.save_pretrained(os.path.join(output_dir, "unet_ema"))
+            for m in models:
+                m.save_pretrained(os.path.join(output_dir, "unet"))
+        while weights:  # the UNet is saved above, in diffusers format
+            weights.pop()
+
+    def load_hook(models, input_dir):
+        if ema is not None:
+            loaded = EMAModel.from_pretrained(os.path.join(input_dir, "unet_ema"), UNet2DModel)
+            ema.load_state_dict(loaded.state_dict())
+            ema.to(accelerator.device)
+        while models:
+            m = models.pop()
+            loaded = UNet2DModel.from_pretrained(input_dir, subfolder="unet")
+            m.register_to_config(**loaded.config)
+            m.load_state_dict(loaded.state_dict())
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)
+
+
+def _sample_grid(unet, ema, noise_scheduler, args, num_inference_steps, path):
+    if ema is not None:
+        ema.store(unet.parameters())
+        ema.copy_to(unet.parameters())
+    unet.eval()
+    images = generate_images(unet, noise_scheduler, args.eval_batch_size, num_inference_steps=num_inference_steps,
+                             generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
+    if ema is not None:
+        ema.restore(unet.parameters())
+    unet.train()
+    save_image_grid(images, path)
+    return images
+
+
+def _log_samples(accelerator, images, step):
+    for tracker in accelerator.trackers:
+        if tracker.name == "tensorboard":
+            tracker.writer.add_images("samples", images.cpu().numpy(), step)
+
+
+def _save_pipeline(unet, ema, noise_scheduler, sampler, output_dir):
+    """A DDPMPipeline (EMA weights, the training scheduler carrying the learned schedule) that stock diffusers loads."""
+    if ema is not None:
+        ema.store(unet.parameters())
+        ema.copy_to(unet.parameters())
+    if hasattr(sampler, "save_to_scheduler"):
+        sampler.save_to_scheduler(noise_scheduler)
+    DDPMPipeline(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
+    if ema is not None:
+        ema.restore(unet.parameters())
+
+
+def _save_final(args, unet, ema, noise_scheduler, sampler, global_step, total_batch, channels, num_inference_steps):
+    from diffusers_infonoise.diagnostics import plot_schedule
+
+    _save_pipeline(unet, ema, noise_scheduler, sampler, args.output_dir)
+    if ema is not None:
+        ema.copy_to(unet.parameters())
+    plot_schedule(sampler, title=f"{sampler.name} after {global_step} steps").savefig(
+        os.path.join(args.output_dir, "noise_schedule.png"), dpi=100)
+    images = generate_images(unet.eval(), noise_scheduler, args.eval_batch_size, num_inference_steps=num_inference_steps,
+                             generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
+    save_image_grid(images, os.path.join(args.output_dir, "samples.png"))
+    desc = sampler.describe()
+    repo_id = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
+    render_model_card(
+        "unconditional.md.j2", os.path.join(args.output_dir, "README.md"),
+        model_name=repo_id, repo_id=repo_id if args.push_to_hub else None,
+        dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
+        resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
+        scheduler_class=type(noise_scheduler).__name__, prediction_type=args.prediction_type,
+        loss_weighting=desc["loss_weighting"], sampler_name=sampler.name,
+        hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, total_batch_size=total_batch,
+        schedule_plot="noise_schedule.png", sample_grid="samples.png", num_inference_steps=num_inference_steps,
+        extra_tags=[f"diffusion-{args.diffusion}"],
+    )
+    if args.push_to_hub:
+        push_output_dir(args.output_dir, repo_id=repo_id, token=args.hub_token, private=args.hub_private_repo)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
