@@ -1,0 +1,176 @@
+"""Tests for the ``infonoise`` command (diffusers_infonoise.cli), run in-process through ``main``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from diffusers import EDMEulerScheduler, UNet2DModel
+
+from diffusers_infonoise import make_sampler
+from diffusers_infonoise.cli import main
+from diffusers_infonoise.serialization import CONFIG_KEY
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A scheduler saved with a learned schedule, one without, and a tiny EDM pipeline."""
+    root = tmp_path_factory.mktemp("cli")
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, loss_weighting="edm", warmup_steps=1, refresh_every=1, num_bins=16)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lv = s.sample(512, generator=g)
+        # Gaussian-data MMSE with s_d = 0.5 as the "losses" (x0 errors, prediction_type sample)
+        s.update(lv, (lv.sigmas**2 * 0.25 / (lv.sigmas**2 + 0.25)).float())
+        s.step()
+    s.save_to_scheduler(sched)
+    sched.save_pretrained(root / "learned")
+    EDMEulerScheduler().save_pretrained(root / "plain")
+    unet = UNet2DModel(
+        sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 8), layers_per_block=1, norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
+    unet.save_pretrained(root / "pipe" / "unet")
+    EDMEulerScheduler().save_pretrained(root / "pipe" / "scheduler")
+    rgb = UNet2DModel(
+        sample_size=8, in_channels=3, out_channels=3, block_out_channels=(8, 8), layers_per_block=1, norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
+    rgb.save_pretrained(root / "rgb" / "unet")
+    EDMEulerScheduler().save_pretrained(root / "rgb" / "scheduler")
+    return {"root": root, "learned": root / "learned", "plain": root / "plain", "pipe": root / "pipe", "rgb": root / "rgb", "sampler": s}
+
+
+def run(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def assert_one_line_error(rc, err, *fragments):
+    assert rc == 2
+    lines = [line for line in err.strip().splitlines() if line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("sub", [None, "show", "profile", "dataset-profile", "compare"])
+def test_help(capsys, sub):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"] if sub is None else [sub, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: infonoise" in out
+    if sub == "profile":
+        assert "--edm-timestep-scale" in out and "--samplers" in out
+
+
+def test_show_learned_schedule_in_every_container(capsys, saved, tmp_path):
+    rc, out, _ = run(capsys, "show", saved["learned"], "--plot", tmp_path / "s.png", "--rows", 4)
+    assert rc == 0
+    assert "3 optimizer steps" in out and "loss_weighting=edm" in out and "num_bins=16" in out
+    assert "base density" in out and "phi = pi*w" in out and "rho_hat" in out
+    assert (tmp_path / "s.png").stat().st_size > 0
+    # pipeline layout, the JSON file itself, and a bare payload
+    pipe = tmp_path / "pipe" / "scheduler"
+    shutil.copytree(saved["learned"], pipe)
+    assert run(capsys, "show", tmp_path / "pipe")[0] == 0
+    assert run(capsys, "show", saved["learned"] / "scheduler_config.json")[0] == 0
+    payload = json.loads((saved["learned"] / "scheduler_config.json").read_text())[CONFIG_KEY]
+    (tmp_path / "payload.json").write_text(json.dumps(payload))
+    rc, out, _ = run(capsys, "show", tmp_path / "payload.json")
+    assert rc == 0 and "EDMEulerScheduler" in out
+
+
+def test_show_errors(capsys, saved, tmp_path):
+    rc, _, err = run(capsys, "show", saved["plain"])
+    assert_one_line_error(rc, err, "no learned InfoNoise schedule")
+    rc, _, err = run(capsys, "show", tmp_path / "missing")
+    assert_one_line_error(rc, err, "no such file or directory")
+    rc, _, err = run(capsys, "show", tmp_path)  # a directory without a scheduler config
+    assert_one_line_error(rc, err, "no scheduler config")
+    (tmp_path / "bad.json").write_text("{not json")
+    rc, _, err = run(capsys, "show", tmp_path / "bad.json")
+    assert_one_line_error(rc, err, "not valid JSON")
+
+
+def test_show_hub_repo_offline(capsys, saved, tmp_path, monkeypatch):
+    """A cached repo is served offline; an uncached one fails with a clear message, not a traceback."""
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--someone--learned"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit / "scheduler"
+    snap.mkdir(parents=True)
+    shutil.copy(saved["learned"] / "scheduler_config.json", snap / "scheduler_config.json")
+    rc, out, _ = run(capsys, "show", "someone/learned", "--cache-dir", tmp_path)
+    assert rc == 0 and "someone/learned" in out and "3 optimizer steps" in out
+    rc, _, err = run(capsys, "show", "someone/not-cached", "--cache-dir", tmp_path)
+    assert_one_line_error(rc, err, "not available offline", "HF_HUB_OFFLINE")
+
+
+def test_compare(capsys, saved, tmp_path):
+    rc, out, _ = run(capsys, "compare", "--samplers", "edm_lognormal,log_uniform", "--scheduler", "edm")
+    assert rc == 0 and "edm_lognormal" in out and "log_uniform" in out and "edm_lognormal vs log_uniform" in out
+    rc, out, _ = run(
+        capsys, "compare", "--samplers", "edm_lognormal,infonoise", "--scheduler", saved["learned"],
+        "--plot", tmp_path / "c.png", "--json", tmp_path / "c.json",
+    )
+    assert rc == 0 and "in rho_hat window" in out
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert set(data["allocations"]) == {"edm_lognormal", "infonoise"}
+    assert len(data["allocations"]["infonoise"]["phi"]) == 16  # the stored schedule's bins
+    rc, _, err = run(capsys, "compare", "--samplers", "edm_lognormal,bogus", "--scheduler", "edm")
+    assert_one_line_error(rc, err, "unknown sampler name(s) bogus", "accepted: infonoise")
+    rc, out, _ = run(capsys, "compare", "--samplers", "uniform", "--scheduler", "ddpm", "--loss-weighting", "min_snr", "--snr-gamma", "5")
+    assert rc == 0 and "loss_weighting=min_snr" in out
+
+
+def test_dataset_profile_digits(capsys, tmp_path):
+    rc, out, _ = run(
+        capsys, "dataset-profile", "--dataset", "digits", "--max-samples", 200, "--num-levels", 6,
+        "--num-noise-draws", 32, "--output", tmp_path, "--no-progress",
+    )
+    assert rc == 0
+    assert "memorisation" in out and "200 samples" in out
+    data = json.loads((tmp_path / "dataset_profile.json").read_text())
+    prof = data["profile"]
+    assert len(prof["mmse"]) == 6 and prof["meta"]["num_data"] == 200 and prof["meta"]["dim"] == 64
+    assert (tmp_path / "dataset_profile.png").stat().st_size > 0
+    rc, _, err = run(capsys, "dataset-profile", "--dataset", "no_such_set")
+    assert_one_line_error(rc, err, "neither a built-in data set")
+
+
+def test_profile_pipeline(capsys, saved, tmp_path):
+    rc, out, err = run(
+        capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--num-samples", 6, "--num-levels", 4,
+        "--num-noise-draws", 1, "--samplers", "edm_lognormal,logit_normal", "--output", tmp_path, "--no-progress",
+        "--edm-timestep-scale", 250,
+    )
+    assert rc == 0, err
+    data = json.loads((tmp_path / "profile.json").read_text())
+    assert set(data["allocations"]) == {"edm_lognormal", "logit_normal"}
+    assert len(data["profile"]["rho_hat"]) == 4 and data["profile"]["meta"]["edm_timestep_scale"] == 250.0
+    assert 0.0 <= data["summary"]["edm_lognormal"]["window_mass"] <= 1.0
+    assert (tmp_path / "profile.png").stat().st_size > 0
+
+
+def test_profile_errors(capsys, saved, tmp_path):
+    rc, _, err = run(capsys, "profile", "--model", saved["rgb"], "--dataset", "digits", "--output", tmp_path)
+    assert_one_line_error(rc, err, "model/data mismatch", "3 channel")
+    rc, _, err = run(capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--samplers", "nope", "--output", tmp_path)
+    assert_one_line_error(rc, err, "unknown sampler name(s) nope")
+    rc, _, err = run(capsys, "profile", "--model", tmp_path / "nothing", "--dataset", "digits")
+    assert_one_line_error(rc, err, "no such directory")
+    rc, _, err = run(
+        capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--prediction-type", "flow", "--num-samples", 2,
+        "--output", tmp_path, "--no-progress",
+    )
+    assert_one_line_error(rc, err, "prediction_type")
