@@ -26,6 +26,8 @@ import re
 import sys
 from pathlib import Path
 
+from .generation import EDM_TIMESTEP_SCALE
+
 __all__ = ["main", "CLIError"]
 
 _PIPELINE_SCHEDULER = ("scheduler", "scheduler_config.json")
@@ -683,9 +685,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, default=128, help="model batch size (default 128)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
-    p.add_argument("--edm-timestep-scale", type=_positive_float, default=1.0,
+    p.add_argument("--edm-timestep-scale", type=_positive_float, default=EDM_TIMESTEP_SCALE,
                    help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
-                   "scaling (METHOD.md section 7; default 1.0 = diffusers' EDM convention)")
+                   f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
+                   "1 for models trained on raw c_noise)")
     p.add_argument("--gate", type=_gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_objective_args(p)

@@ -36,6 +36,7 @@ import torch
 
 from . import densities as D
 from .estimator import GateResult, ProfileEstimator, apply_gate
+from .generation import EDM_TIMESTEP_SCALE
 from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler, scheduler_kind
 from .samplers import (
     SAMPLER_NAMES,
@@ -492,7 +493,7 @@ def make_denoise_fn(
     prediction_type: str | None = None,
     *,
     model_input_fn: Callable | None = None,
-    edm_timestep_scale: float = 1.0,
+    edm_timestep_scale: float = EDM_TIMESTEP_SCALE,
     mu: float | None = None,
 ) -> Callable:
     """The default ``denoise_fn(model, x_noisy, levels, model_kwargs) -> x0_hat`` of a scheduler's path.
@@ -513,7 +514,8 @@ def make_denoise_fn(
       the output F becomes ``D = c_skip·x + c_out·F`` by the scheduler's ``precondition_outputs``
       (the EDM scheduler's ``prediction_type`` only sets the sign of c_out; METHOD.md §3 trap).
       ``edm_timestep_scale`` is the factor a training script puts on ``c_noise`` before the UNet
-      (METHOD.md §7); it must match the one used in training.
+      (METHOD.md §7); it must match the one used in training (default
+      :data:`~diffusers_infonoise.generation.EDM_TIMESTEP_SCALE`, the training scripts' value).
 
     Raises:
         TypeError: unsupported scheduler. ValueError: a ``prediction_type`` the path cannot read.
@@ -636,7 +638,7 @@ def profile_from_model(
     progress: bool = True,
     model_input_fn: Callable | None = None,
     denoise_fn: Callable | None = None,
-    edm_timestep_scale: float = 1.0,
+    edm_timestep_scale: float = EDM_TIMESTEP_SCALE,
     mu: float | None = None,
     gate: str | float | None = "auto",
     gate_fallback: float = 0.2,
@@ -680,7 +682,8 @@ def profile_from_model(
             keeping the default output reading (e.g. a script's own ``c_noise`` scaling).
         denoise_fn: ``(model, x_noisy, levels, model_kwargs) -> x0_hat`` replacing the whole model
             call (see :func:`make_denoise_fn` for the arguments). Exclusive with ``model_input_fn``.
-        edm_timestep_scale: factor on EDM's ``c_noise`` before the model (METHOD.md §7; default 1).
+        edm_timestep_scale: factor on EDM's ``c_noise`` before the model (METHOD.md §7); default
+            :data:`~diffusers_infonoise.generation.EDM_TIMESTEP_SCALE`, what the training scripts use.
         mu: dynamic-shift ``mu`` of a flow scheduler with ``use_dynamic_shifting=True`` (default: the
             stored schedule's shift when the config carries one).
         gate, gate_fallback, smoothing: see :func:`profile_from_errors`.
