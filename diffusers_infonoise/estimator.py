@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .densities import searchsorted
+
 __all__ = ["ProfileEstimator", "GateResult", "automatic_gate_pivot", "apply_gate", "GATE_EXPONENT"]
 
 GATE_EXPONENT = 3  # n of the paper's clean-end gate
@@ -136,7 +138,7 @@ class ProfileEstimator:
     def bin_index(self, log_sigmas: torch.Tensor) -> torch.Tensor:
         """(B,) int64 bin of each log σ; values outside the grid (±inf too) go to the edge bins."""
         x = torch.nan_to_num(log_sigmas.detach().to("cpu", torch.float64), posinf=1e300, neginf=-1e300)
-        return (torch.searchsorted(self.edges[1:-1], x, right=True)).clamp(0, self.num_bins - 1)
+        return searchsorted(self.edges[1:-1], x, right=True).clamp(0, self.num_bins - 1)
 
     # -- accumulation -----------------------------------------------------------------------
     def accumulate(self, log_sigmas: torch.Tensor, errors: torch.Tensor) -> int:

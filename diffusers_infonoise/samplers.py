@@ -193,7 +193,7 @@ class TrainingTimestepSampler:
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64, device=gen_device).cpu()
         if isinstance(self.path, VPPath):
             cum = torch.cumsum(self.timestep_probabilities(), 0)
-            t = torch.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
+            t = D.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
             sigmas = self.path.sigmas_table[t]
             timesteps = t.to(torch.int64)
         else:
@@ -517,6 +517,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.estimator.load_state_dict(state["estimator"])
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
+        self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
 
     def describe(self):
         return {
@@ -646,8 +647,13 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             )
         m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
         self.estimator.m_hat = m_hat
+        if payload.get("adapted") is False:
+            # saved before its warm-up ended: its "pi" is the binned base, not a learned schedule.
+            # Keep the statistics, the base density and the warm-up.
+            return
         self.probs = torch.tensor(payload["pi"], dtype=torch.float64)
         self.num_updates = max(self.num_updates, 1)
+        self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
         self.warmup_steps = 0  # the stored π already is an adapted schedule
         self.hyperparameters["warmup_steps"] = 0
 

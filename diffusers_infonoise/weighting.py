@@ -144,12 +144,14 @@ def loss_weight(
     if loss_weighting == "edm":
         lam = (sigmas**2 + sigma_data**2) / (sigmas * sigma_data) ** 2
         # On F the EDM objective is unweighted; on x0/D it is λ(σ).
-        return torch.ones_like(sigmas) if prediction_type == "edm_f" else lam / x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
+        # u = w·c so that the x0-space weight w = u/c is λ(σ) (on D/x0 itself c = 1, u = λ).
+        return torch.ones_like(sigmas) if prediction_type == "edm_f" else lam * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
     if loss_weighting == "min_snr":
         snr = 1.0 / sigmas**2
         clipped = torch.minimum(snr, torch.full_like(snr, float(snr_gamma)))
-        # Written as w_x0 / c so that the x0-space weight is min(SNR, γ) for every prediction type.
-        return clipped / x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
+        # Written as u = w·c so that the x0-space weight w = u/c is min(SNR, γ) for every prediction
+        # type (ε: c = 1/SNR, u = min(SNR, γ)/SNR; v: c = 1/(SNR + 1), u = min(SNR, γ)/(SNR + 1)).
+        return clipped * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
     s = _flow_s(sigmas)
     if loss_weighting == "sigma_sqrt":
         return s ** (-2.0)

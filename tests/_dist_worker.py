@@ -1,0 +1,47 @@
+"""Worker of tests/test_distributed.py: kept light (torch + diffusers_infonoise only) so that the
+spawned processes start quickly."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
+from diffusers_infonoise.paths import VEPath
+
+STEPS = 6
+BATCH = 1024
+
+
+def make_sampler():
+    path = VEPath("ve", 0.002, 80.0, sigma_data=0.5)  # EDMEulerScheduler's defaults
+    return InfoNoiseTrainingTimestepSampler(path, prediction_type="sample", loss_weighting="edm", num_bins=32,
+                                            warmup_steps=2, refresh_every=2, min_count=4)
+
+
+def batch(sampler, rank: int, step: int):
+    """Rank- and step-specific draws and losses. Losses are multiples of 2⁻²⁰ below 4, so every
+    float64 sum of them is exact and independent of the summation order."""
+    gen = torch.Generator().manual_seed(1000 * rank + step)
+    levels = sampler.sample(BATCH, generator=gen)
+    sig = levels.sigmas.double()
+    m = (1.0 + rank) * sig**2 / (sig**2 + 0.25) * (1.0 + 0.5 * torch.sin(3.0 * torch.log(sig) + rank))
+    return levels, torch.round(m * 2**20) / 2**20
+
+
+def worker(rank: int, world: int, port: int, outdir: str):
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        sampler = make_sampler()
+        hashes = []
+        for step in range(STEPS):
+            levels, loss = batch(sampler, rank, step)
+            sampler.update(levels, loss)
+            sampler.step()
+            hashes.append(sampler.pi_hash())
+        torch.save({"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "hashes": hashes,
+                    "world": torch.distributed.get_world_size()}, os.path.join(outdir, f"rank{rank}.pt"))
+    finally:
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,291 @@
+"""The learned schedule inside a diffusers scheduler config (issue 2, serialization).
+
+Round trips through diffusers' own save_pretrained / from_pretrained / from_config and a whole
+pipeline; stock diffusers must load the result silently; bad payloads must be rejected by name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from diffusers import (
+    DDIMScheduler,
+    DDPMPipeline,
+    DDPMScheduler,
+    EDMEulerScheduler,
+    FlowMatchEulerDiscreteScheduler,
+    UNet2DModel,
+)
+
+from _reference import gauss_mmse, single_thread
+from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, read_schedule
+from diffusers_infonoise.serialization import CONFIG_KEY, VERSION
+
+F64 = torch.float64
+_ = single_thread  # autouse fixture: one intra-op thread
+
+
+def _adapted(sched, s_d=0.5, **kw):
+    kw = {"warmup_steps": 2, "refresh_every": 1, **kw}
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, **kw)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lv = sampler.sample(4096, generator=gen)
+        sig = lv.sigmas.double()
+        m = torch.from_numpy(gauss_mmse(sig.numpy(), s_d))
+        c = {"sample": torch.ones_like(sig), "epsilon": sig**2, "v_prediction": sig**2 / (1 + sig**2),
+             "flow": (sig / (1 + sig)) ** 2}[sampler.prediction_type]
+        sampler.update(lv, torch.where(torch.isfinite(c), m / c, torch.ones_like(m)))
+        sampler.step()
+    assert sampler.is_adapted
+    return sampler
+
+
+def _same_pi(a, b):
+    x = 0.5 * (a.edges[1:] + a.edges[:-1])
+    torch.testing.assert_close(a.log_prob(torch.exp(x)), b.log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
+    if a.path.kind == "vp":
+        torch.testing.assert_close(a.timestep_probabilities(), b.timestep_probabilities(), rtol=1e-12, atol=1e-15)
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture
+def diffusers_log():
+    """Every record of diffusers' logger (which does not propagate to the root logger)."""
+    logger = logging.getLogger("diffusers")
+    handler, old_level = _Capture(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield handler.records, caught
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+
+
+def _assert_silent_about_key(records, caught):
+    for r in records:
+        if r.levelno >= logging.WARNING:
+            msg = r.getMessage()
+            assert CONFIG_KEY not in msg and "infonoise" not in msg.lower(), msg
+    for w in caught:
+        assert CONFIG_KEY not in str(w.message) and "infonoise" not in str(w.message).lower(), str(w.message)
+
+
+SCHEDULERS = {
+    "ddpm": lambda: DDPMScheduler(beta_schedule="squaredcos_cap_v2"),
+    "ddpm_v": lambda: DDPMScheduler(prediction_type="v_prediction", rescale_betas_zero_snr=True),
+    "edm": lambda: EDMEulerScheduler(),
+    "flow": lambda: FlowMatchEulerDiscreteScheduler(shift=3.0),
+}
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_save_pretrained_from_pretrained_round_trip(kind, tmp_path, diffusers_log):
+    sched = SCHEDULERS[kind]()
+    sampler = _adapted(sched)
+    sampler.save_to_scheduler(sched)
+    payload = sched.config[CONFIG_KEY]
+    # plain JSON: floats, strings, lists, dicts
+    assert json.loads(json.dumps(payload)) == payload
+    assert payload["version"] == VERSION and len(payload["pi"]) == 64 and len(payload["edges"]) == 65
+    assert sum(payload["pi"]) == pytest.approx(1.0, abs=1e-9)
+    np.testing.assert_allclose(payload["pi"], sampler.probs.numpy(), rtol=0, atol=0)
+    sched.save_pretrained(tmp_path)
+    on_disk = json.loads((tmp_path / "scheduler_config.json").read_text())
+    assert on_disk[CONFIG_KEY] == payload
+    loaded = type(sched).from_pretrained(tmp_path)
+    assert read_schedule(loaded) == payload
+    resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(loaded)
+    assert resumed.is_adapted and resumed.warmup_steps == 0
+    _same_pi(sampler, resumed)
+    # the scheduler itself is unchanged by carrying the payload
+    fresh = type(sched).from_pretrained(tmp_path)
+    for key, value in SCHEDULERS[kind]().config.items():
+        if key.startswith("_"):
+            continue
+        assert fresh.config[key] == value or (isinstance(value, float) and math.isclose(fresh.config[key], value))
+    records, caught = diffusers_log
+    _assert_silent_about_key(records, caught)
+    # use_stored_schedule=False starts from the base
+    base = InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, use_stored_schedule=False)
+    assert not base.is_adapted and base.warmup_steps == 500
+
+
+def test_from_config_into_compatible_class_keeps_schedule(diffusers_log):
+    ddpm = DDPMScheduler()
+    sampler = _adapted(ddpm)
+    sampler.save_to_scheduler(ddpm)
+    ddim = DDIMScheduler.from_config(ddpm.config)
+    assert read_schedule(ddim) == ddpm.config[CONFIG_KEY]
+    _same_pi(sampler, InfoNoiseTrainingTimestepSampler.from_scheduler(ddim))
+    records, caught = diffusers_log
+    _assert_silent_about_key(records, caught)
+
+
+def test_dynamic_shift_round_trip(tmp_path):
+    sched = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True)
+    sampler = _adapted(sched, mu=0.8)
+    sampler.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path)
+    loaded = FlowMatchEulerDiscreteScheduler.from_pretrained(tmp_path)
+    _same_pi(sampler, InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, mu=0.8))
+    with pytest.raises(ValueError, match="path"):  # another shift is another path
+        InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, mu=0.2)
+
+
+def _tiny_unet():
+    return UNet2DModel(
+        sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
+        norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
+
+
+def test_whole_pipeline_save_load_with_stock_diffusers(tmp_path, diffusers_log):
+    torch.manual_seed(0)
+    sched = DDPMScheduler(num_train_timesteps=100)
+    sampler = _adapted(sched)
+    sampler.save_to_scheduler(sched)
+    pipe = DDPMPipeline(unet=_tiny_unet(), scheduler=sched)
+    pipe.save_pretrained(tmp_path)
+    records, caught = diffusers_log
+    records.clear()
+    loaded = DDPMPipeline.from_pretrained(tmp_path)  # stock diffusers: no error, no warning about the key
+    _assert_silent_about_key(records, caught)
+    assert not [r for r in records if r.levelno >= logging.WARNING]
+    assert read_schedule(loaded.scheduler) == sched.config[CONFIG_KEY]
+    _same_pi(sampler, InfoNoiseTrainingTimestepSampler.from_scheduler(loaded.scheduler))
+    # and it still generates
+    out = loaded(batch_size=1, num_inference_steps=2, output_type="np", generator=torch.Generator().manual_seed(0))
+    assert out.images.shape == (1, 8, 8, 1)
+
+
+def test_fine_tuning_continues_from_stored_schedule():
+    sched = EDMEulerScheduler()
+    a = _adapted(sched)
+    a.save_to_scheduler(sched)
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, refresh_every=1)
+    _same_pi(a, b)
+    # its m̂ is carried too: one more refresh with the same data moves it by the EMA only
+    gen = torch.Generator().manual_seed(3)
+    lv = b.sample(4096, generator=gen)
+    b.update(lv, torch.from_numpy(gauss_mmse(lv.sigmas.double().numpy(), 0.5)))
+    b.step()
+    assert b.num_updates >= 2
+    x = 0.5 * (a.edges[1:] + a.edges[:-1])
+    assert float((a.log_prob(torch.exp(x)) - b.log_prob(torch.exp(x))).abs().max()) < 0.2
+
+
+def test_write_schedule_rejects_other_path():
+    sampler = _adapted(DDPMScheduler())
+    with pytest.raises(ValueError, match="noise_scheduler"):
+        sampler.save_to_scheduler(EDMEulerScheduler())
+    with pytest.raises(ValueError, match="noise_scheduler"):
+        sampler.save_to_scheduler(DDPMScheduler(beta_schedule="scaled_linear", beta_start=0.001, beta_end=0.03))
+
+
+def test_stored_schedule_with_other_grid_is_rejected_naming_num_bins():
+    sched = EDMEulerScheduler()
+    _adapted(sched).save_to_scheduler(sched)
+    with pytest.raises(ValueError, match="num_bins"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=32)
+    assert not InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=32, use_stored_schedule=False).is_adapted
+
+
+def _corrupt(payload, how):
+    p = json.loads(json.dumps(payload))
+    if how == "version":
+        p["version"] = VERSION + 1
+    elif how == "format":
+        p["format"] = "something-else"
+    elif how == "missing":
+        del p["pi"]
+    elif how == "pi_sum":
+        p["pi"][0] += 0.5
+    elif how == "pi_negative":
+        p["pi"][0], p["pi"][1] = -p["pi"][1], p["pi"][0] + 2 * p["pi"][1]
+    elif how == "length":
+        p["pi"] = p["pi"][:-1]
+    elif how == "text":
+        p["edges"][3] = "abc"
+    elif how == "edges_order":
+        p["edges"][3], p["edges"][4] = p["edges"][4], p["edges"][3]
+    elif how == "m_hat_negative":
+        p["m_hat"][5] = -1.0
+    elif how == "not_a_dict":
+        p = [1, 2, 3]
+    return p
+
+
+@pytest.mark.parametrize(
+    "how,pattern",
+    [("version", "version"), ("format", "format"), ("missing", "missing.*pi"), ("pi_sum", "pi"), ("pi_negative", "pi"),
+     ("length", "len"), ("text", "non-numeric"), ("edges_order", "edges"), ("m_hat_negative", "m_hat"),
+     ("not_a_dict", "JSON object")],
+)
+def test_corrupted_payload_rejected(how, pattern, tmp_path):
+    sched = DDPMScheduler()
+    _adapted(sched).save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path)
+    cfg_path = tmp_path / "scheduler_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg[CONFIG_KEY] = _corrupt(cfg[CONFIG_KEY], how)
+    cfg_path.write_text(json.dumps(cfg))
+    loaded = DDPMScheduler.from_pretrained(tmp_path)  # stock diffusers still loads it
+    with pytest.raises(ScheduleError, match=pattern) as info:
+        read_schedule(loaded)
+    assert CONFIG_KEY in str(info.value)
+    with pytest.raises(ScheduleError, match=pattern):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(loaded)
+    # opting out of the stored schedule does not even read it
+    assert not InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, use_stored_schedule=False).is_adapted
+
+
+def test_log_capture_sees_diffusers_warnings(diffusers_log):
+    """Positive control for the silence checks above: an unexpected public key is warned about."""
+    records, _ = diffusers_log
+    DDPMScheduler.from_config({**DDPMScheduler().config, "bogus_infonoise_key": 1})
+    assert any("bogus_infonoise_key" in r.getMessage() and r.levelno >= logging.WARNING for r in records)
+
+
+def test_no_payload_reads_none():
+    assert read_schedule(DDPMScheduler()) is None
+    assert read_schedule(dict(DDPMScheduler().config)) is None
+
+
+def test_schedule_saved_during_warmup_keeps_base_and_warmup():
+    sched = EDMEulerScheduler()
+    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, warmup_steps=100, refresh_every=1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):  # statistics, but still on the base
+        lv = s.sample(2048, generator=gen)
+        s.update(lv, torch.from_numpy(gauss_mmse(lv.sigmas.double().numpy(), 0.5)))
+        s.step()
+    assert not s.is_adapted
+    s.save_to_scheduler(sched)
+    assert sched.config[CONFIG_KEY]["adapted"] is False
+    resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, warmup_steps=100)
+    assert not resumed.is_adapted and resumed.warmup_steps == 100
+    # the EDM log-normal base (scipy), not the binned copy stored as "pi"
+    from scipy import stats
+
+    x = np.linspace(math.log(0.003), math.log(70.0), 9)
+    z = stats.norm.cdf(math.log(80.0), -1.2, 1.2) - stats.norm.cdf(math.log(0.002), -1.2, 1.2)
+    np.testing.assert_allclose(resumed.log_prob(torch.from_numpy(np.exp(x))).numpy(),
+                               stats.norm.logpdf(x, -1.2, 1.2) - math.log(z), atol=1e-10)
+    # its statistics are kept
+    torch.testing.assert_close(resumed.estimator.m_hat, s.estimator.m_hat, rtol=0, atol=0, equal_nan=True)
