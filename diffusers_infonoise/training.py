@@ -44,6 +44,30 @@ __all__ = [
     "save_image_grid",
     "render_model_card",
     "push_output_dir",
+    # text-to-image
+    "add_text_to_image_args",
+    "check_text_to_image_args",
+    "load_captioned_dataset",
+    "CaptionedImageDataset",
+    "EpochShuffleSampler",
+    "collate_captioned",
+    "captioned_dataloader",
+    "encode_latents",
+    "weight_dtype_of",
+    "make_accelerator",
+    "UNET_LORA_TARGETS",
+    "SD3_LORA_TARGETS",
+    "add_lora_adapter",
+    "lora_layers",
+    "load_lora_layers",
+    "register_model_checkpointing",
+    "log_validation_images",
+    "store_learned_schedule",
+    "training_length",
+    "run_training_loop",
+    "resolve_infonoise_base",
+    "ema_weights",
+    "save_text_to_image_outputs",
 ]
 
 
@@ -324,9 +348,14 @@ class ScheduleMonitor:
       drawn levels, and checks that every rank holds the same π (its hash is logged).
     """
 
-    def __init__(self, sampler: TrainingTimestepSampler, output_dir: str | None):
+    def __init__(self, sampler: TrainingTimestepSampler, output_dir: str | None, *, plot_every: int | None = None):
         self.sampler = sampler
         self.output_dir = output_dir
+        # Rendering the two figures takes ~1-4 s of CPU: with plot_every=N they are drawn at the
+        # first refresh and then at a refresh at least N optimizer steps after the last plot
+        # (None: at every refresh). The π check and the logged scalars happen at every refresh.
+        self.plot_every = plot_every
+        self._last_plot: int | None = None
         lo, hi = sampler.path.log_sigma_range
         self.quartile_edges = torch.linspace(lo, hi, 5, dtype=torch.float64)
         self._drawn: list[torch.Tensor] = []
@@ -365,12 +394,25 @@ class ScheduleMonitor:
         gathered = accelerator.gather(probs.unsqueeze(0))
         if not bool((gathered == gathered[0:1]).all()):
             raise RuntimeError("noise sampler: ranks hold different schedules after a refresh (statistics were not reduced)")
-        logger.info(f"step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, gate {self.sampler.estimator.last_gate.source} "
-                    f"{self.sampler.estimator.last_gate.pivot})")
+        # Every rank logs its own hash (a plain ``logging`` logger, not accelerate's main-only one), tagged
+        # with its rank, so that a multi-process log shows the schedules agree.
+        logger.info(f"[rank {accelerator.process_index}] step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, "
+                    f"gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})")
         logs = {"infonoise/num_updates": float(self.sampler.num_updates)}
         gate = self.sampler.estimator.last_gate
         if gate.pivot is not None:
             logs["infonoise/gate_pivot"] = float(gate.pivot)
+        if accelerator.is_main_process and self.output_dir:
+            # one JSON line per refresh: how π moved during training (read by the online-vs-offline study)
+            os.makedirs(os.path.join(self.output_dir, "schedule"), exist_ok=True)
+            with open(os.path.join(self.output_dir, "schedule", "history.jsonl"), "a") as f:
+                f.write(json.dumps({"step": global_step, "probs": self.sampler.probs.tolist(),
+                                    "gate_pivot": gate.pivot, "gate_source": gate.source}) + "\n")
+        if self.plot_every is not None and self._last_plot is not None and global_step - self._last_plot < self.plot_every:
+            if len(self._drawn) > 10_000:
+                self._drawn = self._drawn[-1000:]
+            return logs
+        self._last_plot = global_step
         drawn = torch.cat(self._drawn) if self._drawn else torch.zeros(0, dtype=torch.float64)
         self._drawn = []
         if accelerator.is_main_process and self.output_dir:
@@ -427,7 +469,8 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
                                "schedule, this rank's draws restart from its seed")
             else:
                 logger.warning(f"{input_dir}: the checkpoint has no noise-sampler state; the sampler starts afresh "
-                               "(base density, warm-up from now)")
+                               "(base density, empty statistics, draws from its seed); its step count continues from "
+                               "the checkpoint, so pi adapts at the first refresh with enough new samples")
 
     accelerator.register_save_state_pre_hook(save_hook)
     accelerator.register_load_state_pre_hook(load_hook)
@@ -506,3 +549,557 @@ def push_output_dir(output_dir: str, *, repo_id: str, token: str | None = None, 
     upload_folder(repo_id=repo_id, folder_path=output_dir, token=token, commit_message=commit_message,
                   ignore_patterns=["checkpoint-*", "checkpoint-*/**", "logs/**", "step_*", "epoch_*"])
     return repo_id
+
+
+# ----------------------------------------------------------------------------------------------
+# text-to-image: what train_text_to_image.py (Stable Diffusion, VP) and
+# train_text_to_image_sd3.py (SD3, rectified flow) share
+# ----------------------------------------------------------------------------------------------
+
+DEFAULT_CAPTIONED_DATASET = "fashion_mnist"
+
+
+def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:
+    """The arguments of diffusers' text-to-image examples that both text-to-image scripts take.
+
+    Model (``--pretrained_model_name_or_path --revision --variant``), data (``--dataset_name
+    --dataset_config_name --train_data_dir --image_column --caption_column --max_train_samples
+    --resolution --center_crop --random_flip``), training (``--num_train_epochs
+    --gradient_checkpointing --scale_lr --use_ema --allow_tf32 --report_to``), LoRA (``--use_lora
+    --lora_rank --lora_alpha``), validation (``--validation_prompts --validation_epochs
+    --validation_inference_steps --validation_guidance_scale``), then
+    :func:`add_common_training_args` and :func:`add_noise_sampler_args`.
+
+    ``--noise_sampler`` defaults to ``None`` here: each script resolves it (diffusers' own sampling
+    unless InfoNoise or another sampler is asked for) and documents how.
+    """
+    d = {"resolution": 512, "output_dir": "infonoise-text-to-image", "lr_scheduler": "constant", **(defaults or {})}
+    a = parser.add_argument
+    g = parser.add_argument_group("model")
+    g.add_argument("--pretrained_model_name_or_path", type=str, required=True,
+                   help="A diffusers pipeline folder or Hub id (the base model to fine-tune).")
+    g.add_argument("--revision", type=str, default=None, help="Revision of the pretrained model.")
+    g.add_argument("--variant", type=str, default=None, help="Variant of the model files, e.g. fp16.")
+    g = parser.add_argument_group("data")
+    g.add_argument("--dataset_name", type=str, default=None,
+                   help="A built-in offline captioned data set (fashion_mnist: 'a photo of a sneaker', ...; mnist, digits: "
+                        "'a handwritten digit 7'), a Hub data set name, or a local save_to_disk folder. Default: "
+                        f"{DEFAULT_CAPTIONED_DATASET} when --train_data_dir is not given either.")
+    g.add_argument("--dataset_config_name", type=str, default=None)
+    g.add_argument("--train_data_dir", type=str, default=None,
+                   help="A folder of images with a metadata.jsonl giving each file_name its caption (datasets' imagefolder).")
+    g.add_argument("--image_column", type=str, default="image")
+    g.add_argument("--caption_column", type=str, default="text",
+                   help="Column holding a caption or a list of captions (one is drawn per example and epoch).")
+    g.add_argument("--max_train_samples", type=int, default=None, help="Truncate the training set (debugging, quick runs).")
+    g.add_argument("--resolution", type=int, default=d["resolution"], help="Training images are resized and cropped to this.")
+    g.add_argument("--center_crop", action="store_true", help="Center crop (default: random crop).")
+    g.add_argument("--random_flip", action="store_true", help="Random horizontal flips.")
+    g = parser.add_argument_group("training")
+    g.add_argument("--num_train_epochs", type=int, default=100)
+    g.add_argument("--gradient_checkpointing", action="store_true")
+    g.add_argument("--scale_lr", action="store_true",
+                   help="Scale the learning rate by GPUs, gradient accumulation steps and batch size.")
+    g.add_argument("--use_ema", action="store_true", help="Keep an EMA of the trained model and save it (full fine-tuning).")
+    g.add_argument("--allow_tf32", action="store_true", help="Allow TF32 matmuls on Ampere and newer GPUs.")
+    g.add_argument("--report_to", type=str, default="tensorboard", help='"tensorboard", "wandb" or "none".')
+    g.add_argument("--schedule_plot_steps", type=int, default=500,
+                   help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
+                        "every this many optimizer steps (rendering takes about a second of CPU); 0: at every refresh.")
+    g = parser.add_argument_group("LoRA (peft)")
+    g.add_argument("--use_lora", action="store_true", help="Train LoRA adapters on the attention projections only.")
+    g.add_argument("--lora_rank", type=int, default=4, help="LoRA rank r.")
+    g.add_argument("--lora_alpha", type=float, default=None, help="LoRA alpha (default: the rank, scale 1).")
+    g = parser.add_argument_group("validation")
+    g.add_argument("--validation_prompts", type=str, nargs="+", default=None,
+                   help="Prompts sampled every --validation_epochs epochs and at the end; logged to the tracker.")
+    g.add_argument("--validation_epochs", type=int, default=5)
+    g.add_argument("--validation_inference_steps", type=int, default=d.get("validation_inference_steps", 25))
+    g.add_argument("--validation_guidance_scale", type=float, default=None, help="Default: the pipeline's.")
+    add_common_training_args(parser, defaults=d)
+    add_noise_sampler_args(parser)
+    parser.set_defaults(lr_scheduler=d["lr_scheduler"], noise_sampler=None)
+
+
+def check_text_to_image_args(parser: argparse.ArgumentParser, args) -> None:
+    """Cross-argument checks shared by the text-to-image scripts (``parser.error`` on a conflict)."""
+    if args.dataset_name and args.train_data_dir:
+        parser.error("--dataset_name and --train_data_dir: give one of them")
+    if args.dataset_name is None and args.train_data_dir is None:
+        args.dataset_name = DEFAULT_CAPTIONED_DATASET
+    if args.use_lora and args.use_ema:
+        parser.error("--use_ema applies to full fine-tuning; LoRA runs train adapters only")
+    if args.lora_rank < 1:
+        parser.error(f"--lora_rank must be >= 1, got {args.lora_rank}")
+    if args.report_to == "none":
+        args.report_to = None
+    for name in ("validation_epochs", "checkpointing_steps", "gradient_accumulation_steps", "train_batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+
+def load_captioned_dataset(args):
+    """The training ``datasets.Dataset`` of :func:`load_image_dataset`, checked for the image and
+    caption columns (``ValueError`` naming the columns there are)."""
+    ds = load_image_dataset(args)
+    for flag, col in (("--image_column", args.image_column), ("--caption_column", args.caption_column)):
+        if col not in ds.column_names:
+            raise ValueError(f"{flag}: {col!r} is not a column of the data set; its columns are {ds.column_names}")
+    return ds
+
+
+class CaptionedImageDataset(torch.utils.data.Dataset):
+    """``{"pixel_values": (3, R, R) float32 in [−1, 1], "caption": str}`` examples of a captioned data set.
+
+    The random crop, the flip and the choice among several captions depend only on ``(seed, epoch,
+    index)``, not on a global random state: a resumed run sees the same examples as the
+    uninterrupted one, whatever ``--dataloader_num_workers`` is. Call :meth:`set_epoch` per epoch.
+    Images are converted to RGB (the built-in sets are grayscale).
+    """
+
+    def __init__(self, dataset, *, image_column: str, caption_column: str, resolution: int, center_crop: bool = False,
+                 random_flip: bool = False, seed: int = 0):
+        self.dataset, self.image_column, self.caption_column = dataset, image_column, caption_column
+        self.transform = image_transform(resolution, center_crop=center_crop, random_flip=random_flip, channels=3)
+        self.seed, self.epoch = int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict:
+        example = self.dataset[int(index)]
+        rng = np.random.default_rng([self.seed, self.epoch, int(index)])
+        caption = example[self.caption_column]
+        if isinstance(caption, (list, tuple, np.ndarray)) and len(caption) > 0:
+            caption = caption[int(rng.integers(len(caption)))]
+        if not isinstance(caption, str):
+            raise ValueError(f"--caption_column {self.caption_column!r}: example {index} holds {type(caption).__name__}, "
+                             "expected a string or a list of strings")
+        return {"pixel_values": self.transform(example[self.image_column], rng), "caption": caption}
+
+
+class EpochShuffleSampler(torch.utils.data.Sampler):
+    """A permutation of ``range(n)`` seeded by ``(seed, epoch)``; the same on every process.
+
+    accelerate shards its batches across processes and ``skip_first_batches`` replays it exactly,
+    so a resumed run continues with the batches the interrupted one would have seen.
+    """
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.seed, self.epoch = int(n), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+
+def collate_captioned(examples: list[dict]) -> dict:
+    """Stack ``pixel_values`` (B, 3, R, R) and list the captions."""
+    return {"pixel_values": torch.stack([ex["pixel_values"] for ex in examples]).contiguous(),
+            "captions": [ex["caption"] for ex in examples]}
+
+
+def captioned_dataloader(args) -> tuple[torch.utils.data.DataLoader, CaptionedImageDataset, EpochShuffleSampler]:
+    """The training DataLoader (``drop_last``) with its dataset and sampler (both take ``set_epoch``)."""
+    ds = CaptionedImageDataset(load_captioned_dataset(args), image_column=args.image_column,
+                               caption_column=args.caption_column, resolution=args.resolution,
+                               center_crop=args.center_crop, random_flip=args.random_flip, seed=args.seed or 0)
+    if len(ds) < args.train_batch_size:
+        raise ValueError(f"--train_batch_size {args.train_batch_size} is larger than the data set ({len(ds)} examples)")
+    order = EpochShuffleSampler(len(ds), seed=args.seed or 0)
+    # its own generator: creating an iterator then draws the worker base seed from it, not from the
+    # global random state, which a resumed run must find exactly as the interrupted one left it
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.train_batch_size, sampler=order, collate_fn=collate_captioned,
+                                         num_workers=args.dataloader_num_workers, drop_last=True,
+                                         generator=torch.Generator().manual_seed(args.seed or 0))
+    return loader, ds, order
+
+
+def encode_latents(vae, pixel_values: torch.Tensor) -> torch.Tensor:
+    """VAE latents as the diffusion model sees them: ``(z − shift_factor)·scaling_factor`` with
+    ``z = vae.encode(x).latent_dist.sample()``; ``shift_factor`` only where the VAE has one (SD3)."""
+    latents = vae.encode(pixel_values.to(vae.device, vae.dtype)).latent_dist.sample()
+    shift = getattr(vae.config, "shift_factor", None)
+    if shift is not None:
+        latents = latents - shift
+    return latents * vae.config.scaling_factor
+
+
+def weight_dtype_of(accelerator) -> torch.dtype:
+    """The dtype of frozen modules under ``accelerator``'s mixed precision (float32 without)."""
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(accelerator.mixed_precision, torch.float32)
+
+
+def make_accelerator(args):
+    """An ``Accelerator`` for diffusers-style scripts: gradient accumulation, mixed precision,
+    ``--report_to`` tracker, logging under ``output_dir/logging_dir``."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    return Accelerator(
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision,
+        log_with=args.report_to,
+        project_config=ProjectConfiguration(project_dir=args.output_dir,
+                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
+    )
+
+
+#: peft target modules of diffusers' LoRA scripts
+UNET_LORA_TARGETS = ("to_k", "to_q", "to_v", "to_out.0")
+SD3_LORA_TARGETS = ("attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
+                    "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v")
+
+
+def add_lora_adapter(model, *, rank: int, alpha: float | None = None, target_modules: Iterable[str]) -> list:
+    """Freeze ``model`` and add a peft LoRA adapter (``LoraConfig``, Gaussian init, ``model.add_adapter``)
+    on ``target_modules``; returns the trainable (LoRA) parameters."""
+    from peft import LoraConfig
+
+    model.requires_grad_(False)
+    config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, init_lora_weights="gaussian",
+                        target_modules=list(target_modules))
+    model.add_adapter(config)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"LoRA: none of the target modules {list(target_modules)} exist in {type(model).__name__}")
+    return params
+
+
+def lora_layers(model) -> dict:
+    """The adapter weights of a peft-adapted diffusers model, in diffusers' LoRA format
+    (what ``<Pipeline>.save_lora_weights`` takes)."""
+    from diffusers.utils import convert_state_dict_to_diffusers
+    from peft.utils import get_peft_model_state_dict
+
+    return convert_state_dict_to_diffusers(get_peft_model_state_dict(model))
+
+
+def load_lora_layers(model, pipeline_cls, directory: str, *, prefix: str) -> None:
+    """Load adapter weights written by ``pipeline_cls.save_lora_weights`` into the adapted ``model``.
+
+    Raises:
+        ValueError: when the folder's LoRA does not match the model's adapter (unexpected keys).
+    """
+    from diffusers.utils import convert_unet_state_dict_to_peft
+    from peft.utils import set_peft_model_state_dict
+
+    state = pipeline_cls.lora_state_dict(directory)
+    if isinstance(state, tuple):  # (state_dict, network_alphas) on the SD loader, the state dict alone on SD3's
+        state = state[0]
+    state = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+    result = set_peft_model_state_dict(model, convert_unet_state_dict_to_peft(state), adapter_name="default")
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise ValueError(f"{directory}: LoRA weights that this adapter does not have: {unexpected[:5]}")
+
+
+def register_model_checkpointing(accelerator, *, model_cls, subfolder: str, ema=None, lora_pipeline_cls=None,
+                                 lora_prefix: str | None = None) -> None:
+    """Checkpoints hold the trained model in diffusers format, as in diffusers' scripts.
+
+    Full fine-tuning: ``checkpoint-N/<subfolder>/`` (``model_cls.save_pretrained``) and the EMA in
+    ``<subfolder>_ema/``. LoRA (``lora_pipeline_cls`` given): only the adapter, as
+    ``checkpoint-N/pytorch_lora_weights.safetensors`` (``save_lora_weights(<prefix>_lora_layers=...)``).
+    Optimizer, LR schedule and random states stay with accelerate; the sampler with
+    :func:`register_sampler_checkpointing`.
+    """
+
+    def unwrap(m):
+        return accelerator.unwrap_model(m)
+
+    def save_hook(models, weights, output_dir):
+        if accelerator.is_main_process:
+            for m in models:
+                m = unwrap(m)
+                if lora_pipeline_cls is not None:
+                    lora_pipeline_cls.save_lora_weights(output_dir, **{f"{lora_prefix}_lora_layers": lora_layers(m)},
+                                                        safe_serialization=True)
+                else:
+                    m.save_pretrained(os.path.join(output_dir, subfolder))
+            if ema is not None:
+                ema.save_pretrained(os.path.join(output_dir, f"{subfolder}_ema"))
+        while weights:  # saved above, in diffusers format
+            weights.pop()
+
+    def load_hook(models, input_dir):
+        while models:
+            m = unwrap(models.pop())
+            if lora_pipeline_cls is not None:
+                load_lora_layers(m, lora_pipeline_cls, input_dir, prefix=lora_prefix)
+                if accelerator.mixed_precision == "fp16":
+                    from diffusers.training_utils import cast_training_params
+
+                    cast_training_params(m, dtype=torch.float32)
+            else:
+                loaded = model_cls.from_pretrained(input_dir, subfolder=subfolder)
+                m.register_to_config(**loaded.config)
+                m.load_state_dict(loaded.state_dict())
+                del loaded
+        if ema is not None:
+            from diffusers.training_utils import EMAModel
+
+            loaded = EMAModel.from_pretrained(os.path.join(input_dir, f"{subfolder}_ema"), model_cls)
+            ema.load_state_dict(loaded.state_dict())
+            ema.to(accelerator.device)
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)
+
+
+def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: int, seed: int | None,
+                          num_inference_steps: int, guidance_scale: float | None = None, tag: str = "validation",
+                          output_dir: str | None = None, **pipeline_kwargs) -> torch.Tensor:
+    """One image per prompt from ``pipeline`` (seeded generator: the global random state is not
+    touched), logged to the trackers (tensorboard ``add_images``, wandb captioned images) and saved
+    as ``<output_dir>/<tag>_<step>.png``. Returns (N, 3, H, W) float32 in [0, 1] on the CPU."""
+    from contextlib import nullcontext
+
+    pipeline.set_progress_bar_config(disable=True)
+    generator = torch.Generator(device=accelerator.device).manual_seed(seed or 0)
+    kwargs = dict(pipeline_kwargs, num_inference_steps=num_inference_steps, generator=generator, output_type="pt")
+    if guidance_scale is not None:
+        kwargs["guidance_scale"] = guidance_scale
+    context = torch.autocast(accelerator.device.type) if accelerator.mixed_precision in ("fp16", "bf16") else nullcontext()
+    images = []
+    with torch.no_grad(), context:
+        for prompt in prompts:
+            images.append(pipeline(prompt, **kwargs).images[0].float().cpu())
+    images = torch.stack(images).clamp(0, 1)
+    for tracker in accelerator.trackers:
+        if tracker.name == "tensorboard":
+            tracker.writer.add_images(tag, images.numpy(), step, dataformats="NCHW")
+        elif tracker.name == "wandb":
+            import wandb
+
+            tracker.log({tag: [wandb.Image(img.permute(1, 2, 0).numpy(), caption=f"{i}: {p}")
+                               for i, (img, p) in enumerate(zip(images, prompts))]}, step=step)
+    if output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+        save_image_grid(images, os.path.join(output_dir, f"{tag}_{step:07d}.png"), nrow=len(images))
+    return images
+
+
+def resolve_infonoise_base(args, default: str | None) -> None:
+    """Give ``--infonoise_base`` (or ``default`` when it is unset) the parameters of its density
+    from the baseline flags (``--edm_p_mean/--edm_p_std``, ``--logit_mean/--logit_std``,
+    ``--mode_scale``), as ``(name, params)`` in ``args.infonoise_base``; other names stay as they are."""
+    name = args.infonoise_base or default
+    params = {
+        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
+        "logit_normal": {"mean": args.logit_mean, "std": args.logit_std},
+        "mode": {"scale": args.mode_scale},
+    }.get(name)
+    args.infonoise_base = (name, params) if params is not None else name
+
+
+def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) -> bool:
+    """Write the InfoNoise schedule into ``noise_scheduler``'s config (True); for other samplers
+    drop a payload inherited from the base model, which would no longer describe this training (False)."""
+    from .serialization import CONFIG_KEY
+
+    if hasattr(sampler, "save_to_scheduler"):
+        sampler.save_to_scheduler(noise_scheduler)
+        return True
+    if noise_scheduler.config.get(CONFIG_KEY) is not None:
+        noise_scheduler.register_to_config(**{CONFIG_KEY: None})
+    return False
+
+
+def training_length(args, dataloader) -> tuple[int, int, int]:
+    """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
+    (its length is this process's batches; accelerate steps the optimizer at the end of an epoch
+    even when the last accumulation is incomplete)."""
+    steps_per_epoch = max(1, math.ceil(len(dataloader) / args.gradient_accumulation_steps))
+    max_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
+    return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
+
+
+def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
+                      sampler: TrainingTimestepSampler, draw_gen: torch.Generator, compute_loss: Callable,
+                      params_to_clip, ema=None, validate: Callable | None = None) -> dict:
+    """The text-to-image training loop, resume included; returns ``{"global_step", "step_times"}``.
+
+    Per micro-batch: levels from ``sampler`` → ``compute_loss(batch, levels)`` gives the (B,)
+    unweighted per-sample loss in the sampler's parameterization → the user's loss weighting
+    (:func:`weighted_loss`) → backward, clip, optimizer. The sampler then gets the unweighted loss
+    (``sampler.update``) and, once per optimizer step, ``sampler.step()``. ``validate(step)`` runs on
+    the main process every ``--validation_epochs`` epochs (with the EMA weights when there is an EMA).
+    ``step_times`` holds the wall time of each optimizer step (data loading included).
+
+    Args:
+        epoch_setters: objects with ``set_epoch`` (dataset and batch order), called at each epoch.
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    steps_per_epoch, max_steps, num_epochs = training_length(args, dataloader)
+    global_step, first_epoch, skip_batches = 0, 0, 0
+    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
+    if args.resume_from_checkpoint and resume_dir is None:
+        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
+    if resume_dir:
+        accelerator.print(f"Resuming from {resume_dir}")
+        accelerator.load_state(resume_dir)
+        global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
+        if sampler.optimizer_step != global_step:
+            sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
+        first_epoch, step_in_epoch = divmod(global_step, steps_per_epoch)
+        skip_batches = step_in_epoch * args.gradient_accumulation_steps
+
+    monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
+    total_batch = args.train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    logger.info(f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
+                f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
+                f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
+    progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
+    step_times: list[float] = []
+    train_loss = 0.0
+    last = time.perf_counter()
+    for epoch in range(first_epoch, num_epochs):
+        model.train()
+        loader = accelerator.skip_first_batches(dataloader, skip_batches) if skip_batches else dataloader
+        skip_batches = 0
+        # accelerate's loaders call set_epoch(<their own iteration count>) when iterated; a loader that
+        # a resumed run never iterated before would restart at epoch 0, so set it explicitly
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        for obj in epoch_setters:
+            obj.set_epoch(epoch)
+        for batch in loader:
+            with accelerator.accumulate(model):
+                levels = sampler.sample(batch["pixel_values"].shape[0], generator=draw_gen, device=accelerator.device)
+                per_sample = compute_loss(batch, levels)
+                loss = weighted_loss(sampler, levels, per_sample)
+                train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / args.gradient_accumulation_steps
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm:
+                    accelerator.clip_grad_norm_(params_to_clip, args.max_grad_norm)
+                optimizer.step()
+                lr_scheduler.step()
+                optimizer.zero_grad()
+            sampler.update(levels, per_sample.detach())
+            monitor.observe(levels, per_sample.detach())
+            if not accelerator.sync_gradients:
+                continue
+            sampler.step()
+            if ema is not None:
+                ema.step(params_to_clip)
+            global_step += 1
+            progress.update(1)
+            logs = {"train_loss": train_loss, "lr": lr_scheduler.get_last_lr()[0]}
+            train_loss = 0.0
+            logs.update(monitor.after_step(accelerator, global_step))
+            now = time.perf_counter()
+            step_times.append(now - last)
+            logs["step_time_s"] = step_times[-1]
+            progress.set_postfix(loss=f"{logs['train_loss']:.4f}")
+            accelerator.log(logs, step=global_step)
+            if global_step % args.checkpointing_steps == 0:
+                if accelerator.is_main_process:
+                    prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
+                accelerator.wait_for_everyone()
+                accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+            last = time.perf_counter()  # checkpoint writes are not part of a step's time
+            if global_step >= max_steps:
+                break
+        if validate is not None and accelerator.is_main_process and args.validation_prompts \
+                and epoch % args.validation_epochs == 0 and global_step < max_steps:
+            with ema_weights(ema, params_to_clip):
+                validate(global_step)
+            last = time.perf_counter()
+        if global_step >= max_steps:
+            break
+    progress.close()
+    return {"global_step": global_step, "step_times": step_times, "total_batch_size": total_batch}
+
+
+class ema_weights:
+    """Context manager: the EMA weights in ``parameters`` inside, the trained ones restored after (no-op without EMA)."""
+
+    def __init__(self, ema, parameters):
+        self.ema, self.parameters = ema, list(parameters) if ema is not None else None
+
+    def __enter__(self):
+        if self.ema is not None:
+            self.ema.store(self.parameters)
+            self.ema.copy_to(self.parameters)
+
+    def __exit__(self, *exc):
+        if self.ema is not None:
+            self.ema.restore(self.parameters)
+        return False
+
+
+def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, noise_scheduler,
+                               sampler: TrainingTimestepSampler, ema=None, result: dict, card: dict) -> str:
+    """The end of a text-to-image run, on the main process; returns the output folder.
+
+    * ``noise_scheduler``, the *training* scheduler (its ``prediction_type`` as trained), gets the
+      learned schedule (:func:`store_learned_schedule`);
+    * full fine-tuning: ``pipeline`` (the trained ``model_key`` model with the EMA weights when
+      there is an EMA, the training scheduler) is saved with ``save_pretrained``; LoRA: the adapter
+      (``save_lora_weights``, ``<model_key>_lora_layers``) and ``scheduler/`` only;
+    * ``noise_schedule.png``, validation images of the final weights (``validation.png``), and
+      ``README.md`` from ``model_cards/text_to_image.md.j2`` (``card``: template variables the
+      script adds: ``base_model``, ``pipeline_class``, ``family``, ``license``, ``extra_tags``,
+      ``details``); pushed to the Hub with ``--push_to_hub``.
+    """
+    from .diagnostics import plot_schedule
+
+    out = args.output_dir
+    model = accelerator.unwrap_model(getattr(pipeline, model_key))
+    learned = store_learned_schedule(noise_scheduler, sampler)
+    pipeline.scheduler = noise_scheduler
+    if ema is not None:
+        ema.copy_to(model.parameters())
+    if args.use_lora:
+        type(pipeline).save_lora_weights(out, **{f"{model_key}_lora_layers": lora_layers(model)}, safe_serialization=True)
+        noise_scheduler.save_pretrained(os.path.join(out, "scheduler"))
+    else:
+        pipeline.save_pretrained(out)
+    import matplotlib.pyplot as plt
+
+    fig = plot_schedule(sampler, title=f"{sampler.name} after {result['global_step']} steps")
+    fig.savefig(os.path.join(out, "noise_schedule.png"), dpi=100)
+    plt.close(fig)
+    validation_grid = None
+    if args.validation_prompts:
+        model.eval()
+        images = log_validation_images(accelerator, pipeline, args.validation_prompts, step=result["global_step"],
+                                       seed=args.seed, num_inference_steps=args.validation_inference_steps,
+                                       guidance_scale=args.validation_guidance_scale, tag="validation_final")
+        validation_grid = "validation.png"
+        save_image_grid(images, os.path.join(out, validation_grid), nrow=len(images))
+    desc = sampler.describe()
+    repo_id = args.hub_model_id or os.path.basename(os.path.abspath(out))
+    tags = ["text-to-image", "diffusers", "diffusers-training", "infonoise", *card.get("extra_tags", [])]
+    if args.use_lora:
+        tags.append("lora")
+    render_model_card(
+        "text_to_image.md.j2", os.path.join(out, "README.md"),
+        model_name=repo_id, repo_id=repo_id if args.push_to_hub else None, tags=tags,
+        base_model=card["base_model"], pipeline_class=card["pipeline_class"], family=card.get("family", ""),
+        license=card.get("license", "other"), details=card.get("details", {}),
+        dataset_name=args.dataset_name, use_lora=args.use_lora, lora_rank=args.lora_rank,
+        scheduler_class=type(noise_scheduler).__name__, prediction_type=sampler.prediction_type,
+        loss_weighting=desc["loss_weighting"], snr_gamma=desc.get("snr_gamma"), sampler_name=sampler.name,
+        learned_schedule=learned, hyperparameters=desc.get("hyperparameters", {}), global_step=result["global_step"],
+        total_batch_size=result["total_batch_size"], learning_rate=args.learning_rate, resolution=args.resolution,
+        mixed_precision=args.mixed_precision or "no", validation_prompts=args.validation_prompts or [],
+        validation_grid=validation_grid, schedule_plot="noise_schedule.png",
+        num_inference_steps=args.validation_inference_steps,
+    )
+    if args.push_to_hub:
+        push_output_dir(out, repo_id=repo_id, token=args.hub_token, private=args.hub_private_repo)
+    return out
