@@ -91,6 +91,10 @@ def parse_args(argv=None):
     a("--sigma_max", type=float, default=80.0)
     a("--flow_shift", type=float, default=1.0, help="Static shift of the flow scheduler.")
     a("--logger", type=str, default="tensorboard", choices=["tensorboard", "wandb", "none"])
+    a("--schedule_plot_steps", type=int, default=500,
+      help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most every this "
+           "many optimizer steps (the first refresh always; rendering takes about a second of CPU, more than the "
+           "sampler itself); 0: at every refresh.")
     add_common_training_args(parser, defaults={"unconditional": True, "output_dir": "ddpm-model-16"})
     add_noise_sampler_args(parser)
     args = parser.parse_args(argv)
@@ -209,9 +213,13 @@ def main(argv=None):
         global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
         if sampler.optimizer_step != global_step:
             sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
-        first_epoch, skip_batches = divmod(global_step * args.gradient_accumulation_steps, len(dataloader))
+        # accelerate also steps at the end of the data loader, so an epoch's last update may take fewer
+        # than gradient_accumulation_steps micro-batches: count epochs in updates, not micro-batches
+        updates_per_epoch = math.ceil(len(dataloader) / args.gradient_accumulation_steps)
+        first_epoch, resume_update = divmod(global_step, updates_per_epoch)
+        skip_batches = resume_update * args.gradient_accumulation_steps
 
-    monitor = ScheduleMonitor(sampler, args.output_dir)
+    monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
     progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
     num_inference_steps = args.num_inference_steps or {"ddpm": args.ddpm_num_inference_steps, "edm": 40, "flow": 50}[args.diffusion]
 

