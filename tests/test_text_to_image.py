@@ -1,0 +1,442 @@
+"""End-to-end tests of training_scripts/train_text_to_image.py (SD, VP) and train_text_to_image_sd3.py
+(SD3, rectified flow), offline.
+
+Tiny random pipelines (tests/_tiny_pipelines.py) are built once per session and saved to a
+temporary folder that serves as ``--pretrained_model_name_or_path``; the scripts run in-process
+through ``main(argv)`` for a few optimizer steps on 16x16 images. Every value compared against is
+computed independently: diffusers' own Min-SNR and SD3 weighting functions, the scheduler config
+on disk, and stock diffusers pipelines loading the outputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from _reference import single_thread  # noqa: F401  (autouse: one intra-op thread on the busy CI cores)
+from _tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, write_captioned_image_folder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "training_scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sd_script = _load_script("train_text_to_image")
+sd3_script = _load_script("train_text_to_image_sd3")
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each in-process run builds its own Accelerator; clear accelerate's process-wide state after it."""
+    yield
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+@pytest.fixture(scope="module")
+def sd_model(tmp_path_factory):
+    return save_tiny_sd_pipeline(str(tmp_path_factory.mktemp("tiny_sd") / "model"))
+
+
+@pytest.fixture(scope="module")
+def sd3_model(tmp_path_factory):
+    return save_tiny_sd3_pipeline(str(tmp_path_factory.mktemp("tiny_sd3") / "model"))
+
+
+# a few optimizer steps; InfoNoise adapts from the second step on so that its state moves
+FAST = ["--resolution", str(RESOLUTION), "--train_batch_size", "2", "--seed", "0", "--lr_warmup_steps", "0",
+        "--validation_inference_steps", "2", "--schedule_plot_steps", "0"]
+INFONOISE = ["--noise_sampler", "infonoise", "--infonoise_warmup_steps", "1", "--infonoise_refresh_every", "1",
+             "--infonoise_min_count", "1", "--infonoise_num_bins", "16"]
+
+
+def _sampler_state(folder):
+    from safetensors.torch import load_file
+
+    tensors = load_file(os.path.join(folder, "infonoise_sampler.safetensors"))
+    with open(os.path.join(folder, "infonoise_sampler.json")) as f:
+        plain = json.load(f)
+    return tensors, plain
+
+
+def _assert_same_sampler_state(dir_a, dir_b):
+    ta, pa = _sampler_state(dir_a)
+    tb, pb = _sampler_state(dir_b)
+    assert sorted(ta) == sorted(tb)
+    for k in ta:
+        torch.testing.assert_close(ta[k], tb[k], rtol=0, atol=0, equal_nan=True, msg=k)
+    assert pa == pb
+
+
+def _scheduler_payload(folder):
+    with open(os.path.join(folder, "scheduler", "scheduler_config.json")) as f:
+        config = json.load(f)
+    return config, config["_infonoise_schedule"]
+
+
+def _tensorboard_tags(output_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = {"images": set(), "scalars": set()}
+    for root, _, files in os.walk(os.path.join(output_dir, "logs")):
+        if any(f.startswith("events.out") for f in files):
+            acc = EventAccumulator(root, size_guidance={"images": 0, "scalars": 0})
+            acc.Reload()
+            for kind in tags:
+                tags[kind] |= set(acc.Tags()[kind])
+    return tags
+
+
+def _front_matter_tags(readme):
+    text = open(readme).read()
+    front = text.split("---")[1]
+    return [line[2:].strip() for line in front.splitlines() if line.startswith("- ")], text
+
+
+# ----------------------------------------------------------------------------------------------
+# Stable Diffusion (VP)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
+    """No --noise_sampler: uniform t (diffusers' own draw). --snr_gamma: the sampler is told Min-SNR
+    and the weight the loop applies is diffusers' min(SNR, γ)/SNR (ε) or /(SNR + 1) (v)."""
+    from diffusers.training_utils import compute_snr
+
+    args = sd_script.parse_args(["--pretrained_model_name_or_path", sd_model])
+    sched = sd_script.load_noise_scheduler(args)
+    sampler = sd_script.build_sampler(args, sched)
+    assert sampler.name == "uniform" and sampler.loss_weighting == "none"
+    assert type(sched).__name__ == "DDPMScheduler" and sched.config.prediction_type == "epsilon"
+    probs = sampler.timestep_probabilities()
+    torch.testing.assert_close(probs, torch.full_like(probs, 1 / 1000))
+
+    for prediction_type, divisor in (("epsilon", lambda snr: snr), ("v_prediction", lambda snr: snr + 1)):
+        args = sd_script.parse_args(["--pretrained_model_name_or_path", sd_model, "--snr_gamma", "5",
+                                     "--prediction_type", prediction_type, *INFONOISE])
+        sched = sd_script.load_noise_scheduler(args)
+        sampler = sd_script.build_sampler(args, sched)
+        assert sampler.name == "infonoise" and sampler.loss_weighting == "min_snr" and sampler.snr_gamma == 5
+        assert sampler.prediction_type == prediction_type == sched.config.prediction_type
+        t = torch.tensor([0, 10, 100, 400, 999])
+        snr = compute_snr(sched, t).double()
+        expected = torch.minimum(snr, torch.full_like(snr, 5.0)) / divisor(snr)
+        sigmas = sampler.path.sigmas_table[t]
+        torch.testing.assert_close(sampler.loss_weight(sigmas), expected, rtol=1e-5, atol=0)
+        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), torch.minimum(snr, torch.full_like(snr, 5.0)),
+                                   rtol=1e-5, atol=0)
+
+
+def test_sd_show_noise_schedule(sd_model, tmp_path, capsys):
+    out = tmp_path / "show"
+    result = sd_script.main(["--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--snr_gamma", "5",
+                             "--show_noise_schedule", *INFONOISE])
+    assert result["sampler"].name == "infonoise"
+    printed = capsys.readouterr().out
+    assert "infonoise" in printed and "min_snr" in printed and "vp" in printed
+    assert (out / "noise_schedule.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_sd_full_finetune_saves_pipeline_with_learned_schedule(sd_model, tmp_path):
+    """Full fine-tuning on the built-in Fashion-MNIST captions with EMA, v-prediction, Min-SNR,
+    offset noise and input perturbation; the saved pipeline reloads with stock diffusers."""
+    from diffusers import DDPMScheduler, StableDiffusionPipeline
+
+    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, read_schedule
+
+    out = tmp_path / "sd_full"
+    result = sd_script.main([
+        "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
+        "--max_train_samples", "8", "--max_train_steps", "4", "--checkpointing_steps", "2", "--use_ema",
+        "--prediction_type", "v_prediction", "--snr_gamma", "5", "--noise_offset", "0.1", "--input_perturbation", "0.1",
+        "--validation_prompts", "a photo of a bag", "a photo of a dress", "--validation_epochs", "1",
+        "--random_flip", *FAST, *INFONOISE,
+    ])
+    assert result["global_step"] == 4 and len(result["step_times"]) == 4
+    sampler = result["sampler"]
+    assert sampler.is_adapted and sampler.optimizer_step == 4
+
+    pipe = StableDiffusionPipeline.from_pretrained(str(out))
+    assert isinstance(pipe.scheduler, DDPMScheduler)
+    assert pipe.scheduler.config.prediction_type == "v_prediction"
+    payload = read_schedule(pipe.scheduler)
+    assert payload["prediction_type"] == "v_prediction" and payload["loss_weighting"] == "min_snr"
+    assert payload["snr_gamma"] == 5 and payload["adapted"] and payload["optimizer_steps"] == 4
+    # the stored schedule is the one training ended with, and fine-tuning can continue from it
+    resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(pipe.scheduler, loss_weighting="min_snr", snr_gamma=5,
+                                                             num_bins=16)
+    torch.testing.assert_close(resumed.probs, sampler.probs)
+    # the trained (EMA) UNet was saved, not the base one
+    base_unet = StableDiffusionPipeline.from_pretrained(sd_model).unet
+    assert any(not torch.equal(a, b) for a, b in zip(pipe.unet.parameters(), base_unet.parameters()))
+
+    image = pipe("a photo of a bag", num_inference_steps=2, output_type="np",
+                 generator=torch.Generator().manual_seed(0)).images
+    assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
+
+    tags, card = _front_matter_tags(out / "README.md")
+    assert {"text-to-image", "infonoise", "stable-diffusion"} <= set(tags) and "lora" not in tags
+    assert f"base_model: {sd_model}" in card and "a photo of a dress" in card and "noise_schedule.png" in card
+    assert (out / "noise_schedule.png").exists() and (out / "validation.png").exists()
+    assert list((out / "schedule").glob("schedule_*.png")) and list((out / "schedule").glob("drawn_levels_*.png"))
+    assert (out / "checkpoint-2" / "unet").is_dir() and (out / "checkpoint-2" / "unet_ema").is_dir()
+    tb = _tensorboard_tags(str(out))
+    assert "validation_final" in tb["images"]
+    assert {"train_loss", "step_time_s", "infonoise/num_updates"} <= tb["scalars"]
+
+
+@pytest.mark.slow
+def test_sd_lora_from_image_folder(sd_model, tmp_path):
+    """LoRA (peft) on an image folder with metadata.jsonl: the output holds the adapter and the
+    training scheduler; stock diffusers loads both onto the base pipeline."""
+    from diffusers import DDPMScheduler, StableDiffusionPipeline
+    from safetensors.torch import load_file
+
+    data = write_captioned_image_folder(str(tmp_path / "images"), num_images=6)
+    out = tmp_path / "sd_lora"
+    result = sd_script.main([
+        "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--train_data_dir", data,
+        "--use_lora", "--lora_rank", "4", "--max_train_steps", "3", "--checkpointing_steps", "100",
+        "--learning_rate", "1e-2", "--report_to", "none", *FAST, *INFONOISE,
+    ])
+    assert result["global_step"] == 3
+    assert not (out / "unet").exists() and not (out / "model_index.json").exists()
+    lora = load_file(str(out / "pytorch_lora_weights.safetensors"))
+    assert lora and all(k.startswith("unet.") and "lora" in k for k in lora)
+    assert any(float(v.abs().max()) > 0 for k, v in lora.items() if "lora_B" in k or "lora.up" in k)
+
+    config, payload = _scheduler_payload(str(out))
+    assert config["_class_name"] == "DDPMScheduler" and config["prediction_type"] == "epsilon"
+    assert payload["prediction_type"] == "epsilon" and payload["optimizer_steps"] == 3
+
+    pipe = StableDiffusionPipeline.from_pretrained(sd_model)
+    pipe.load_lora_weights(str(out))
+    pipe.scheduler = DDPMScheduler.from_pretrained(str(out), subfolder="scheduler")
+    assert "_infonoise_schedule" in pipe.scheduler.config
+    image = pipe("a red dress", num_inference_steps=2, output_type="np").images
+    assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
+
+    tags, _ = _front_matter_tags(out / "README.md")
+    assert {"text-to-image", "infonoise", "lora"} <= set(tags)
+
+
+@pytest.mark.slow
+def test_sd_resume_from_checkpoint_is_exact(sd_model, tmp_path):
+    """Interrupted at step 2 and resumed: the sampler state, the UNet and the EMA at step 4 equal the
+    uninterrupted run's (data order, augmentations, noise and level draws are all restored)."""
+    from safetensors.torch import load_file
+
+    common = ["--pretrained_model_name_or_path", sd_model, "--max_train_samples", "6", "--max_train_steps", "4",
+              "--checkpointing_steps", "2", "--use_ema", "--random_flip", "--noise_offset", "0.05",
+              "--report_to", "none", *FAST, *INFONOISE]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    sd_script.main([*common, "--output_dir", str(full)])
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
+    result = sd_script.main([*common, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"])
+    assert result["global_step"] == 4 and len(result["step_times"]) == 2  # 6 examples, batch 2: epoch 1 included
+    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0",
+                               resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
+    for sub in ("unet", "unet_ema"):
+        a = load_file(str(full / "checkpoint-4" / sub / "diffusion_pytorch_model.safetensors"))
+        b = load_file(str(resumed / "checkpoint-4" / sub / "diffusion_pytorch_model.safetensors"))
+        assert all(torch.equal(a[k], b[k]) for k in a), sub
+
+
+@pytest.mark.slow
+def test_sd_two_processes_share_pi(sd_model, tmp_path):
+    """``accelerate launch`` with two CPU processes (LoRA): both ranks hold the same π after every
+    refresh, each draws with its own generator, and only the main process writes the outputs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "ddp"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+           str(ROOT / "training_scripts" / "train_text_to_image.py"), "--pretrained_model_name_or_path", sd_model,
+           "--output_dir", str(out), "--max_train_samples", "8", "--max_train_steps", "3", "--checkpointing_steps", "3",
+           "--use_lora", "--validation_prompts", "a photo of a bag", *FAST, *INFONOISE]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    hashes = {0: {}, 1: {}}
+    for rank, step, h in re.findall(r"\[rank (\d)\] step (\d+): pi refreshed \(hash ([0-9a-f]+)", log):
+        hashes[int(rank)][int(step)] = h
+    assert sorted(hashes[0]) == [1, 2, 3] and hashes[0] == hashes[1], log[-5000:]
+    ckpt = out / "checkpoint-3" / "noise_sampler"
+    (t0, _), (t1, _) = _sampler_state(ckpt / "rank_0"), _sampler_state(ckpt / "rank_1")
+    assert torch.equal(t0["probs"], t1["probs"]) and not torch.equal(t0["generator_state"], t1["generator_state"])
+    _, payload = _scheduler_payload(str(out))
+    assert payload["optimizer_steps"] == 3 and payload["num_updates"] == 3
+    assert (out / "pytorch_lora_weights.safetensors").is_file() and (out / "validation.png").is_file()
+    events = list((out / "logs").rglob("events.out.tfevents.*"))
+    assert events and len({e.name.rsplit(".", 2)[-2] for e in events}) == 1  # one writer process
+
+
+# ----------------------------------------------------------------------------------------------
+# Stable Diffusion 3 (rectified flow)
+# ----------------------------------------------------------------------------------------------
+
+# scheme → (sampler drawn without --noise_sampler, loss weighting the sampler is told)
+SD3_SCHEMES = {
+    "logit_normal": ("logit_normal", "none"),
+    "mode": ("mode", "none"),
+    "none": ("uniform", "none"),
+    "sigma_sqrt": ("uniform", "sigma_sqrt"),
+    "cosmap": ("uniform", "cosmap"),
+}
+
+
+@pytest.mark.parametrize("scheme", list(SD3_SCHEMES))
+def test_sd3_weighting_scheme(sd3_model, tmp_path, scheme, capsys):
+    """Each --weighting_scheme: diffusers' loss weight u(s) (compute_loss_weighting_for_sd3), the
+    x0-space weight the sampler is told (u on the x0 loss, u/s² on the velocity loss; METHOD.md §4),
+    the scheduler's shift, and --show_noise_schedule."""
+    from diffusers.training_utils import compute_loss_weighting_for_sd3
+
+    expected_sampler, expected_weighting = SD3_SCHEMES[scheme]
+    s = torch.tensor([0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99], dtype=torch.float64)
+    sigmas = s / (1 - s)
+    u = compute_loss_weighting_for_sd3(scheme, sigmas=s).double()
+    for precondition, prediction_type, x0_factor in (("1", "sample", torch.ones_like(s)), ("0", "flow", s**2)):
+        args = sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme,
+                                      "--precondition_outputs", precondition])
+        sampler = sd3_script.build_sampler(args, sd3_script.load_noise_scheduler(args))
+        assert (sampler.name, sampler.loss_weighting, sampler.prediction_type) == (
+            expected_sampler, expected_weighting, prediction_type)
+        assert sampler.path.kind == "flow" and sampler.path.shift == 3.0
+        torch.testing.assert_close(sampler.loss_weight(sigmas), u, rtol=1e-6, atol=0)
+        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), u / x0_factor, rtol=1e-6, atol=0)
+    out = tmp_path / scheme
+    result = sd3_script.main(["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme,
+                              "--output_dir", str(out), "--show_noise_schedule"])
+    assert result["sampler"].name == expected_sampler
+    assert "flow" in capsys.readouterr().out and (out / "noise_schedule.png").exists()
+
+
+def test_sd3_noise_sampler_and_weighting_scheme_together(sd3_model):
+    """InfoNoise starts from the scheme's density with its parameters; a fixed sampler that contradicts
+    an explicit density scheme is refused; Min-SNR is refused on the flow path."""
+    def build(*extra):
+        args = sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, *extra])
+        return sd3_script.build_sampler(args, sd3_script.load_noise_scheduler(args))
+
+    assert build("--noise_sampler", "infonoise").base_description == {"name": "logit_normal", "mean": 0.0, "std": 1.0}
+    sampler = build("--noise_sampler", "infonoise", "--weighting_scheme", "mode", "--mode_scale", "0.5")
+    assert sampler.base_description == {"name": "mode", "scale": 0.5}
+    sampler = build("--noise_sampler", "infonoise", "--weighting_scheme", "cosmap", "--precondition_outputs", "0")
+    assert sampler.base_description == {"name": "uniform"} and sampler.loss_weighting == "cosmap"
+    assert sampler.prediction_type == "flow"
+    sampler = build("--noise_sampler", "infonoise", "--infonoise_base", "logit_normal", "--logit_mean", "0.5")
+    assert sampler.base_description == {"name": "logit_normal", "mean": 0.5, "std": 1.0}
+    # a fixed sampler wins over the default scheme, and a loss-weight scheme combines with it
+    assert build("--noise_sampler", "edm_lognormal").name == "edm_lognormal"
+    sampler = build("--noise_sampler", "log_uniform", "--weighting_scheme", "sigma_sqrt")
+    assert (sampler.name, sampler.loss_weighting) == ("log_uniform", "sigma_sqrt")
+    assert build("--noise_sampler", "mode", "--weighting_scheme", "mode").name == "mode"
+    for bad in (["--noise_sampler", "logit_normal", "--weighting_scheme", "mode"], ["--snr_gamma", "5"]):
+        with pytest.raises(SystemExit):
+            sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, *bad])
+
+
+def test_sd3_logit_mean_positive_means_more_noise(sd3_model):
+    """Our --logit_mean follows the SD3 paper (positive: more noise), and the shift translates it:
+    on SD3's shift-3 scheduler logit-normal(0, 1) has its median at σ = 3 (s = 0.75)."""
+    medians = {}
+    for mean in (-1.0, 0.0, 1.0):
+        args = sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, "--logit_mean", str(mean)])
+        sampler = sd3_script.build_sampler(args, sd3_script.load_noise_scheduler(args))
+        levels = sampler.sample(20000, generator=torch.Generator().manual_seed(0))
+        s = levels.timesteps.double() / 1000
+        torch.testing.assert_close(s, levels.sigmas.double() / (1 + levels.sigmas.double()), rtol=1e-5, atol=1e-6)
+        medians[mean] = float(levels.sigmas.double().median())
+    assert medians[-1.0] < medians[0.0] < medians[1.0]
+    assert abs(math.log(medians[0.0] / 3.0)) < 0.05
+    assert abs(math.log(medians[1.0] / (3.0 * math.e))) < 0.05
+
+
+@pytest.mark.slow
+def test_sd3_full_finetune_saves_pipeline_with_learned_schedule(sd3_model, tmp_path):
+    """SD3 full fine-tuning, velocity loss with sigma_sqrt weighting, InfoNoise; the saved
+    StableDiffusion3Pipeline reloads with stock diffusers and generates."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
+
+    from diffusers_infonoise import read_schedule
+
+    out = tmp_path / "sd3_full"
+    result = sd3_script.main([
+        "--pretrained_model_name_or_path", sd3_model, "--output_dir", str(out), "--max_train_samples", "8",
+        "--max_train_steps", "3", "--checkpointing_steps", "100", "--weighting_scheme", "sigma_sqrt",
+        "--precondition_outputs", "0", "--max_sequence_length", "16", "--validation_prompts", "a photo of a coat",
+        *FAST, *INFONOISE,
+    ])
+    assert result["global_step"] == 3 and result["sampler"].is_adapted
+    pipe = StableDiffusion3Pipeline.from_pretrained(str(out))
+    assert isinstance(pipe.scheduler, FlowMatchEulerDiscreteScheduler) and pipe.scheduler.config.shift == 3.0
+    payload = read_schedule(pipe.scheduler)
+    assert payload["prediction_type"] == "flow" and payload["loss_weighting"] == "sigma_sqrt"
+    assert payload["path"]["shift"] == 3.0 and payload["adapted"] and payload["optimizer_steps"] == 3
+    base = StableDiffusion3Pipeline.from_pretrained(sd3_model).transformer
+    assert any(not torch.equal(a, b) for a, b in zip(pipe.transformer.parameters(), base.parameters()))
+    image = pipe("a photo of a coat", num_inference_steps=2, output_type="np", max_sequence_length=16).images
+    assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
+    tags, card = _front_matter_tags(out / "README.md")
+    assert {"text-to-image", "infonoise", "sd3"} <= set(tags) and "lora" not in tags
+    assert "sigma_sqrt" in card and "validation.png" in card
+    assert "validation_final" in _tensorboard_tags(str(out))["images"]
+
+
+@pytest.mark.slow
+def test_sd3_lora_resume_and_reload(sd3_model, tmp_path):
+    """SD3 LoRA with the default scheme (logit-normal base, x0 loss): resuming from checkpoint-2 gives
+    the uninterrupted run's sampler state and adapter; the adapter and scheduler load onto the base."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
+    from safetensors.torch import load_file
+
+    common = ["--pretrained_model_name_or_path", sd3_model, "--max_train_samples", "6", "--max_train_steps", "4",
+              "--checkpointing_steps", "2", "--use_lora", "--lora_rank", "2", "--learning_rate", "1e-2",
+              "--max_sequence_length", "16", "--report_to", "none", *FAST, *INFONOISE]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    result = sd3_script.main([*common, "--output_dir", str(full)])
+    assert result["sampler"].prediction_type == "sample"
+    assert result["sampler"].base_description["name"] == "logit_normal"
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
+    sd3_script.main([*common, "--output_dir", str(resumed), "--resume_from_checkpoint", "checkpoint-2"])
+    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0",
+                               resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
+    a = load_file(str(full / "pytorch_lora_weights.safetensors"))
+    b = load_file(str(resumed / "pytorch_lora_weights.safetensors"))
+    assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(k.startswith("transformer.") for k in a)
+
+    pipe = StableDiffusion3Pipeline.from_pretrained(sd3_model)
+    pipe.load_lora_weights(str(full))
+    pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(str(full), subfolder="scheduler")
+    assert pipe.scheduler.config["_infonoise_schedule"]["prediction_type"] == "sample"
+    image = pipe("a photo of a bag", num_inference_steps=2, output_type="np", max_sequence_length=16).images
+    assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
+    tags, _ = _front_matter_tags(full / "README.md")
+    assert {"text-to-image", "infonoise", "lora", "sd3"} <= set(tags)
