@@ -37,9 +37,14 @@ __all__ = [
     "training_target",
     "tracker_config",
     "per_sample_mse",
+    "make_optimizer_and_lr_scheduler",
+    "backward_and_step",
+    "finish_micro_batch",
     "ScheduleMonitor",
     "register_sampler_checkpointing",
     "resolve_resume_checkpoint",
+    "optimizer_steps_per_epoch",
+    "resume_training_state",
     "prune_checkpoints",
     "save_image_grid",
     "render_model_card",
@@ -55,12 +60,15 @@ __all__ = [
     "encode_latents",
     "weight_dtype_of",
     "make_accelerator",
+    "start_text_to_image_run",
     "UNET_LORA_TARGETS",
     "SD3_LORA_TARGETS",
     "add_lora_adapter",
     "lora_layers",
     "load_lora_layers",
+    "setup_trained_model",
     "register_model_checkpointing",
+    "prepare_text_to_image_training",
     "log_validation_images",
     "store_learned_schedule",
     "training_length",
@@ -334,6 +342,63 @@ def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sam
 
 
 # ----------------------------------------------------------------------------------------------
+# optimizer and the per-micro-batch update
+# ----------------------------------------------------------------------------------------------
+
+
+def make_optimizer_and_lr_scheduler(args, params, *, max_steps: int, num_processes: int) -> tuple:
+    """``(optimizer, lr_scheduler)`` as diffusers' example scripts build them.
+
+    AdamW on ``params`` with ``--learning_rate`` and the ``--adam_*`` arguments; with ``--scale_lr``
+    (where the script has that flag) the rate is multiplied by the gradient accumulation steps, the
+    per-device batch size and ``num_processes``. The schedule is diffusers' ``get_scheduler``
+    (``--lr_scheduler``) over ``max_steps`` optimizer steps with ``--lr_warmup_steps`` of warm-up,
+    both counts times ``num_processes``: once prepared by accelerate, the scheduler steps once per
+    process at every optimizer step.
+    """
+    from diffusers.optimization import get_scheduler
+
+    lr = args.learning_rate
+    if getattr(args, "scale_lr", False):
+        lr *= args.gradient_accumulation_steps * args.train_batch_size * num_processes
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(args.adam_beta1, args.adam_beta2),
+                                  weight_decay=args.adam_weight_decay, eps=args.adam_epsilon)
+    lr_scheduler = get_scheduler(args.lr_scheduler, optimizer=optimizer,
+                                 num_warmup_steps=args.lr_warmup_steps * num_processes,
+                                 num_training_steps=max_steps * num_processes)
+    return optimizer, lr_scheduler
+
+
+def backward_and_step(accelerator, args, loss: torch.Tensor, *, optimizer, lr_scheduler, params) -> None:
+    """The update of one micro-batch, inside ``accelerator.accumulate(model)``: backpropagate
+    ``loss``; when the gradients are synchronized (an optimizer step) clip those of ``params`` to
+    ``--max_grad_norm`` (0 or None: no clipping); step the optimizer and the LR schedule and zero the
+    gradients (the prepared optimizer and schedule skip the steps between accumulation boundaries)."""
+    accelerator.backward(loss)
+    if accelerator.sync_gradients and args.max_grad_norm:
+        accelerator.clip_grad_norm_(params, args.max_grad_norm)
+    optimizer.step()
+    lr_scheduler.step()
+    optimizer.zero_grad()
+
+
+def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: ScheduleMonitor, levels: NoiseLevels,
+                       per_sample: torch.Tensor, *, ema=None, params=None) -> bool:
+    """After :func:`backward_and_step`, outside ``accelerate.accumulate``: the sampler and the
+    ``monitor`` get the micro-batch's unweighted per-sample loss; at an optimizer step (synchronized
+    gradients) the sampler then counts the step (``sampler.step()``, which may refresh π) and the
+    EMA, if any, follows ``params``. Returns whether this micro-batch ended an optimizer step."""
+    sampler.update(levels, per_sample.detach())
+    monitor.observe(levels, per_sample.detach())
+    if not accelerator.sync_gradients:
+        return False
+    sampler.step()
+    if ema is not None:
+        ema.step(params)
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
 # monitoring the schedule during training
 # ----------------------------------------------------------------------------------------------
 
@@ -492,6 +557,39 @@ def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | Non
     if not found:
         return None
     return os.path.join(output_dir, max(found, key=lambda d: int(d.split("-")[1])))
+
+
+def optimizer_steps_per_epoch(args, dataloader) -> int:
+    """Optimizer steps in one pass over a *prepared* dataloader: ``ceil(len(dataloader) /
+    gradient_accumulation_steps)``, at least 1. Its length is this process's batches, and accelerate
+    also steps at the end of the dataloader, so an epoch's last update may take fewer than
+    ``gradient_accumulation_steps`` micro-batches (the next epoch's accumulation starts afresh)."""
+    return max(1, math.ceil(len(dataloader) / args.gradient_accumulation_steps))
+
+
+def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, dataloader) -> tuple[int, int, int]:
+    """Resume from ``--resume_from_checkpoint``; returns ``(global_step, first_epoch, skip_batches)``.
+
+    ``(0, 0, 0)`` without a checkpoint to resume from (when ``"latest"`` finds none, a warning says
+    the run starts afresh). Otherwise ``accelerator.load_state`` restores the checkpoint (the
+    registered hooks bring back the model, the EMA and the sampler), ``global_step`` is the ``N`` of
+    ``checkpoint-N``, and a sampler the checkpoint held no state for counts its steps from there.
+    Epochs are counted in optimizer steps (:func:`optimizer_steps_per_epoch` of the *prepared*
+    ``dataloader``): the run continues in epoch ``first_epoch`` after the ``skip_batches``
+    micro-batches of the updates that epoch had finished.
+    """
+    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
+    if args.resume_from_checkpoint and resume_dir is None:
+        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
+    if not resume_dir:
+        return 0, 0, 0
+    accelerator.print(f"Resuming from {resume_dir}")
+    accelerator.load_state(resume_dir)
+    global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
+    if sampler.optimizer_step != global_step:
+        sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
+    first_epoch, updates_done = divmod(global_step, optimizer_steps_per_epoch(args, dataloader))
+    return global_step, first_epoch, updates_done * args.gradient_accumulation_steps
 
 
 def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
@@ -754,6 +852,34 @@ def make_accelerator(args):
     )
 
 
+def start_text_to_image_run(args, *, load_noise_scheduler: Callable, build_sampler: Callable) -> tuple:
+    """The start of a text-to-image script's run; returns ``(noise_scheduler, sampler, accelerator)``.
+
+    The training scheduler is the script's ``load_noise_scheduler(args)``, the noise sampler its
+    ``build_sampler(args, noise_scheduler)``. With ``--show_noise_schedule`` the sampler's density is
+    printed and plotted (:func:`show_noise_schedule`), there is nothing to train and ``accelerator``
+    is None. Otherwise ``accelerator`` is the run's ``Accelerator`` (:func:`make_accelerator`), after
+    the set-up diffusers' scripts do first: their logging format, the global seed (``--seed``), the
+    output folder (main process) and TF32 matmuls (``--allow_tf32``).
+    """
+    from accelerate.utils import set_seed
+
+    noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
+    if args.show_noise_schedule:
+        show_noise_schedule(sampler, args.output_dir)
+        return noise_scheduler, sampler, None
+    accelerator = make_accelerator(args)
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
+    if args.seed is not None:
+        set_seed(args.seed)
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+    if args.allow_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return noise_scheduler, sampler, accelerator
+
+
 #: peft target modules of diffusers' LoRA scripts
 UNET_LORA_TARGETS = ("to_k", "to_q", "to_v", "to_out.0")
 SD3_LORA_TARGETS = ("attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
@@ -801,6 +927,33 @@ def load_lora_layers(model, pipeline_cls, directory: str, *, prefix: str) -> Non
     unexpected = getattr(result, "unexpected_keys", None)
     if unexpected:
         raise ValueError(f"{directory}: LoRA weights that this adapter does not have: {unexpected[:5]}")
+
+
+def setup_trained_model(args, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device,
+                        weight_dtype: torch.dtype) -> tuple[list, object]:
+    """Ready the models of a text-to-image run for training; returns ``(params, ema)``.
+
+    The ``frozen`` modules (VAE, text encoders) get no gradients and move to ``device`` in
+    ``weight_dtype``. With ``--use_lora`` the trained ``model`` moves there too and gets a LoRA
+    adapter on ``lora_targets`` (:func:`add_lora_adapter`; its weights stay float32 under fp16).
+    ``params`` are the trainable parameters, ``ema`` an ``EMAModel`` of ``model`` (``model_cls``)
+    with ``--use_ema`` (else None); ``--gradient_checkpointing`` is enabled on ``model``.
+    """
+    from diffusers.training_utils import EMAModel, cast_training_params
+
+    for module in frozen:
+        module.requires_grad_(False)
+        module.to(device, dtype=weight_dtype)
+    if args.use_lora:
+        model.to(device, dtype=weight_dtype)
+        add_lora_adapter(model, rank=args.lora_rank, alpha=args.lora_alpha, target_modules=lora_targets)
+        if args.mixed_precision == "fp16":
+            cast_training_params(model, dtype=torch.float32)  # LoRA weights train in float32
+    params = [p for p in model.parameters() if p.requires_grad]
+    ema = EMAModel(model.parameters(), model_cls=model_cls, model_config=model.config) if args.use_ema else None
+    if args.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    return params, ema
 
 
 def register_model_checkpointing(accelerator, *, model_cls, subfolder: str, ema=None, lora_pipeline_cls=None,
@@ -854,6 +1007,45 @@ def register_model_checkpointing(accelerator, *, model_cls, subfolder: str, ema=
 
     accelerator.register_save_state_pre_hook(save_hook)
     accelerator.register_load_state_pre_hook(load_hook)
+
+
+def prepare_text_to_image_training(accelerator, args, model, *, params, ema, sampler: TrainingTimestepSampler,
+                                   model_cls, subfolder: str, pipeline_cls, tracker_project: str) -> tuple:
+    """Everything between the built model and the training loop of a text-to-image run.
+
+    The captioned dataloader (:func:`captioned_dataloader`, prepared); the optimizer and LR schedule
+    (:func:`make_optimizer_and_lr_scheduler` over :func:`training_length`'s steps); ``model``, the
+    optimizer and the schedule prepared; the EMA on the device; each rank's generator of noise
+    levels, seeded ``seed·1000 + rank`` (the schedule π is shared through the sampler's all-reduce),
+    then the device-specific global seed; the checkpoint hooks of the model
+    (:func:`register_model_checkpointing` under ``subfolder``; with ``--use_lora`` the adapter through
+    ``pipeline_cls.save_lora_weights`` with prefix ``subfolder``) and of the sampler
+    (:func:`register_sampler_checkpointing`); the trackers, as ``tracker_project``, on the main process.
+
+    Returns ``(model, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen)``: ``model`` as
+    prepared, ``epoch_setters`` the dataset and batch order for :func:`run_training_loop`.
+    """
+    from accelerate.utils import set_seed
+
+    dataloader, dataset, order = captioned_dataloader(args)
+    dataloader = accelerator.prepare(dataloader)
+    _, max_steps, _ = training_length(args, dataloader)
+    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, params, max_steps=max_steps,
+                                                              num_processes=accelerator.num_processes)
+    model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
+    if ema is not None:
+        ema.to(accelerator.device)
+
+    # Each rank draws its own levels (and ε); the schedule π is shared through the sampler's all-reduce.
+    draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
+    if args.seed is not None:
+        set_seed(args.seed, device_specific=True)
+    register_model_checkpointing(accelerator, model_cls=model_cls, subfolder=subfolder, ema=ema,
+                                 lora_pipeline_cls=pipeline_cls if args.use_lora else None, lora_prefix=subfolder)
+    register_sampler_checkpointing(accelerator, sampler, draw_gen)
+    if accelerator.is_main_process:
+        accelerator.init_trackers(tracker_project, config=tracker_config(args))
+    return model, optimizer, lr_scheduler, dataloader, (dataset, order), draw_gen
 
 
 def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: int, seed: int | None,
@@ -917,9 +1109,8 @@ def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) ->
 
 def training_length(args, dataloader) -> tuple[int, int, int]:
     """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
-    (its length is this process's batches; accelerate steps the optimizer at the end of an epoch
-    even when the last accumulation is incomplete)."""
-    steps_per_epoch = max(1, math.ceil(len(dataloader) / args.gradient_accumulation_steps))
+    (:func:`optimizer_steps_per_epoch`)."""
+    steps_per_epoch = optimizer_steps_per_epoch(args, dataloader)
     max_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
     return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
 
@@ -943,19 +1134,8 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
 
     from tqdm.auto import tqdm
 
-    steps_per_epoch, max_steps, num_epochs = training_length(args, dataloader)
-    global_step, first_epoch, skip_batches = 0, 0, 0
-    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
-    if args.resume_from_checkpoint and resume_dir is None:
-        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
-    if resume_dir:
-        accelerator.print(f"Resuming from {resume_dir}")
-        accelerator.load_state(resume_dir)
-        global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
-        if sampler.optimizer_step != global_step:
-            sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
-        first_epoch, step_in_epoch = divmod(global_step, steps_per_epoch)
-        skip_batches = step_in_epoch * args.gradient_accumulation_steps
+    _, max_steps, num_epochs = training_length(args, dataloader)
+    global_step, first_epoch, skip_batches = resume_training_state(accelerator, args, sampler, dataloader)
 
     monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
     total_batch = args.train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
@@ -982,19 +1162,10 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
                 train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / args.gradient_accumulation_steps
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and args.max_grad_norm:
-                    accelerator.clip_grad_norm_(params_to_clip, args.max_grad_norm)
-                optimizer.step()
-                lr_scheduler.step()
-                optimizer.zero_grad()
-            sampler.update(levels, per_sample.detach())
-            monitor.observe(levels, per_sample.detach())
-            if not accelerator.sync_gradients:
+                backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                                  params=params_to_clip)
+            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip):
                 continue
-            sampler.step()
-            if ema is not None:
-                ema.step(params_to_clip)
             global_step += 1
             progress.update(1)
             logs = {"train_loss": train_loss, "lr": lr_scheduler.get_last_lr()[0]}

@@ -42,39 +42,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import logging
 import os
 import sys
 
 import torch
 from accelerate.logging import get_logger
-from accelerate.utils import set_seed
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
-from diffusers.optimization import get_scheduler
-from diffusers.training_utils import EMAModel, cast_training_params
 from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
 from diffusers_infonoise.paths import FlowPath
 from diffusers_infonoise.training import (
-    SD3_LORA_TARGETS,
-    add_lora_adapter,
-    add_text_to_image_args,
-    build_noise_sampler,
-    captioned_dataloader,
-    check_text_to_image_args,
-    encode_latents,
-    log_validation_images,
-    make_accelerator,
-    per_sample_mse,
-    register_model_checkpointing,
-    register_sampler_checkpointing,
-    resolve_infonoise_base,
-    run_training_loop,
-    save_text_to_image_outputs,
-    show_noise_schedule,
-    tracker_config,
-    training_length,
-    training_target,
+    SD3_LORA_TARGETS, add_text_to_image_args, build_noise_sampler, check_text_to_image_args, encode_latents,
+    log_validation_images, per_sample_mse, prepare_text_to_image_training, resolve_infonoise_base,
+    run_training_loop, save_text_to_image_outputs, setup_trained_model, start_text_to_image_run, training_target,
     weight_dtype_of,
 )
 
@@ -139,22 +119,11 @@ def build_sampler(args, noise_scheduler):
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
-    noise_scheduler = load_noise_scheduler(args)
-    sampler = build_sampler(args, noise_scheduler)
-    if args.show_noise_schedule:
-        show_noise_schedule(sampler, args.output_dir)
+    noise_scheduler, sampler, accelerator = start_text_to_image_run(args, load_noise_scheduler=load_noise_scheduler,
+                                                                    build_sampler=build_sampler)
+    if accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": sampler}
-
-    accelerator = make_accelerator(args)
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
-    if args.seed is not None:
-        set_seed(args.seed)
-    if accelerator.is_main_process:
-        os.makedirs(args.output_dir, exist_ok=True)
-    if args.allow_tf32:
-        torch.backends.cuda.matmul.allow_tf32 = True
-    weight_dtype = weight_dtype_of(accelerator)
-    device = accelerator.device
+    weight_dtype, device = weight_dtype_of(accelerator), accelerator.device
 
     # -- models: three frozen text encoders and the VAE, trained transformer (or its LoRA) ------------
     base, load = args.pretrained_model_name_or_path, dict(revision=args.revision)
@@ -168,46 +137,14 @@ def main(argv=None) -> dict:
     ]
     vae = AutoencoderKL.from_pretrained(base, subfolder="vae", variant=args.variant, **load)
     transformer = SD3Transformer2DModel.from_pretrained(base, subfolder="transformer", variant=args.variant, **load)
-    for frozen in (vae, *text_encoders):
-        frozen.requires_grad_(False)
-        frozen.to(device, dtype=weight_dtype)
-    if args.use_lora:
-        transformer.to(device, dtype=weight_dtype)
-        add_lora_adapter(transformer, rank=args.lora_rank, alpha=args.lora_alpha, target_modules=SD3_LORA_TARGETS)
-        if args.mixed_precision == "fp16":
-            cast_training_params(transformer, dtype=torch.float32)  # LoRA weights train in float32
-    params = [p for p in transformer.parameters() if p.requires_grad]
-    ema = (EMAModel(transformer.parameters(), model_cls=SD3Transformer2DModel, model_config=transformer.config)
-           if args.use_ema else None)
-    if args.gradient_checkpointing:
-        transformer.enable_gradient_checkpointing()
+    params, ema = setup_trained_model(args, transformer, frozen=(vae, *text_encoders), model_cls=SD3Transformer2DModel,
+                                      lora_targets=SD3_LORA_TARGETS, device=device, weight_dtype=weight_dtype)
 
-    # -- data, optimizer, schedule ----------------------------------------------------------------
-    dataloader, dataset, order = captioned_dataloader(args)
-    dataloader = accelerator.prepare(dataloader)
-    _, max_steps, _ = training_length(args, dataloader)
-    lr = args.learning_rate
-    if args.scale_lr:
-        lr *= args.gradient_accumulation_steps * args.train_batch_size * accelerator.num_processes
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=(args.adam_beta1, args.adam_beta2),
-                                  weight_decay=args.adam_weight_decay, eps=args.adam_epsilon)
-    lr_scheduler = get_scheduler(args.lr_scheduler, optimizer=optimizer,
-                                 num_warmup_steps=args.lr_warmup_steps * accelerator.num_processes,
-                                 num_training_steps=max_steps * accelerator.num_processes)
-    transformer, optimizer, lr_scheduler = accelerator.prepare(transformer, optimizer, lr_scheduler)
-    if ema is not None:
-        ema.to(device)
-
-    # Each rank draws its own levels (and ε); the schedule π is shared through the sampler's all-reduce.
-    draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
-    if args.seed is not None:
-        set_seed(args.seed, device_specific=True)
-    register_model_checkpointing(accelerator, model_cls=SD3Transformer2DModel, subfolder="transformer", ema=ema,
-                                 lora_pipeline_cls=StableDiffusion3Pipeline if args.use_lora else None,
-                                 lora_prefix="transformer")
-    register_sampler_checkpointing(accelerator, sampler, draw_gen)
-    if accelerator.is_main_process:
-        accelerator.init_trackers("text2image-fine-tune-sd3-infonoise", config=tracker_config(args))
+    # -- data, optimizer, schedule, checkpoint hooks, trackers ------------------------------------
+    transformer, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen = prepare_text_to_image_training(
+        accelerator, args, transformer, params=params, ema=ema, sampler=sampler, model_cls=SD3Transformer2DModel,
+        subfolder="transformer", pipeline_cls=StableDiffusion3Pipeline,
+        tracker_project="text2image-fine-tune-sd3-infonoise")
 
     # one in-memory pipeline: prompt encoding for training, images for validation, the saved model
     pipeline = StableDiffusion3Pipeline(
@@ -239,7 +176,7 @@ def main(argv=None) -> dict:
                               max_sequence_length=args.max_sequence_length)
 
     result = run_training_loop(accelerator, args, model=transformer, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                               dataloader=dataloader, epoch_setters=(dataset, order), sampler=sampler,
+                               dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)
 

@@ -24,7 +24,6 @@ from accelerate import Accelerator
 from accelerate.logging import get_logger
 from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers import DDPMPipeline, DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel
-from diffusers.optimization import get_scheduler
 from diffusers.training_utils import EMAModel
 from tqdm.auto import tqdm
 
@@ -33,15 +32,18 @@ from diffusers_infonoise.training import (
     ScheduleMonitor,
     add_common_training_args,
     add_noise_sampler_args,
+    backward_and_step,
     build_noise_sampler,
+    finish_micro_batch,
     image_transform,
     load_image_dataset,
+    make_optimizer_and_lr_scheduler,
     per_sample_mse,
     prune_checkpoints,
     push_output_dir,
     register_sampler_checkpointing,
     render_model_card,
-    resolve_resume_checkpoint,
+    resume_training_state,
     save_image_grid,
     show_noise_schedule,
     training_target,
@@ -180,14 +182,11 @@ def main(argv=None):
     if args.use_ema:
         ema = EMAModel(model.parameters(), decay=args.ema_max_decay, use_ema_warmup=True, inv_gamma=args.ema_inv_gamma,
                        power=args.ema_power, model_cls=UNet2DModel, model_config=model.config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-                                  weight_decay=args.adam_weight_decay, eps=args.adam_epsilon)
     steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
     max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
     num_epochs = math.ceil(max_steps / max(1, steps_per_epoch))
-    lr_scheduler = get_scheduler(args.lr_scheduler, optimizer=optimizer,
-                                 num_warmup_steps=args.lr_warmup_steps * accelerator.num_processes,
-                                 num_training_steps=max_steps * accelerator.num_processes)
+    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, model.parameters(), max_steps=max_steps,
+                                                              num_processes=accelerator.num_processes)
     model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
     if ema is not None:
         ema.to(accelerator.device)
@@ -203,21 +202,7 @@ def main(argv=None):
     logger.info(f"***** Running training: {len(dataset)} examples, {num_epochs} epochs, {max_steps} optimizer steps, "
                 f"total batch {total_batch}, sampler {sampler.name}, path {sampler.path.kind} *****")
 
-    global_step, first_epoch, skip_batches = 0, 0, 0
-    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
-    if args.resume_from_checkpoint and resume_dir is None:
-        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
-    if resume_dir:
-        accelerator.print(f"Resuming from {resume_dir}")
-        accelerator.load_state(resume_dir)
-        global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
-        if sampler.optimizer_step != global_step:
-            sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
-        # accelerate also steps at the end of the data loader, so an epoch's last update may take fewer
-        # than gradient_accumulation_steps micro-batches: count epochs in updates, not micro-batches
-        updates_per_epoch = math.ceil(len(dataloader) / args.gradient_accumulation_steps)
-        first_epoch, resume_update = divmod(global_step, updates_per_epoch)
-        skip_batches = resume_update * args.gradient_accumulation_steps
+    global_step, first_epoch, skip_batches = resume_training_state(accelerator, args, sampler, dataloader)
 
     monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
     progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
@@ -234,19 +219,10 @@ def main(argv=None):
                 pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
                 per_sample = per_sample_mse(pred, training_target(sampler, noise_scheduler, x0, noise, levels))
                 loss = weighted_loss(sampler, levels, per_sample)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and args.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                optimizer.step()
-                lr_scheduler.step()
-                optimizer.zero_grad()
-            sampler.update(levels, per_sample.detach())
-            monitor.observe(levels, per_sample.detach())
-            if not accelerator.sync_gradients:
+                backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                                  params=model.parameters())
+            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=model.parameters()):
                 continue
-            sampler.step()
-            if ema is not None:
-                ema.step(model.parameters())
             global_step += 1
             progress.update(1)
             logs = {"loss": loss.detach().item(), "lr": lr_scheduler.get_last_lr()[0], "step": global_step}
