@@ -160,13 +160,29 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a("--hub_private_repo", action="store_true")
 
 
+def baseline_density_params(args, name: str | None) -> dict | None:
+    """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
+    ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters."""
+    return {
+        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
+        "logit_normal": {"mean": args.logit_mean, "std": args.logit_std},
+        "mode": {"scale": args.mode_scale},
+    }.get(name)
+
+
 def build_noise_sampler(
     args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None
 ) -> TrainingTimestepSampler:
-    """The sampler ``args.noise_sampler`` names, with the parameters of :func:`add_noise_sampler_args`."""
+    """The sampler ``args.noise_sampler`` names, with the parameters of :func:`add_noise_sampler_args`.
+
+    A base density named by ``--infonoise_base`` gets its parameters from the baseline flags too.
+    """
     common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
     name = args.noise_sampler
     if name in ("infonoise", "kingma_gao"):
+        base = args.infonoise_base
+        if isinstance(base, str) and baseline_density_params(args, base) is not None:
+            base = (base, baseline_density_params(args, base))
         kw = {
             "num_bins": args.infonoise_num_bins,
             "warmup_steps": args.infonoise_warmup_steps,
@@ -175,17 +191,12 @@ def build_noise_sampler(
             "min_count": args.infonoise_min_count,
             "smoothing": args.infonoise_smoothing,
             "floor": args.infonoise_floor,
-            "base": args.infonoise_base,
+            "base": base,
         }
         if name == "infonoise":
             kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback)
         return make_sampler(name, noise_scheduler, **common, **kw)
-    params = {
-        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
-        "logit_normal": {"mean": args.logit_mean, "std": args.logit_std},
-        "mode": {"scale": args.mode_scale},
-    }.get(name, {})
-    return make_sampler(name, noise_scheduler, **common, **params)
+    return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
 
 
 def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
@@ -1086,11 +1097,7 @@ def resolve_infonoise_base(args, default: str | None) -> None:
     from the baseline flags (``--edm_p_mean/--edm_p_std``, ``--logit_mean/--logit_std``,
     ``--mode_scale``), as ``(name, params)`` in ``args.infonoise_base``; other names stay as they are."""
     name = args.infonoise_base or default
-    params = {
-        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
-        "logit_normal": {"mean": args.logit_mean, "std": args.logit_std},
-        "mode": {"scale": args.mode_scale},
-    }.get(name)
+    params = baseline_density_params(args, name)
     args.infonoise_base = (name, params) if params is not None else name
 
 

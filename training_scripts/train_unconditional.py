@@ -38,6 +38,7 @@ from diffusers_infonoise.training import (
     image_transform,
     load_image_dataset,
     make_optimizer_and_lr_scheduler,
+    optimizer_steps_per_epoch,
     per_sample_mse,
     prune_checkpoints,
     push_output_dir,
@@ -188,6 +189,9 @@ def main(argv=None):
     optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, model.parameters(), max_steps=max_steps,
                                                               num_processes=accelerator.num_processes)
     model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
+    # The prepared loader's per-process length can differ from the estimate above (uneven sharding):
+    # size the epoch loop from it so that max_steps is always reached.
+    num_epochs = math.ceil(max_steps / optimizer_steps_per_epoch(args, dataloader))
     if ema is not None:
         ema.to(accelerator.device)
 
