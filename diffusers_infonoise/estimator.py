@@ -96,16 +96,19 @@ class ProfileEstimator:
         edges = torch.as_tensor(edges, dtype=torch.float64).flatten()
         if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
             raise ValueError("edges: need at least 3 finite, strictly increasing log-sigma edges")
-        if not 0.0 <= ema_decay < 1.0:
-            raise ValueError(f"ema_decay: must be in [0, 1), got {ema_decay}")
-        if int(min_count) < 1:
-            raise ValueError(f"min_count: must be >= 1, got {min_count}")
-        if smoothing < 0:
-            raise ValueError(f"smoothing: must be >= 0 (bins), got {smoothing}")
-        if not (gate is None or gate == "auto" or (isinstance(gate, (int, float)) and not isinstance(gate, bool) and gate > 0)):
-            raise ValueError(f"gate: accepted values are 'auto', a positive float pivot (VE sigma) or None, got {gate!r}")
-        if not gate_fallback > 0:
-            raise ValueError(f"gate_fallback: must be > 0, got {gate_fallback}")
+        def real(x) -> bool:  # a finite int/float, not a bool or a string
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+        if not (real(ema_decay) and 0.0 <= ema_decay < 1.0):
+            raise ValueError(f"ema_decay: must be a float in [0, 1), got {ema_decay!r}")
+        if not (isinstance(min_count, int) and not isinstance(min_count, bool) and min_count >= 1):
+            raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
+        if not (real(smoothing) and 0 <= smoothing <= 64):
+            raise ValueError(f"smoothing: must be a float in [0, 64] (bins), got {smoothing!r}")
+        if not (gate is None or gate == "auto" or (real(gate) and gate > 0)):
+            raise ValueError(f"gate: accepted values are 'auto', a finite positive float pivot (VE sigma) or None, got {gate!r}")
+        if not (real(gate_fallback) and gate_fallback > 0):
+            raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
         self.edges = edges
         self.ema_decay = float(ema_decay)
         self.min_count = int(min_count)

@@ -24,6 +24,8 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
+import logging
+
 import torch
 
 from . import densities as D
@@ -36,6 +38,8 @@ from .weighting import (
     x0_loss_weight,
     loss_weight,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "NoiseLevels",
@@ -269,7 +273,8 @@ class TrainingTimestepSampler:
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Plain tensors and numbers (safetensors/JSON friendly) for an exact resume."""
+        """Tensors, numbers, strings and None for an exact resume; written without pickle by
+        :func:`~diffusers_infonoise.serialization.save_sampler_state` (safetensors + JSON)."""
         return {"name": self.name, "optimizer_step": self.optimizer_step}
 
     def load_state_dict(self, state: dict) -> None:
@@ -412,7 +417,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             ("num_bins", num_bins, isinstance(num_bins, int) and num_bins >= 4, "an int >= 4"),
             ("warmup_steps", warmup_steps, isinstance(warmup_steps, int) and warmup_steps >= 0, "an int >= 0"),
             ("refresh_every", refresh_every, isinstance(refresh_every, int) and refresh_every >= 1, "an int >= 1"),
-            ("floor", floor, isinstance(floor, (int, float)) and 0.0 <= floor <= 1.0, "a float in [0, 1]"),
+            ("floor", floor, isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0.0 <= floor <= 1.0,
+             "a float in [0, 1]"),
         ):
             if not ok:
                 raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
@@ -510,10 +516,26 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         return state
 
     def load_state_dict(self, state):
-        super().load_state_dict(state)
+        """Restore :meth:`state_dict` output (exact resume).
+
+        Raises:
+            ValueError: a state of another sampler or grid, missing keys, or invalid π.
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"state_dict: expected the dict returned by state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("name", "optimizer_step", "estimator", "probs", "num_updates", "edges") if k not in state]
+        if missing:
+            raise ValueError(f"state_dict: missing key(s) {missing}")
+        if state["name"] != self.name:
+            raise ValueError(f"state_dict: saved by a {state['name']!r} sampler, this is a {self.name!r} sampler")
         edges = torch.as_tensor(state["edges"], dtype=torch.float64)
         if edges.shape != self.edges.shape or not torch.allclose(edges, self.edges, rtol=0, atol=1e-12):
             raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
+        if state["probs"] is not None:
+            p = torch.as_tensor(state["probs"], dtype=torch.float64)
+            if p.shape != (self.edges.numel() - 1,) or not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
+                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses")
+        super().load_state_dict(state)
         self.estimator.load_state_dict(state["estimator"])
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
@@ -594,7 +616,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         cls,
         noise_scheduler,
         prediction_type: str | None = None,
-        loss_weighting="none",
+        loss_weighting=None,
         *,
         snr_gamma: float | None = None,
         mu: float | None = None,
@@ -605,13 +627,18 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
         Args:
             noise_scheduler: DDPM/DDIM (VP), EDMEuler/EDMDPMSolverMultistep (VE) or FlowMatchEulerDiscrete.
-            prediction_type: default :func:`default_prediction_type` (VP: the scheduler's; flow:
-                ``"flow"``; EDM: ``"sample"``, the denoiser error).
-            loss_weighting, snr_gamma, **kwargs: see the class docstring.
+            prediction_type: the parameterization of the losses given to :meth:`update`. Default: the
+                stored schedule's when the config carries one, else :func:`default_prediction_type`
+                (VP: the scheduler's; flow: ``"flow"``; EDM: ``"sample"``, the denoiser error).
+            loss_weighting: the weight the training loss applies (class docstring). Default: the stored
+                schedule's (with its ``snr_gamma``) when there is one, else ``"none"``.
+            snr_gamma, **kwargs: see the class docstring.
             mu: dynamic-shift ``mu`` for flow schedulers with ``use_dynamic_shifting=True``.
             use_stored_schedule: when the scheduler's config carries a learned schedule
-                (:meth:`save_to_scheduler`), start from it: its π and m̂, no warm-up. ``False`` starts
-                from the base density.
+                (:meth:`save_to_scheduler`), start from it: its m̂ and π, no warm-up. When this
+                sampler's loss, weighting, floor, base or gate differ from the stored ones, π is
+                rebuilt from the stored m̂ for the new settings (m̂ is an x0-space error, independent of
+                the weighting). ``False`` starts from the base density.
 
         Raises:
             TypeError: unsupported scheduler. ValueError: bad arguments, or a stored schedule for
@@ -620,16 +647,38 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         from .serialization import read_schedule
 
         path = path_from_scheduler(noise_scheduler, mu=mu)
+        stored = read_schedule(noise_scheduler) if use_stored_schedule else None
+        if stored is not None and loss_weighting is None and stored.get("loss_weighting") != "custom":
+            loss_weighting = stored["loss_weighting"]
+            snr_gamma = stored.get("snr_gamma") if snr_gamma is None else snr_gamma
+        if stored is not None and prediction_type is None:
+            prediction_type = stored["prediction_type"]
         if prediction_type is None:
             prediction_type = default_prediction_type(noise_scheduler)
+        if loss_weighting is None:
+            loss_weighting = "none"
         sampler = cls(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **kwargs)
-        stored = read_schedule(noise_scheduler) if use_stored_schedule else None
         if stored is not None:
             sampler.load_schedule(stored)
         return sampler
 
+    def _schedule_settings(self) -> dict:
+        """What, besides m̂, determines π: compared with a stored payload's values."""
+        hp = {k: v for k, v in self.hyperparameters.items() if k in ("floor", "gate", "gate_fallback", "smoothing")}
+        return {
+            "prediction_type": self.prediction_type,
+            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
+            "snr_gamma": self.snr_gamma,
+            "base": self.base_description,
+            "hyperparameters": hp,
+        }
+
     def load_schedule(self, payload: dict) -> None:
         """Start from a stored schedule payload (:mod:`~diffusers_infonoise.serialization`).
+
+        Takes its m̂ and π and skips the warm-up. If the payload's loss parameterization, weighting,
+        base, floor, gate or smoothing differ from this sampler's, π is rebuilt from the stored m̂
+        with this sampler's settings (logged), so that π·w follows ρ̂ for the loss actually trained.
 
         Raises:
             ValueError: when the payload's path or grid differs from this sampler's.
@@ -651,7 +700,21 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             # saved before its warm-up ended: its "pi" is the binned base, not a learned schedule.
             # Keep the statistics, the base density and the warm-up.
             return
-        self.probs = torch.tensor(payload["pi"], dtype=torch.float64)
+        mine = self._schedule_settings()
+        theirs = {
+            "prediction_type": payload.get("prediction_type"),
+            "loss_weighting": payload.get("loss_weighting"),
+            "snr_gamma": payload.get("snr_gamma"),
+            "base": payload.get("base"),
+            "hyperparameters": {k: payload.get("hyperparameters", {}).get(k) for k in mine["hyperparameters"]},
+        }
+        if mine == theirs or not self.estimator.is_ready:
+            self.probs = torch.tensor(payload["pi"], dtype=torch.float64)
+        else:
+            changed = sorted(k for k in mine if mine[k] != theirs[k])
+            logger.info(f"stored schedule: {', '.join(changed)} differ from this sampler's; rebuilding pi from the stored m_hat")
+            masses = self._target_masses()
+            self.probs = (1 - self.floor) * masses / masses.sum() + self.floor * self.base_masses
         self.num_updates = max(self.num_updates, 1)
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
         self.warmup_steps = 0  # the stored π already is an adapted schedule
@@ -730,6 +793,9 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
     common = {k: kwargs.pop(k) for k in ("prediction_type", "loss_weighting", "snr_gamma") if k in kwargs}
     mu = kwargs.pop("mu", None)
     if name == "infonoise":
+        unknown = set(kwargs) - _ADAPTIVE_KEYS - {"use_stored_schedule"}
+        if unknown:
+            raise ValueError(f"infonoise: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS | {'use_stored_schedule'})}")
         return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **common, **kwargs)
     path = path_from_scheduler(noise_scheduler, mu=mu)
     common.setdefault("prediction_type", default_prediction_type(noise_scheduler))

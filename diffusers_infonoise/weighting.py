@@ -70,8 +70,10 @@ def validate_loss_weighting(loss_weighting, snr_gamma: float | None = None):
         raise ValueError(
             f"loss_weighting: unknown value {loss_weighting!r}; accepted: {', '.join(LOSS_WEIGHTINGS)} or a callable"
         )
-    if loss_weighting == "min_snr" and (snr_gamma is None or not snr_gamma > 0):
-        raise ValueError(f"snr_gamma: loss_weighting='min_snr' needs snr_gamma > 0, got {snr_gamma}")
+    if loss_weighting == "min_snr" and not (
+        isinstance(snr_gamma, (int, float)) and not isinstance(snr_gamma, bool) and math.isfinite(snr_gamma) and snr_gamma > 0
+    ):
+        raise ValueError(f"snr_gamma: loss_weighting='min_snr' needs a finite float snr_gamma > 0, got {snr_gamma!r}")
     if loss_weighting != "min_snr" and snr_gamma is not None:
         raise ValueError(f"snr_gamma: only used with loss_weighting='min_snr', got loss_weighting={loss_weighting!r}")
     return loss_weighting

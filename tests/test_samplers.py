@@ -386,3 +386,67 @@ def test_generator_device_and_reproducibility():
     assert torch.equal(a.sigmas, b.sigmas) and a.sigmas.device.type == "cpu"
     c = s.sample(64, generator=torch.Generator().manual_seed(1))
     assert not torch.equal(a.sigmas, c.sigmas)
+
+
+# -- review findings: stored schedules under another loss, and hyperparameter validation ----------
+
+
+def _gaussian_trained(sampler, steps=30, s_d=0.5):
+    from diffusers_infonoise import x0_error_factor
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        lv = sampler.sample(512, generator=gen)
+        sig = lv.sigmas.double()
+        mmse = sig**2 * s_d**2 / (sig**2 + s_d**2)  # analytic Gaussian MMSE (METHOD.md §2)
+        sampler.update(lv, (mmse / x0_error_factor(sampler.prediction_type, sig)).float())
+        sampler.step()
+    return sampler
+
+
+def test_stored_schedule_defaults_to_its_loss_and_is_rebuilt_for_another_weighting():
+    sch = EDMEulerScheduler()
+    trained = _gaussian_trained(InfoNoiseTrainingTimestepSampler.from_scheduler(
+        sch, loss_weighting="edm", warmup_steps=10, refresh_every=10, floor=0.0))
+    trained.save_to_scheduler(sch)
+    same = InfoNoiseTrainingTimestepSampler.from_scheduler(sch, floor=0.0)
+    assert same.loss_weighting == "edm" and same.prediction_type == "sample"
+    assert torch.equal(same.probs, trained.probs)
+    # Trained under EDM's λ(σ); continued with an unweighted x0 loss: φ = π·w must stay ∝ ρ̂, so
+    # π_new ∝ π_old·λ(σ) on the bin centres (λ written out by hand, Karras et al. 2022).
+    other = InfoNoiseTrainingTimestepSampler.from_scheduler(sch, loss_weighting="none", floor=0.0)
+    sig = torch.exp(other.estimator.centers)
+    lam = (sig**2 + 0.25) / (sig * 0.5) ** 2
+    expected = trained.probs * lam
+    expected = expected / expected.sum()
+    assert torch.allclose(other.probs, expected, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"gate": float("inf")}, "gate"),
+        ({"gate_fallback": float("inf")}, "gate_fallback"),
+        ({"smoothing": float("inf")}, "smoothing"),
+        ({"smoothing": float("nan")}, "smoothing"),
+        ({"min_count": 2.7}, "min_count"),
+        ({"ema_decay": "0.9"}, "ema_decay"),
+        ({"floor": True}, "floor"),
+        ({"loss_weighting": "min_snr", "snr_gamma": "5"}, "snr_gamma"),
+        ({"foo": 1}, "foo"),
+    ],
+)
+def test_bad_hyperparameters_name_the_argument(kwargs, arg):
+    with pytest.raises(ValueError, match=arg):
+        make_sampler("infonoise", DDPMScheduler(), **kwargs)
+
+
+def test_load_state_dict_rejects_malformed_state():
+    s = _gaussian_trained(make_sampler("infonoise", DDPMScheduler(), warmup_steps=2, refresh_every=2), steps=2)
+    with pytest.raises(ValueError, match="state_dict"):
+        s.load_state_dict(None)
+    state = s.state_dict()
+    with pytest.raises(ValueError, match="missing"):
+        s.load_state_dict({k: v for k, v in state.items() if k != "estimator"})
+    with pytest.raises(ValueError, match="probs"):
+        s.load_state_dict({**state, "probs": torch.full_like(state["probs"], float("nan"))})
