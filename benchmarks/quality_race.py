@@ -266,6 +266,12 @@ def tier_races(tier: str) -> list[Race]:
                   Race("flow-digits", "digits", "flow", ("infonoise", "logit_normal"), "logit_normal",
                        _seeds(("infonoise", "logit_normal"), 3), **small)]
         return races
+    if tier == "gate":
+        # Gate study on the race InfoNoise lost (continuous digits): same settings as the quick tier, plus
+        # InfoNoise with the gate off and pinned lower. Sampler "infonoise-gate_X" = --infonoise_gate X.
+        samplers = ("infonoise", "edm_lognormal", "infonoise-gate_none", "infonoise-gate_0.05")
+        return [Race("edm-digits", "digits", "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800,
+                     eval_every=100, sample_batch=2000)]
     if tier == "gpu":
         races = []
         for d in ("mnist", "binarized_mnist", "fashion_mnist"):
@@ -303,16 +309,19 @@ class RunSpec:
         r = self.race
         data = load_data(r.dataset)
         cfg = self.out_dir.parent / f"unet_{r.name}.json"
+        name, _, gate = self.sampler.partition("-gate_")  # gate-study variants, e.g. "infonoise-gate_none"
         a = list(data["script_args"]) + [
-            "--model_config_name_or_path", str(cfg), "--diffusion", r.diffusion, "--noise_sampler", self.sampler,
+            "--model_config_name_or_path", str(cfg), "--diffusion", r.diffusion, "--noise_sampler", name,
             "--seed", str(self.seed), "--train_batch_size", str(r.batch_size), "--max_train_steps", str(r.steps),
             "--learning_rate", str(r.learning_rate), "--lr_scheduler", "constant_with_warmup",
             "--lr_warmup_steps", str(r.lr_warmup_steps), "--checkpointing_steps", str(r.eval_every), "--use_ema",
             "--logger", "none", "--output_dir", str(self.out_dir), "--save_images_epochs", "1000000000",
             "--save_model_epochs", "1000000000", "--eval_batch_size", "16",
         ]
-        if self.sampler in ("infonoise", "kingma_gao"):
+        if name in ("infonoise", "kingma_gao"):
             a += list(r.extra_args)
+        if gate:
+            a += ["--infonoise_gate", gate]
         return a
 
 
@@ -438,7 +447,7 @@ def run_one(spec: RunSpec) -> dict:
         "hyperparameters": {"steps": race.steps, "eval_every": race.eval_every, "batch_size": race.batch_size,
                             "learning_rate": race.learning_rate, "lr_scheduler": "constant_with_warmup",
                             "lr_warmup_steps": race.lr_warmup_steps, "unet_block_out_channels": list(race.channels),
-                            "sampler_args": list(race.extra_args) if spec.sampler in ("infonoise", "kingma_gao") else [],
+                            "sampler_args": list(race.extra_args) if spec.sampler.partition("-gate_")[0] in ("infonoise", "kingma_gao") else [],
                             "ema": "diffusers EMAModel, max decay 0.9999, warm-up inv_gamma 1, power 3/4 (script defaults)"},
         "inference": {"scheduler": type(eval_scheduler(race)).__name__, "num_inference_steps": NUM_INFERENCE_STEPS,
                       "num_samples": race.num_samples, "sampling_seed": EVAL_SEED, "weights": "EMA (checkpoint-N/unet_ema)"},
@@ -873,7 +882,7 @@ def _write_doc(doc: dict, path: Path, limit: int = 190_000) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tier", choices=("quick", "full", "gpu"), default="quick")
+    p.add_argument("--tier", choices=("quick", "full", "gpu", "gate"), default="quick")
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker.")
     p.add_argument("--out", type=str, default=str(RESULTS))

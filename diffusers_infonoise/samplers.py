@@ -18,11 +18,9 @@ of them by name.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import logging
 

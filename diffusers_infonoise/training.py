@@ -46,6 +46,7 @@ __all__ = [
     "optimizer_steps_per_epoch",
     "resume_training_state",
     "prune_checkpoints",
+    "maybe_save_checkpoint",
     "save_image_grid",
     "render_model_card",
     "push_output_dir",
@@ -603,6 +604,17 @@ def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, d
     return global_step, first_epoch, updates_done * args.gradient_accumulation_steps
 
 
+def maybe_save_checkpoint(accelerator, args, global_step: int) -> None:
+    """Every ``--checkpointing_steps`` optimizer steps: prune to ``--checkpoints_total_limit`` (main
+    process) and ``accelerator.save_state`` into ``output_dir/checkpoint-<step>`` (all processes)."""
+    if global_step % args.checkpointing_steps:
+        return
+    if accelerator.is_main_process:
+        prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+
+
 def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
     """Delete the oldest ``checkpoint-N`` folders so that at most ``total_limit − 1`` remain before a save."""
     if not total_limit:
@@ -683,7 +695,6 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     unless InfoNoise or another sampler is asked for) and documents how.
     """
     d = {"resolution": 512, "output_dir": "infonoise-text-to-image", "lr_scheduler": "constant", **(defaults or {})}
-    a = parser.add_argument
     g = parser.add_argument_group("model")
     g.add_argument("--pretrained_model_name_or_path", type=str, required=True,
                    help="A diffusers pipeline folder or Hub id (the base model to fine-tune).")
@@ -1183,11 +1194,7 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
             logs["step_time_s"] = step_times[-1]
             progress.set_postfix(loss=f"{logs['train_loss']:.4f}")
             accelerator.log(logs, step=global_step)
-            if global_step % args.checkpointing_steps == 0:
-                if accelerator.is_main_process:
-                    prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
-                accelerator.wait_for_everyone()
-                accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+            maybe_save_checkpoint(accelerator, args, global_step)
             last = time.perf_counter()  # checkpoint writes are not part of a step's time
             if global_step >= max_steps:
                 break

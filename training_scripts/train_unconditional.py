@@ -38,9 +38,9 @@ from diffusers_infonoise.training import (
     image_transform,
     load_image_dataset,
     make_optimizer_and_lr_scheduler,
+    maybe_save_checkpoint,
     optimizer_steps_per_epoch,
     per_sample_mse,
-    prune_checkpoints,
     push_output_dir,
     register_sampler_checkpointing,
     render_model_card,
@@ -235,11 +235,7 @@ def main(argv=None):
             logs.update(monitor.after_step(accelerator, global_step))
             progress.set_postfix(loss=f"{logs['loss']:.4f}", step=global_step)
             accelerator.log(logs, step=global_step)
-            if global_step % args.checkpointing_steps == 0:
-                if accelerator.is_main_process:
-                    prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
-                accelerator.wait_for_everyone()
-                accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+            maybe_save_checkpoint(accelerator, args, global_step)
             if global_step >= max_steps:
                 break
         skip_batches = 0
