@@ -267,11 +267,11 @@ def tier_races(tier: str) -> list[Race]:
                        _seeds(("infonoise", "logit_normal"), 3), **small)]
         return races
     if tier == "gate":
-        # Gate study on the race InfoNoise lost (continuous digits): same settings as the quick tier, plus
+        # Gate study: the quick tier's races (InfoNoise lost on continuous digits), same settings, plus
         # InfoNoise with the gate off and pinned lower. Sampler "infonoise-gate_X" = --infonoise_gate X.
         samplers = ("infonoise", "edm_lognormal", "infonoise-gate_none", "infonoise-gate_0.05")
-        return [Race("edm-digits", "digits", "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800,
-                     eval_every=100, sample_batch=2000)]
+        return [Race(f"edm-{d}", d, "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800,
+                     eval_every=100, sample_batch=2000) for d in ("digits", "binarized_digits")]
     if tier == "gpu":
         races = []
         for d in ("mnist", "binarized_mnist", "fashion_mnist"):
