@@ -52,6 +52,19 @@ class CLIError(Exception):
 # ================================================================================================
 
 
+
+def _stored_and_grid(scheduler, args):
+    """``(payload or None, log-σ grid)``: a learned schedule's bin centres, else ``--num-levels``
+    points over the scheduler's path."""
+    from .diagnostics import load_learned_sampler, log_sigma_grid
+    from .paths import path_from_scheduler
+    from .serialization import read_schedule
+
+    stored = read_schedule(scheduler)
+    if stored is not None:
+        return stored, load_learned_sampler(scheduler).estimator.centers
+    return stored, log_sigma_grid(path_from_scheduler(scheduler, mu=args.mu), args.num_levels)
+
 def _read_json(path: Path) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
@@ -372,18 +385,12 @@ def _cmd_show(args) -> int:
 def _cmd_compare(args) -> int:
     import torch
 
-    from .diagnostics import allocation, load_learned_sampler, log_sigma_grid, normalize_density, total_variation, window_mass
-    from .paths import path_from_scheduler
-    from .serialization import read_schedule
+    from .diagnostics import allocation, normalize_density, total_variation, window_mass
 
     names = _parse_samplers(args.samplers)
     scheduler, where = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
     pt, lw, sg = _objective(args, scheduler)
-    stored = read_schedule(scheduler)
-    if stored is not None:
-        x = load_learned_sampler(scheduler).estimator.centers
-    else:
-        x = log_sigma_grid(path_from_scheduler(scheduler, mu=args.mu), args.num_levels)
+    stored, x = _stored_and_grid(scheduler, args)
     allocs = []
     for name in names:
         try:
@@ -502,13 +509,10 @@ def _cmd_profile(args) -> int:
     from .diagnostics import (
         allocation,
         compare_allocations,
-        load_learned_sampler,
-        log_sigma_grid,
         plot_profile,
         profile_from_model,
     )
-    from .paths import path_from_scheduler, scheduler_kind
-    from .serialization import read_schedule
+    from .paths import scheduler_kind
 
     names = _parse_samplers(args.samplers)
     model, scheduler, where, subfolder = _load_pipeline_parts(args.model, args.model_subfolder, args.scheduler)
@@ -539,11 +543,7 @@ def _cmd_profile(args) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.to(device).eval()
     pt, lw, sg = _objective(args, scheduler)
-    stored = read_schedule(scheduler)
-    if stored is not None:
-        x_grid = load_learned_sampler(scheduler).estimator.centers
-    else:
-        x_grid = log_sigma_grid(path_from_scheduler(scheduler, mu=args.mu), args.num_levels)
+    stored, x_grid = _stored_and_grid(scheduler, args)
     gen = torch.Generator().manual_seed(args.seed)
     try:
         prof = profile_from_model(
