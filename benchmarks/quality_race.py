@@ -481,10 +481,13 @@ def _command(spec: RunSpec) -> str:
     return "python " + shlex.join([str(SCRIPT.relative_to(REPO))] + [_rel(a) for a in spec.argv()])
 
 
-def _without_output_dir(command: str) -> list[str]:
+def _training_args(command: str) -> list[str]:
+    """A run's command without its folders (``--output_dir`` and the model config's path)."""
     a = shlex.split(command)
-    i = a.index("--output_dir")
-    return a[:i] + a[i + 2:]
+    for flag in ("--output_dir", "--model_config_name_or_path"):
+        i = a.index(flag)
+        a = a[:i] + a[i + 2:]
+    return a
 
 
 def reuse_run(spec: RunSpec, source: Path) -> bool:
@@ -494,7 +497,10 @@ def reuse_run(spec: RunSpec, source: Path) -> bool:
         return False
     r = json.loads(source.read_text())
     race = spec.race
-    same = (_without_output_dir(r["command"]) == _without_output_dir(_command(spec))
+    source_cfg = source.parent / f"unet_{race.name}.json"
+    cfg = unet_config(DATASETS[race.dataset].resolution, race.channels)
+    same = (_training_args(r["command"]) == _training_args(_command(spec))
+            and source_cfg.exists() and json.loads(source_cfg.read_text()) == cfg
             and r["steps"] == list(range(race.eval_every, race.steps + 1, race.eval_every))
             and r["inference"]["num_samples"] == race.num_samples and bool(r.get("jitter")) == spec.jitter)
     if same:
