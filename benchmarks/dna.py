@@ -8,13 +8,10 @@ Data: ``extdata/dm3_upstream2000.fa.gz`` of Debian's ``r-bioc-biostrings`` (26 4
 ``length`` bases (next to the TSS), drops crops with anything but ACGT and removes duplicates
 (the file has many: alternative transcripts share promoters).
 
-Training through ``training_scripts/train_unconditional.py`` (images only): a sequence of
-``L = side²/4`` bases is laid out as a ``side × side`` one-channel image of ``L/side`` horizontal
-bands, each band 4 rows (A, C, G, T one-hot, 0 or 255) × ``side`` consecutive positions; saved as a
-``datasets`` ``save_to_disk`` folder that ``--dataset_name PATH`` loads. With ``--resolution side``
-the script's transform is the identity on these images. A sample is decoded back by the argmax over
-the 4 rows of each position. This is a 2-D UNet on a banded layout, not a 1-D model (the script has
-no 1-D path); say so when reporting.
+Training: :func:`save_sequence_dataset` writes the sequences as a ``datasets`` folder that
+``training_scripts/train_unconditional.py --sequence_column sequence`` trains on: one-hot in
+{-1, 1} (:func:`diffusers_infonoise.data.one_hot_sequences`), Gaussian diffusion with diffusers'
+``UNet1DModel``; samples decode by the argmax over the 4 channels.
 
 Metrics against held-out sequences: the Fréchet distance of per-sequence k-mer spectra
 (frequencies, k = 4, 5, 6; :func:`benchmarks.metrics.frechet_distance_features`, exact in the
@@ -34,8 +31,8 @@ try:  # run as a script from benchmarks/ or imported as benchmarks.dna
 except ImportError:  # pragma: no cover
     from metrics import ensure_cache_dir, frechet_distance_features
 
-__all__ = ["ALPHABET", "fasta_path", "read_fasta", "load_sequences", "split_sequences", "one_hot", "to_images",
-           "from_images", "kmer_counts", "kmer_metrics", "save_image_dataset"]
+__all__ = ["ALPHABET", "fasta_path", "read_fasta", "load_sequences", "split_sequences", "kmer_counts", "kmer_metrics",
+           "save_sequence_dataset", "save_image_dataset"]
 
 ALPHABET = "ACGT"
 DEB_PACKAGE = "r-bioc-biostrings"
@@ -114,39 +111,6 @@ def encode(seqs: list[str]) -> np.ndarray:
     return codes
 
 
-def decode(codes: np.ndarray) -> list[str]:
-    table = np.frombuffer(ALPHABET.encode(), np.uint8)
-    return [bytes(table[row]).decode() for row in np.asarray(codes)]
-
-
-def one_hot(seqs: list[str]) -> np.ndarray:
-    """(N, L, 4) uint8."""
-    return np.eye(4, dtype=np.uint8)[encode(seqs)]
-
-
-def to_images(seqs: list[str], side: int = 16) -> np.ndarray:
-    """(N, side, side) uint8 in {0, 255}: ``L/side`` bands of 4 one-hot rows × ``side`` positions."""
-    oh = one_hot(seqs)  # (N, L, 4)
-    n, length, _ = oh.shape
-    if length * 4 != side * side:
-        raise ValueError(f"length: a {side}x{side} image holds {side * side // 4} bases, got {length}")
-    bands = length // side
-    img = oh.reshape(n, bands, side, 4).transpose(0, 1, 3, 2).reshape(n, side, side)
-    return img * np.uint8(255)
-
-
-def from_images(images) -> list[str]:
-    """Sequences decoded from images (N, side, side) or (N, 1, side, side), any scale: argmax of the
-    4 rows of each position in each band."""
-    x = np.asarray(images, np.float32)
-    if x.ndim == 4:
-        x = x[:, 0]
-    n, side, _ = x.shape
-    bands = side // 4
-    codes = x.reshape(n, bands, 4, side).argmax(2).reshape(n, bands * side)
-    return decode(codes)
-
-
 def kmer_counts(seqs: list[str], k: int) -> np.ndarray:
     """(N, 4^k) float64 per-sequence k-mer counts."""
     codes = encode(seqs).astype(np.int64)
@@ -183,6 +147,15 @@ def kmer_metrics(generated: list[str], reference: list[str], ks=(4, 5, 6)) -> di
     out["fd"] = float(np.mean([out[f"fd_k{k}"] for k in ks]))
     out["js"] = float(np.mean([out[f"js_k{k}"] for k in ks]))
     return out
+
+
+def save_sequence_dataset(seqs: list[str], path) -> str:
+    """Save sequences as a ``datasets`` ``save_to_disk`` folder (column ``sequence``) that
+    ``train_unconditional.py --dataset_name PATH --sequence_column sequence`` trains on; returns the path."""
+    import datasets
+
+    datasets.Dataset.from_dict({"sequence": list(seqs)}).save_to_disk(str(path))
+    return str(path)
 
 
 def save_image_dataset(images: np.ndarray, path) -> str:

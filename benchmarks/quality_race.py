@@ -51,6 +51,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks import dna as DNA  # noqa: E402
 from benchmarks import metrics as M  # noqa: E402
+from diffusers_infonoise.data import decode_sequences  # noqa: E402
 
 SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
 RESULTS = HERE / "results"
@@ -84,8 +85,8 @@ DATASETS = {
                         "MNIST resized to 16x16 (PIL bilinear), 60000 train; held-out: a random 5000 of the 10000 test images"),
     "binarized_mnist16": DataSpec("binarized_mnist16", "image", 16, True, 64, 3,
                                   "MNIST resized to 16x16 then stochastically binarized (rng 0), same split"),
-    "dna64": DataSpec("dna64", "dna", 16, True, note="dm3 upstream2000, last 64 bases before the TSS, unique ACGT crops; "
-                      "held-out: a random 4000; as 16x16 images of 4 bands x (4 one-hot rows x 16 positions)"),
+    "dna64": DataSpec("dna64", "dna", 64, True, note="dm3 upstream2000, last 64 bases before the TSS, unique ACGT crops; "
+                      "held-out: a random 4000; one-hot (4 x 64) in {-1, 1}, UNet1DModel (--sequence_column)"),
     # gpu tier (not run here)
     "mnist": DataSpec("mnist", "image", 28, False, 64, 3, "MNIST 28x28"),
     "binarized_mnist": DataSpec("binarized_mnist", "image", 28, True, 64, 3, "library binarized MNIST 28x28"),
@@ -137,10 +138,10 @@ def load_data(name: str) -> dict:
     elif name == "dna64":
         seqs = DNA.load_sequences(64)
         tr, ho = DNA.split_sequences(seqs, 4000, seed=0)
-        path = M.ensure_cache_dir("data") / "dna64_train"
+        path = M.ensure_cache_dir("data") / "dna64_sequences_train"
         if not (path / "dataset_info.json").exists():
-            DNA.save_image_dataset(DNA.to_images(tr, 16), path)
-        out.update(train=tr, heldout=ho, script_args=["--dataset_name", str(path), "--resolution", "16"])
+            DNA.save_sequence_dataset(tr, path)
+        out.update(train=tr, heldout=ho, script_args=["--dataset_name", str(path), "--sequence_column", "sequence"])
     else:
         raise ValueError(f"unknown data set {name!r}")
     _DATA_CACHE[name] = out
@@ -170,7 +171,7 @@ class Scorer:
 
         images = torch.as_tensor(images, dtype=torch.float32)
         if self.spec.kind == "dna":
-            return DNA.kmer_metrics(DNA.from_images(images), self.data["heldout"])
+            return DNA.kmer_metrics(decode_sequences(images, DNA.ALPHABET), self.data["heldout"])
         out = {"fd": M.frechet_distance_features(M.extract_features(self.net, images), self.ref)}
         if self.spec.binary:
             hard = (images > 0.5).float()
@@ -213,8 +214,19 @@ class Scorer:
 # races and tiers
 # ----------------------------------------------------------------------------------------------
 
-def unet_config(resolution: int, channels: tuple) -> dict:
+def unet_config(resolution: int, channels: tuple, kind: str = "image") -> dict:
+    """The race's denoiser: a ``UNet2DModel`` (images) or a ``UNet1DModel`` (one-hot DNA, length
+    ``resolution``) of temporal-ResNet blocks, which take the noise level in every block."""
     levels = len(channels)
+    if kind == "dna":
+        return {
+            "_class_name": "UNet1DModel", "sample_size": resolution, "in_channels": 4, "out_channels": 4,
+            "extra_in_channels": 0, "time_embedding_type": "positional", "use_timestep_embedding": True,
+            "flip_sin_to_cos": False, "freq_shift": 1, "block_out_channels": list(channels),
+            "down_block_types": ["DownResnetBlock1D"] * levels, "up_block_types": ["UpResnetBlock1D"] * (levels - 1),
+            "mid_block_type": "MidResTemporalBlock1D", "out_block_type": "OutConv1DBlock", "act_fn": "mish",
+            "norm_num_groups": 8, "layers_per_block": 1,
+        }
     return {
         "_class_name": "UNet2DModel", "sample_size": resolution, "in_channels": 1, "out_channels": 1,
         "layers_per_block": 1, "block_out_channels": list(channels), "norm_num_groups": 8,
@@ -258,6 +270,7 @@ def tier_races(tier: str) -> list[Race]:
         # The 8x8 EDM races use the quick tier's settings, so its finished runs are reused (--reuse quick).
         # Listed in priority order: runs start race by race.
         pair = ("infonoise", "edm_lognormal")
+        five = {"infonoise": 5, "edm_lognormal": 5}
         small = dict(steps=800, eval_every=100, sample_batch=2000)
         mid = dict(steps=600, eval_every=120, extra_args=("--infonoise_warmup_steps", "150"))
         races = [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 5), **mid)]
@@ -267,7 +280,12 @@ def tier_races(tier: str) -> list[Race]:
                        _seeds(("infonoise", "uniform"), 3), **small),
                   Race("flow-digits", "digits", "flow", ("infonoise", "logit_normal"), "logit_normal",
                        _seeds(("infonoise", "logit_normal"), 3), **small),
-                  Race("edm-mnist16", "mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 3), **mid)]
+                  Race("edm-mnist16", "mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 2), **mid)]
+        # DNA: one-hot 4 x 64 through UNet1DModel (--sequence_column); 5 seeds for the pair, 2 for the other
+        # samplers (a 2000-sample evaluation of the 1-D UNet costs ~20 s)
+        races.insert(1, Race("edm-dna64", "dna64", "edm", ALL_SAMPLERS, "edm_lognormal", _seeds(ALL_SAMPLERS, 2, five),
+                             steps=800, eval_every=160, channels=(32, 64), sample_batch=2000,
+                             extra_args=("--infonoise_warmup_steps", "200")))
         return races
     if tier == "gate":
         # Gate study: the quick tier's races (InfoNoise lost on continuous digits), same settings, plus
@@ -402,7 +420,8 @@ def run_one(spec: RunSpec) -> dict:
     os.dup2(log.fileno(), 2)
     cfg_path = spec.out_dir.parent / f"unet_{race.name}.json"
     if not cfg_path.exists():
-        cfg_path.write_text(json.dumps(unet_config(load_data(race.dataset)["spec"].resolution, race.channels), indent=1))
+        spec_ = DATASETS[race.dataset]
+        cfg_path.write_text(json.dumps(unet_config(spec_.resolution, race.channels, spec_.kind), indent=1))
     argv = spec.argv()
     resumed = bool(_checkpoints(spec.out_dir))
     if resumed:
@@ -414,22 +433,24 @@ def run_one(spec: RunSpec) -> dict:
     script.main(argv)
     train_s, train_cpu = time.time() - t0, time.process_time() - c0
 
-    from diffusers import UNet2DModel
+    from diffusers import UNet1DModel, UNet2DModel
 
+    model_cls = UNet1DModel if DATASETS[race.dataset].kind == "dna" else UNet2DModel
     scorer = Scorer(race.dataset)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t1, c1 = time.time(), time.process_time()
     steps, evals, jitter = [], [], None
     ckpts = _checkpoints(spec.out_dir)
     for step, ck in ckpts:
-        unet = UNet2DModel.from_pretrained(ck / "unet_ema").to(device).eval()
+        unet = model_cls.from_pretrained(ck / "unet_ema").to(device).eval()
         images = sample(unet, race, EVAL_SEED)
         steps.append(step)
         evals.append(scorer.score(images))
         if step == ckpts[-1][0]:
             from diffusers_infonoise.training import save_image_grid
 
-            save_image_grid(images[:64], str(spec.out_dir / "final_samples.png"))
+            if images.ndim == 4:
+                save_image_grid(images[:64], str(spec.out_dir / "final_samples.png"))
             if spec.jitter:
                 vals = [evals[-1]] + [scorer.score(sample(unet, race, EVAL_SEED + s)) for s in JITTER_SEEDS]
                 jitter = {"seeds": [EVAL_SEED] + [EVAL_SEED + s for s in JITTER_SEEDS],
@@ -498,7 +519,7 @@ def reuse_run(spec: RunSpec, source: Path) -> bool:
     r = json.loads(source.read_text())
     race = spec.race
     source_cfg = source.parent / f"unet_{race.name}.json"
-    cfg = unet_config(DATASETS[race.dataset].resolution, race.channels)
+    cfg = unet_config(DATASETS[race.dataset].resolution, race.channels, DATASETS[race.dataset].kind)
     same = (_training_args(r["command"]) == _training_args(_command(spec))
             and source_cfg.exists() and json.loads(source_cfg.read_text()) == cfg
             and r["steps"] == list(range(race.eval_every, race.steps + 1, race.eval_every))
@@ -956,8 +977,9 @@ def main(argv=None):
             if args.samplers and s not in args.samplers.split(","):
                 continue
             for seed in race.seeds[s]:
+                # evaluation jitter from the seed-0 runs of InfoNoise and the baseline (extra samplings)
                 specs.append(RunSpec(tier_name, race, s, seed, str(root), args.threads, args.schedule_plots,
-                                     jitter=(seed == 0)))
+                                     jitter=(seed == 0 and s in ("infonoise", race.baseline))))
     # race by race in the tier's (priority) order; within a race, seed by seed so the samplers of a seed
     # run side by side under the same load
     order = {r.name: i for i, r in enumerate(races)}

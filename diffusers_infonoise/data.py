@@ -32,6 +32,11 @@ so that the data set is identical in every process and every call.
 Decoded arrays are cached in-process (:func:`functools.lru_cache`), so only the
 first call per data set pays for reading and decompressing the files.
 
+Sequences (DNA, proteins, any alphabet) for the 1-D path of ``train_unconditional.py``:
+:func:`one_hot_sequences` encodes equal-length strings as ``(N, K, L)`` one-hot in ``{-1, 1}`` (the
+continuous embedding of the paper's discrete-data experiments; Gaussian diffusion runs on it) and
+:func:`decode_sequences` maps samples back by the argmax over the ``K`` channels.
+
 Errors: an unknown data set name or split raises :class:`ValueError` listing the
 accepted values; a missing asset raises :class:`MissingAssetError` (a subclass
 of :class:`FileNotFoundError`) whose message contains the install command.
@@ -58,8 +63,10 @@ __all__ = [
     "MissingAssetError",
     "clear_cache",
     "is_builtin_dataset",
+    "decode_sequences",
     "load_builtin_arrays",
     "load_builtin_dataset",
+    "one_hot_sequences",
 ]
 
 BUILTIN_DATASETS = ("mnist", "fashion_mnist", "binarized_mnist", "digits", "binarized_digits")
@@ -405,3 +412,70 @@ def load_builtin_dataset(
         ),
         split=datasets.Split.TRAIN if split == "train" else datasets.Split.TEST,
     )
+
+
+def _check_alphabet(alphabet: str) -> str:
+    if (not isinstance(alphabet, str) or len(alphabet) < 2 or len(set(alphabet)) != len(alphabet)
+            or any(ord(c) > 255 for c in alphabet)):
+        raise ValueError(f"alphabet: expected a string of at least 2 distinct (Latin-1) letters, e.g. 'ACGT', got {alphabet!r}")
+    return alphabet
+
+
+def one_hot_sequences(sequences, alphabet: str = "ACGT"):
+    """One-hot encoding of equal-length strings in ``{-1, 1}`` (the letter's channel +1, the others −1).
+
+    Args:
+        sequences: an iterable of ``N`` strings of the same length ``L``, over ``alphabet``
+            (case-insensitive: lower case, e.g. soft-masked DNA, is upper-cased first when the
+            alphabet is upper case).
+        alphabet: the ``K`` distinct letters; channel ``k`` is ``alphabet[k]``.
+
+    Returns:
+        ``torch.float32`` tensor of shape ``(N, K, L)``; each position has one +1 and ``K − 1`` × −1,
+        the same scale as images in ``[−1, 1]`` (so EDM's ``sigma_data = 0.5`` is of the right order).
+
+    Raises:
+        ValueError: an empty input, sequences of different lengths, a letter outside ``alphabet``
+            (the message names the sequence index and the letter), or a bad ``alphabet``.
+    """
+    import torch
+
+    alphabet = _check_alphabet(alphabet)
+    seqs = [str(s) for s in sequences]
+    if not seqs:
+        raise ValueError("sequences: empty; expected at least one string")
+    if alphabet == alphabet.upper():
+        seqs = [s.upper() for s in seqs]
+    lengths = {len(s) for s in seqs}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"sequences: expected non-empty strings of one length, got lengths {sorted(lengths)[:5]}"
+                         f"{' ...' if len(lengths) > 5 else ''}; crop or pad them first")
+    lut = np.full(256, -1, dtype=np.int64)
+    for k, ch in enumerate(alphabet):
+        lut[ord(ch)] = k
+    raw = np.frombuffer("".join(seqs).encode("latin-1", errors="replace"), dtype=np.uint8)
+    idx = lut[raw].reshape(len(seqs), -1)
+    if (idx < 0).any():
+        i, j = map(int, np.argwhere(idx < 0)[0])
+        raise ValueError(f"sequences[{i}] has {seqs[i][j]!r} at position {j}, not in alphabet {alphabet!r}")
+    out = torch.full((len(seqs), len(alphabet), idx.shape[1]), -1.0)
+    out.scatter_(1, torch.from_numpy(idx)[:, None, :], 1.0)
+    return out
+
+
+def decode_sequences(samples, alphabet: str = "ACGT") -> list[str]:
+    """Strings from samples of shape ``(N, K, L)`` (any scale: model output in ``[−1, 1]`` or ``[0, 1]``),
+    the letter of the largest channel at each position.
+
+    Raises:
+        ValueError: ``samples`` is not 3-D or its channel count differs from ``len(alphabet)``.
+    """
+    import torch
+
+    alphabet = _check_alphabet(alphabet)
+    x = torch.as_tensor(samples)
+    if x.ndim != 3 or x.shape[1] != len(alphabet):
+        raise ValueError(f"samples: expected shape (N, {len(alphabet)}, L) for alphabet {alphabet!r}, got {tuple(x.shape)}")
+    letters = np.frombuffer(alphabet.encode("latin-1"), dtype=np.uint8)
+    codes = letters[x.argmax(dim=1).cpu().numpy()]
+    return [row.tobytes().decode("latin-1") for row in codes]

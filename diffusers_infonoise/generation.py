@@ -15,7 +15,7 @@ import torch
 
 from .paths import scheduler_kind
 
-__all__ = ["EDM_TIMESTEP_SCALE", "model_timesteps", "model_output", "generate_images"]
+__all__ = ["EDM_TIMESTEP_SCALE", "model_timesteps", "model_output", "generate_images", "is_1d_model"]
 
 #: diffusers' positional time embedding barely separates EDM's c_noise = 0.25·ln σ (about −1.6..1.1);
 #: scaled by 250 it spans about −390..280, the range of DDPM timesteps the embedding was built for.
@@ -56,6 +56,13 @@ def model_output(unet, noise_scheduler, noisy: torch.Tensor, timesteps: torch.Te
 
 
 @torch.no_grad()
+def is_1d_model(model) -> bool:
+    """Whether ``model`` (or its ``config``) is a 1-D diffusers model (``UNet1DModel``): inputs (B, C, L)."""
+    from diffusers import UNet1DModel
+
+    return isinstance(model, UNet1DModel) or getattr(getattr(model, "config", None), "_class_name", None) == "UNet1DModel"
+
+
 def generate_images(
     unet,
     noise_scheduler,
@@ -66,7 +73,8 @@ def generate_images(
     device=None,
     progress: bool = False,
 ) -> torch.Tensor:
-    """Sample ``batch_size`` images with the scheduler's own ``step``; returns (B, C, H, W) float32 in [0, 1].
+    """Sample ``batch_size`` images with the scheduler's own ``step``; returns (B, C, H, W) float32 in [0, 1],
+    or (B, C, L) for a 1-D model (``UNet1DModel``, e.g. one-hot sequences; ``L = config.sample_size``).
 
     Works for DDPM/DDIM (the loop of ``DDPMPipeline``), ``FlowMatchEulerDiscreteScheduler`` and the
     EDM schedulers (``scale_model_input`` and ``init_noise_sigma`` are honoured; the EDM network is
@@ -80,7 +88,10 @@ def generate_images(
     scheduler = copy.deepcopy(noise_scheduler)
     device = device or next(unet.parameters()).device
     cfg = unet.config
-    size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size, cfg.sample_size)
+    if is_1d_model(unet):
+        size = (cfg.sample_size,)
+    else:
+        size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size, cfg.sample_size)
     dtype = next(unet.parameters()).dtype
     x = randn_tensor((batch_size, cfg.in_channels, *size), generator=generator, device=device, dtype=dtype)
     scheduler.set_timesteps(num_inference_steps, device=device)

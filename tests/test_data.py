@@ -237,3 +237,47 @@ def test_clear_cache():
     D.clear_cache()
     images, _ = D.load_builtin_arrays("digits", "test")
     assert images.shape == (359, 8, 8)
+
+
+# ----------------------------------------------------------------------------------------------
+# sequences
+# ----------------------------------------------------------------------------------------------
+
+
+def test_one_hot_sequences_values_and_round_trip():
+    import torch
+
+    from diffusers_infonoise.data import decode_sequences, one_hot_sequences
+
+    x = one_hot_sequences(["ACGT", "ttga"])
+    assert x.shape == (2, 4, 4) and x.dtype == torch.float32
+    # written out by hand: channel k is +1 where the letter is "ACGT"[k], else -1
+    expected_first = torch.tensor([[1, -1, -1, -1], [-1, 1, -1, -1], [-1, -1, 1, -1], [-1, -1, -1, 1]], dtype=torch.float32)
+    assert torch.equal(x[0], expected_first)
+    assert torch.equal(x[1][:, 0], torch.tensor([-1.0, -1.0, -1.0, 1.0]))  # 't' -> T (soft-masked lower case)
+    assert decode_sequences(x) == ["ACGT", "TTGA"]
+    # decoding is the argmax: samples in [0, 1] and noisy values decode the same
+    assert decode_sequences((x + 0.3 * torch.rand_like(x)) / 2 + 0.5) == ["ACGT", "TTGA"]
+    assert decode_sequences(one_hot_sequences(["xyyx"], alphabet="xy"), alphabet="xy") == ["xyyx"]
+
+
+@pytest.mark.parametrize("sequences,alphabet,match", [
+    (["ACGT", "ACG"], "ACGT", r"sequences: expected non-empty strings of one length, got lengths \[3, 4\]"),
+    (["ACGT", "ACNT"], "ACGT", r"sequences\[1\] has 'N' at position 2, not in alphabet 'ACGT'"),
+    ([], "ACGT", "sequences: empty"),
+    (["AC"], "AA", "alphabet: expected a string of at least 2 distinct"),
+])
+def test_one_hot_sequences_errors(sequences, alphabet, match):
+    from diffusers_infonoise.data import one_hot_sequences
+
+    with pytest.raises(ValueError, match=match):
+        one_hot_sequences(sequences, alphabet)
+
+
+def test_decode_sequences_shape_error():
+    import torch
+
+    from diffusers_infonoise.data import decode_sequences
+
+    with pytest.raises(ValueError, match=r"samples: expected shape \(N, 4, L\)"):
+        decode_sequences(torch.zeros(2, 3, 5))

@@ -23,10 +23,18 @@ import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
 from accelerate.utils import ProjectConfiguration, set_seed
-from diffusers import DDPMPipeline, DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel
+from diffusers import (
+    DDPMPipeline,
+    DDPMScheduler,
+    EDMEulerScheduler,
+    FlowMatchEulerDiscreteScheduler,
+    UNet1DModel,
+    UNet2DModel,
+)
 from diffusers.training_utils import EMAModel
 from tqdm.auto import tqdm
 
+from diffusers_infonoise.data import decode_sequences, one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
     ScheduleMonitor,
@@ -66,11 +74,16 @@ def parse_args(argv=None):
     a("--dataset_config_name", type=str, default=None)
     a("--train_data_dir", type=str, default=None, help="A folder of images (datasets' imagefolder).")
     a("--image_column", type=str, default="image")
+    a("--sequence_column", type=str, default=None,
+      help="Train on sequences instead of images: a column of equal-length strings over --alphabet (e.g. DNA), "
+           "one-hot in {-1, 1}, with a 1-D UNet (UNet1DModel); samples are written as FASTA.")
+    a("--alphabet", type=str, default="ACGT", help="Letters of --sequence_column; channel k is the k-th letter.")
     a("--max_train_samples", type=int, default=None, help="Truncate the training set (debugging, quick runs).")
     a("--resolution", type=int, default=16)
     a("--center_crop", action="store_true")
     a("--random_flip", action="store_true")
-    a("--model_config_name_or_path", type=str, default=None, help="A UNet2DModel config (JSON file or folder).")
+    a("--model_config_name_or_path", type=str, default=None,
+      help="A UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.")
     a("--eval_batch_size", type=int, default=16, help="Images in each sample grid.")
     a("--num_epochs", type=int, default=100)
     a("--save_images_epochs", type=int, default=10)
@@ -128,10 +141,30 @@ def build_scheduler(args):
     return FlowMatchEulerDiscreteScheduler(shift=args.flow_shift), "flow", "none"
 
 
-def build_unet(args, channels: int) -> UNet2DModel:
+def build_unet(args, channels: int, length: int | None = None):
+    """The denoiser: ``UNet2DModel`` for images; ``UNet1DModel`` for sequences (``length`` given).
+
+    Raises:
+        ValueError: ``--model_config_name_or_path`` names a model of the other kind.
+    """
+    cls = UNet1DModel if length is not None else UNet2DModel
     if args.model_config_name_or_path:
-        config = UNet2DModel.load_config(args.model_config_name_or_path)
-        return UNet2DModel.from_config(config)
+        config = cls.load_config(args.model_config_name_or_path)
+        if config.get("_class_name", cls.__name__) != cls.__name__:
+            raise ValueError(f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
+                             f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})")
+        return cls.from_config(config)
+    if length is not None:
+        # the temporal-ResNet blocks of UNet1DModel take the time embedding in every block (the
+        # DownBlock1D family ignores it); each level halves the length
+        levels = 3 if length % 8 == 0 else (2 if length % 4 == 0 else 1)
+        return UNet1DModel(
+            sample_size=length, in_channels=channels, out_channels=channels, extra_in_channels=0,
+            time_embedding_type="positional", use_timestep_embedding=True, flip_sin_to_cos=False, freq_shift=1,
+            block_out_channels=(32, 64, 64)[:levels], down_block_types=("DownResnetBlock1D",) * levels,
+            up_block_types=("UpResnetBlock1D",) * (levels - 1), mid_block_type="MidResTemporalBlock1D",
+            out_block_type="OutConv1DBlock", act_fn="mish", norm_num_groups=8, layers_per_block=1,
+        )
     return UNet2DModel(
         sample_size=args.resolution, in_channels=channels, out_channels=channels, layers_per_block=1,
         block_out_channels=(32, 64, 64), norm_num_groups=8,
@@ -164,25 +197,38 @@ def main(argv=None):
 
     # -- data ------------------------------------------------------------------------------------
     dataset = load_image_dataset(args)
-    if args.image_column not in dataset.column_names:
-        raise ValueError(f"--image_column: {args.image_column!r} is not a column of the data set {dataset.column_names}")
-    channels = 1 if dataset[0][args.image_column].mode in ("L", "1", "I", "F") else 3
-    transform = image_transform(args.resolution, center_crop=args.center_crop, random_flip=args.random_flip,
-                                channels=channels)
-    rng = __import__("numpy").random.default_rng((args.seed or 0) + accelerator.process_index)
+    length = None
+    if args.sequence_column:
+        if args.sequence_column not in dataset.column_names:
+            raise ValueError(f"--sequence_column: {args.sequence_column!r} is not a column of the data set "
+                             f"{dataset.column_names}")
+        # one-hot once (a few MB for tens of thousands of short sequences); batches index into it
+        encoded = one_hot_sequences(dataset[args.sequence_column], args.alphabet)
+        channels, length = encoded.shape[1], encoded.shape[2]
+        dataset = torch.utils.data.TensorDataset(encoded)
 
-    def collate(examples):
-        return torch.stack([transform(ex[args.image_column], rng) for ex in examples])
+        def collate(examples):
+            return torch.stack([ex[0] for ex in examples])
+    else:
+        if args.image_column not in dataset.column_names:
+            raise ValueError(f"--image_column: {args.image_column!r} is not a column of the data set {dataset.column_names}")
+        channels = 1 if dataset[0][args.image_column].mode in ("L", "1", "I", "F") else 3
+        transform = image_transform(args.resolution, center_crop=args.center_crop, random_flip=args.random_flip,
+                                    channels=channels)
+        rng = __import__("numpy").random.default_rng((args.seed or 0) + accelerator.process_index)
+
+        def collate(examples):
+            return torch.stack([transform(ex[args.image_column], rng) for ex in examples])
 
     dataloader = torch.utils.data.DataLoader(dataset, batch_size=args.train_batch_size, shuffle=True,
                                              collate_fn=collate, num_workers=args.dataloader_num_workers, drop_last=True)
 
     # -- model, EMA, optimizer -----------------------------------------------------------------------
-    model = build_unet(args, channels)
+    model = build_unet(args, channels, length)
     ema = None
     if args.use_ema:
         ema = EMAModel(model.parameters(), decay=args.ema_max_decay, use_ema_warmup=True, inv_gamma=args.ema_inv_gamma,
-                       power=args.ema_power, model_cls=UNet2DModel, model_config=model.config)
+                       power=args.ema_power, model_cls=type(model), model_config=model.config)
     steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
     max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
     num_epochs = math.ceil(max_steps / max(1, steps_per_epoch))
@@ -198,7 +244,7 @@ def main(argv=None):
     # Each rank draws its own levels; the schedule (π) is shared through the sampler's all-reduce.
     draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
     register_sampler_checkpointing(accelerator, sampler, draw_gen)
-    _register_model_hooks(accelerator, ema)
+    _register_model_hooks(accelerator, ema, type(model))
 
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
@@ -244,8 +290,9 @@ def main(argv=None):
             _save_pipeline(accelerator.unwrap_model(model), ema, noise_scheduler, sampler, args.output_dir)
         if accelerator.is_main_process and ((epoch + 1) % args.save_images_epochs == 0 or last):
             grid = _sample_grid(accelerator.unwrap_model(model), ema, noise_scheduler, args, num_inference_steps,
-                                os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}.png"))
-            _log_samples(accelerator, grid, global_step)
+                                os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}"))
+            if not args.sequence_column:
+                _log_samples(accelerator, grid, global_step)
         if last:
             break
 
@@ -258,7 +305,7 @@ def main(argv=None):
     accelerator.end_training()
 
 
-def _register_model_hooks(accelerator, ema):
+def _register_model_hooks(accelerator, ema, model_cls):
     """diffusers' convention: the UNet (and EMA UNet) in diffusers format inside each checkpoint."""
 
     def save_hook(models, weights, output_dir):
@@ -272,12 +319,12 @@ def _register_model_hooks(accelerator, ema):
 
     def load_hook(models, input_dir):
         if ema is not None:
-            loaded = EMAModel.from_pretrained(os.path.join(input_dir, "unet_ema"), UNet2DModel)
+            loaded = EMAModel.from_pretrained(os.path.join(input_dir, "unet_ema"), model_cls)
             ema.load_state_dict(loaded.state_dict())
             ema.to(accelerator.device)
         while models:
             m = models.pop()
-            loaded = UNet2DModel.from_pretrained(input_dir, subfolder="unet")
+            loaded = model_cls.from_pretrained(input_dir, subfolder="unet")
             m.register_to_config(**loaded.config)
             m.load_state_dict(loaded.state_dict())
 
@@ -295,8 +342,17 @@ def _sample_grid(unet, ema, noise_scheduler, args, num_inference_steps, path):
     if ema is not None:
         ema.restore(unet.parameters())
     unet.train()
-    save_image_grid(images, path)
+    _save_samples(images, args, path)
     return images
+
+
+def _save_samples(samples, args, stem):
+    """``stem.png`` (image grid) or, for sequences, ``stem.fa`` (FASTA, argmax over the one-hot channels)."""
+    if args.sequence_column:
+        with open(stem + ".fa", "w") as fh:
+            fh.writelines(f">sample_{i}\n{s}\n" for i, s in enumerate(decode_sequences(samples, args.alphabet)))
+    else:
+        save_image_grid(samples, stem + ".png")
 
 
 def _log_samples(accelerator, images, step):
@@ -327,7 +383,7 @@ def _save_final(args, unet, ema, noise_scheduler, sampler, global_step, total_ba
         os.path.join(args.output_dir, "noise_schedule.png"), dpi=100)
     images = generate_images(unet.eval(), noise_scheduler, args.eval_batch_size, num_inference_steps=num_inference_steps,
                              generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
-    save_image_grid(images, os.path.join(args.output_dir, "samples.png"))
+    _save_samples(images, args, os.path.join(args.output_dir, "samples"))
     desc = sampler.describe()
     repo_id = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
     render_model_card(
@@ -335,10 +391,12 @@ def _save_final(args, unet, ema, noise_scheduler, sampler, global_step, total_ba
         model_name=repo_id, repo_id=repo_id if args.push_to_hub else None,
         dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
         resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
+        sequence_length=unet.config.sample_size if args.sequence_column else None, alphabet=args.alphabet,
         scheduler_class=type(noise_scheduler).__name__, prediction_type=args.prediction_type,
         loss_weighting=desc["loss_weighting"], sampler_name=sampler.name,
         hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, total_batch_size=total_batch,
-        schedule_plot="noise_schedule.png", sample_grid="samples.png", num_inference_steps=num_inference_steps,
+        schedule_plot="noise_schedule.png", sample_grid=None if args.sequence_column else "samples.png",
+        sample_fasta="samples.fa" if args.sequence_column else None, num_inference_steps=num_inference_steps,
         extra_tags=[f"diffusion-{args.diffusion}"],
     )
     if args.push_to_hub:
