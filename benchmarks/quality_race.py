@@ -303,6 +303,29 @@ def tier_races(tier: str) -> list[Race]:
     raise ValueError(f"unknown tier {tier!r}")
 
 
+#: The order runs start in, as (race, which runs): "pair" = InfoNoise and the race's baseline,
+#: "others" = the other samplers, "all". The full tier puts the issue's central question first
+#: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
+TIER_PRIORITY = {
+    "full": [("edm-binarized_mnist16", "all"), ("edm-dna64", "pair"), ("ddpm-binarized_digits", "all"),
+             ("flow-digits", "all"), ("edm-dna64", "others"), ("edm-binarized_digits", "all"), ("edm-digits", "all"),
+             ("edm-mnist16", "all")],
+}
+
+
+def run_priority(tier: str, spec) -> int:
+    """Rank of a run in ``TIER_PRIORITY[tier]`` (the race order of the tier when it has none)."""
+    rules = TIER_PRIORITY.get(tier)
+    names = [r.name for r in tier_races(tier)]
+    if not rules:
+        return names.index(spec.race.name) if spec.race.name in names else len(names)
+    pair = spec.sampler in ("infonoise", spec.race.baseline)
+    for i, (race, which) in enumerate(rules):
+        if race == spec.race.name and (which == "all" or (which == "pair") == pair):
+            return i
+    return len(rules)
+
+
 @dataclass
 class RunSpec:
     tier: str
@@ -980,10 +1003,9 @@ def main(argv=None):
                 # evaluation jitter from the seed-0 runs of InfoNoise and the baseline (extra samplings)
                 specs.append(RunSpec(tier_name, race, s, seed, str(root), args.threads, args.schedule_plots,
                                      jitter=(seed == 0 and s in ("infonoise", race.baseline))))
-    # race by race in the tier's (priority) order; within a race, seed by seed so the samplers of a seed
-    # run side by side under the same load
-    order = {r.name: i for i, r in enumerate(races)}
-    specs.sort(key=lambda sp: (order[sp.race.name], sp.seed,
+    # in the tier's priority order; within a group seed by seed, so that the samplers of a seed run
+    # side by side under the same load
+    specs.sort(key=lambda sp: (run_priority(args.tier, sp), sp.seed,
                                ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
     if args.plan:
         total = 0.0
