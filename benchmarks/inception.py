@@ -44,7 +44,11 @@ def weights_path() -> Path:
 
 
 def load_inception(device="cpu") -> torch.jit.ScriptModule:
-    return torch.jit.load(str(weights_path()), map_location="cpu").to(device).eval()
+    import warnings
+
+    with warnings.catch_warnings():  # the published weights exist only as TorchScript
+        warnings.filterwarnings("ignore", message=".*torch.jit.load.*deprecated", category=DeprecationWarning)
+        return torch.jit.load(str(weights_path()), map_location="cpu").to(device).eval()
 
 
 @torch.no_grad()
