@@ -54,6 +54,7 @@ __all__ = [
     "add_text_to_image_args",
     "check_text_to_image_args",
     "load_captioned_dataset",
+    "AugmentedImageDataset",
     "CaptionedImageDataset",
     "EpochShuffleSampler",
     "collate_captioned",
@@ -228,12 +229,15 @@ def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
 
 
 def show_noise_schedule(sampler: TrainingTimestepSampler, output_dir: str) -> str:
-    """Print :func:`describe_noise_schedule` and save the schedule plot; returns the PNG path."""
+    """Print :func:`describe_noise_schedule` and save the schedule plot; returns the PNG path.
+    Under a multi-process launch only global rank 0 (``RANK``) prints and writes."""
     from .diagnostics import plot_schedule
 
+    path = os.path.join(output_dir, "noise_schedule.png")
+    if int(os.environ.get("RANK", "0")) != 0:
+        return path
     print(describe_noise_schedule(sampler))
     os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "noise_schedule.png")
     fig = plot_schedule(sampler, title=f"training-noise density: {sampler.name}")
     fig.savefig(path, dpi=100)
     print(f"plot: {path}")
@@ -768,19 +772,19 @@ def load_captioned_dataset(args):
     return ds
 
 
-class CaptionedImageDataset(torch.utils.data.Dataset):
-    """``{"pixel_values": (3, R, R) float32 in [−1, 1], "caption": str}`` examples of a captioned data set.
+class AugmentedImageDataset(torch.utils.data.Dataset):
+    """(C, R, R) float32 images in [−1, 1] from an image column, through :func:`image_transform`.
 
-    The random crop, the flip and the choice among several captions depend only on ``(seed, epoch,
-    index)``, not on a global random state: a resumed run sees the same examples as the
-    uninterrupted one, whatever ``--dataloader_num_workers`` is. Call :meth:`set_epoch` per epoch.
-    Images are converted to RGB (the built-in sets are grayscale).
+    The random crop and flip depend only on ``(seed, epoch, index)``, not on a global random state:
+    the same examples whatever ``--dataloader_num_workers`` is (each worker would otherwise carry a
+    copy of one generator and repeat the others' augmentations), and a resumed run sees the
+    uninterrupted one's. Call :meth:`set_epoch` at each epoch.
     """
 
-    def __init__(self, dataset, *, image_column: str, caption_column: str, resolution: int, center_crop: bool = False,
-                 random_flip: bool = False, seed: int = 0):
-        self.dataset, self.image_column, self.caption_column = dataset, image_column, caption_column
-        self.transform = image_transform(resolution, center_crop=center_crop, random_flip=random_flip, channels=3)
+    def __init__(self, dataset, *, image_column: str, resolution: int, center_crop: bool = False,
+                 random_flip: bool = False, seed: int = 0, channels: int = 1):
+        self.dataset, self.image_column = dataset, image_column
+        self.transform = image_transform(resolution, center_crop=center_crop, random_flip=random_flip, channels=channels)
         self.seed, self.epoch = int(seed), 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -789,9 +793,29 @@ class CaptionedImageDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def _rng(self, index: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, int(index)])
+
+    def __getitem__(self, index: int):
+        return self.transform(self.dataset[int(index)][self.image_column], self._rng(index))
+
+
+class CaptionedImageDataset(AugmentedImageDataset):
+    """``{"pixel_values": (3, R, R) float32 in [−1, 1], "caption": str}`` examples of a captioned data set.
+
+    As :class:`AugmentedImageDataset`; the choice among several captions also depends only on
+    ``(seed, epoch, index)``. Images are converted to RGB (the built-in sets are grayscale).
+    """
+
+    def __init__(self, dataset, *, image_column: str, caption_column: str, resolution: int, center_crop: bool = False,
+                 random_flip: bool = False, seed: int = 0):
+        super().__init__(dataset, image_column=image_column, resolution=resolution, center_crop=center_crop,
+                         random_flip=random_flip, seed=seed, channels=3)
+        self.caption_column = caption_column
+
     def __getitem__(self, index: int) -> dict:
         example = self.dataset[int(index)]
-        rng = np.random.default_rng([self.seed, self.epoch, int(index)])
+        rng = self._rng(index)
         caption = example[self.caption_column]
         if isinstance(caption, (list, tuple, np.ndarray)) and len(caption) > 0:
             caption = caption[int(rng.integers(len(caption)))]

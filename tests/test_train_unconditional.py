@@ -317,6 +317,12 @@ def test_show_noise_schedule_trains_nothing(script, unet_config, tmp_path, capsy
     assert sorted(p.name for p in out.iterdir()) == ["noise_schedule.png"]  # no unet, no checkpoints, no logs
 
 
+def test_show_noise_schedule_writes_from_rank_0_only(script, unet_config, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")  # what accelerate launch sets in the second process
+    script.main(base_args(unet_config, tmp_path / "r1", "--diffusion", "edm", "--show_noise_schedule"))
+    assert capsys.readouterr().out == "" and not (tmp_path / "r1").exists()
+
+
 def test_model_card_content(script, unet_config, tmp_path):
     out = tmp_path / "card"
     script.main(base_args(unet_config, out, "--diffusion", "ddpm", "--prediction_type", "v_prediction",
@@ -561,3 +567,28 @@ def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, une
                              "--max_train_steps", 1))
     with pytest.raises(ValueError, match="--model_config_name_or_path: a UNet2DModel config"):
         script.main(seq_args(unet_config, dataset, tmp_path / "b", "--max_train_steps", 1))
+
+
+def test_augmentation_does_not_depend_on_dataloader_workers():
+    """Crops/flips depend on (seed, epoch, index): 0 and 2 loader workers give the same batches (with one
+    generator copied into each worker, the workers would repeat each other's flips)."""
+    from diffusers_infonoise.data import load_builtin_dataset
+    from diffusers_infonoise.training import AugmentedImageDataset
+
+    raw = load_builtin_dataset("digits", "train", max_samples=16, seed=0)
+    ds = AugmentedImageDataset(raw, image_column="image", resolution=8, random_flip=True, seed=3)
+
+    def batches(workers):
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=False, num_workers=workers)
+        return torch.cat(list(loader))
+
+    ds.set_epoch(0)
+    a, b = batches(0), batches(2)
+    assert a.shape == (16, 1, 8, 8)
+    assert torch.equal(a, b)
+    # a flip is the mirror image of the unflipped example; both occur, and the choice changes with the epoch
+    plain = AugmentedImageDataset(raw, image_column="image", resolution=8, seed=3)
+    flipped = [bool(torch.equal(a[i], plain[i].flip(-1))) and not torch.equal(plain[i], plain[i].flip(-1)) for i in range(16)]
+    assert 0 < sum(flipped) < 16
+    ds.set_epoch(1)
+    assert not torch.equal(batches(0), a)

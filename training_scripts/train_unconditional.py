@@ -37,13 +37,13 @@ from tqdm.auto import tqdm
 from diffusers_infonoise.data import decode_sequences, one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
+    AugmentedImageDataset,
     ScheduleMonitor,
     add_common_training_args,
     add_noise_sampler_args,
     backward_and_step,
     build_noise_sampler,
     finish_micro_batch,
-    image_transform,
     load_image_dataset,
     make_optimizer_and_lr_scheduler,
     maybe_save_checkpoint,
@@ -213,12 +213,10 @@ def main(argv=None):
         if args.image_column not in dataset.column_names:
             raise ValueError(f"--image_column: {args.image_column!r} is not a column of the data set {dataset.column_names}")
         channels = 1 if dataset[0][args.image_column].mode in ("L", "1", "I", "F") else 3
-        transform = image_transform(args.resolution, center_crop=args.center_crop, random_flip=args.random_flip,
-                                    channels=channels)
-        rng = __import__("numpy").random.default_rng((args.seed or 0) + accelerator.process_index)
-
-        def collate(examples):
-            return torch.stack([transform(ex[args.image_column], rng) for ex in examples])
+        dataset = AugmentedImageDataset(dataset, image_column=args.image_column, resolution=args.resolution,
+                                        center_crop=args.center_crop, random_flip=args.random_flip,
+                                        seed=args.seed or 0, channels=channels)
+        collate = None
 
     dataloader = torch.utils.data.DataLoader(dataset, batch_size=args.train_batch_size, shuffle=True,
                                              collate_fn=collate, num_workers=args.dataloader_num_workers, drop_last=True)
@@ -260,6 +258,8 @@ def main(argv=None):
 
     for epoch in range(first_epoch, num_epochs):
         model.train()
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(epoch)
         loader = accelerator.skip_first_batches(dataloader, skip_batches) if epoch == first_epoch and skip_batches else dataloader
         for x0 in loader:
             with accelerator.accumulate(model):
