@@ -63,6 +63,7 @@ def is_1d_model(model) -> bool:
     return isinstance(model, UNet1DModel) or getattr(getattr(model, "config", None), "_class_name", None) == "UNet1DModel"
 
 
+@torch.no_grad()  # sampling only: without it every step's activations stay alive for autograd (GBs)
 def generate_images(
     unet,
     noise_scheduler,
