@@ -303,6 +303,14 @@ def tier_races(tier: str) -> list[Race]:
     raise ValueError(f"unknown tier {tier!r}")
 
 
+#: What a tier leaves out of the issue's specification to fit its time budget (recorded in the results).
+TIER_SIZING = {
+    "full": "sized for ~2 h on 2 cores: every sampler on digits and binarized digits (8x8, 3 seeds) and DNA (2 seeds, "
+            "5 for infonoise/edm_lognormal); on 16x16 MNIST and binarized MNIST only infonoise vs edm_lognormal "
+            "(a 2000-sample evaluation at 16x16 costs ~45 s per core), 600 steps; MNIST 16x16 runs last and may be "
+            "cut; Inception-v3 FID only for final models (benchmarks/inception_fid.py, ~0.25 s per image per core)",
+}
+
 #: The order runs start in, as (race, which runs): "pair" = InfoNoise and the race's baseline,
 #: "others" = the other samplers, "all". The full tier puts the issue's central question first
 #: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
@@ -839,6 +847,13 @@ def write_markdown(tier, races, summary, meta, path: Path):
          "(lower is better). Binarized data: `fd_thresholded` (samples thresholded at 0.5) is the reported metric; "
          "`fd` (continuous samples as they are) is also given. DNA: Jensen-Shannon distance of the pooled k-mer "
          "distributions (k = 4..6, mean) against held-out sequences.", ""]
+    if meta.get("note"):
+        L += [f"Note: {meta['note']}", ""]
+    if meta.get("sizing"):
+        L += [f"Sizing: {meta['sizing']}.", ""]
+    if meta.get("reused_runs"):
+        L += [f"Reused (same run id, training arguments and evaluation): {len(meta['reused_runs']['run_ids'])} runs from "
+              f"{', '.join(meta['reused_runs']['from'])}.", ""]
     for race in races:
         e = summary.get(race.name)
         if not e:
@@ -970,6 +985,8 @@ def main(argv=None):
     p.add_argument("--reuse", type=str, default=None, help="Another tier (e.g. quick) whose finished runs are copied "
                    "instead of rerun when the run id, the training arguments (all but --output_dir) and the "
                    "evaluation settings are the same.")
+    p.add_argument("--note", type=str, default=None, help="Free text recorded in the results' meta and report "
+                   "(e.g. how the runs were made when this is --report_only).")
     p.add_argument("--report_only", action="store_true", help="Aggregate the existing run results only.")
     p.add_argument("--plan", action="store_true", help="Print the runs and a time estimate, then exit.")
     p.add_argument("--schedule_plots", action="store_true", help="Keep the script's per-refresh schedule plots.")
@@ -1063,6 +1080,13 @@ def main(argv=None):
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     if args.report_only and previous.get("meta"):
         meta = {**previous["meta"], "report_regenerated_with": meta["command"]}
+    if args.note:
+        meta["note"] = args.note
+    if TIER_SIZING.get(args.tier):
+        meta["sizing"] = TIER_SIZING[args.tier]
+    reused = sorted({r["reused_from"].rsplit("/runs/", 1)[0] for r in runs if r.get("reused_from")})
+    if reused:
+        meta["reused_runs"] = {"from": reused, "run_ids": sorted(r["run_id"] for r in runs if r.get("reused_from"))}
     doc = {
         "meta": meta,
         "design": {
