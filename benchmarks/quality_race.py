@@ -854,6 +854,9 @@ def write_markdown(tier, races, summary, meta, path: Path):
     if meta.get("reused_runs"):
         L += [f"Reused (same run id, training arguments and evaluation): {len(meta['reused_runs']['run_ids'])} runs from "
               f"{', '.join(meta['reused_runs']['from'])}.", ""]
+    L += ["## Summary", "", "Lower is better; speedup = steps the sampler needs to reach its own final quality / steps "
+          "InfoNoise needs (paired by seed; `<x`: InfoNoise did not reach it within the budget, x is the upper bound).", "",
+          summary_table(races, summary), ""]
     for race in races:
         e = summary.get(race.name)
         if not e:
@@ -907,6 +910,34 @@ def write_markdown(tier, races, summary, meta, path: Path):
         L.append("")
     L.append(reading.strip("\n") if reading else "## Reading\n\n(to be written)")
     path.write_text("\n".join(L) + "\n")
+
+
+def summary_table(races, summary) -> str:
+    """One markdown table over the races: each sampler's final quality (mean ± std over seeds, n) and
+    InfoNoise's steps-to-target speedup against it (median [per seed]); for README.md."""
+    L = ["| data set (path, metric) | sampler | final quality, mean ± std (n) | InfoNoise speedup vs it: median [seeds] |",
+         "|---|---|---|---|"]
+    for race in races:
+        e = summary.get(race.name)
+        if not e:
+            continue
+        m = e["primary_metric"]
+        order = ["infonoise", race.baseline] + [x for x in race.samplers if x not in ("infonoise", race.baseline)]
+        best = min(e["final"][x][m]["mean"] for x in order if x in e["final"])
+        for i, x in enumerate(o for o in order if o in e["final"]):
+            f = e["final"][x][m]
+            q = f"{f['mean']:.3g} ± {f['std']:.2g} ({len(f['per_seed'])})"
+            q = f"**{q}**" if f["mean"] == best else q
+            sp = e["speedup_vs"].get(x, {}).get(m)
+            if sp and sp["median"] is not None:
+                per = ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}"
+                                for p in sp["per_seed"])
+                cell = f"{'≤ ' if sp['num_not_reached'] > len(sp['per_seed']) / 2 else ''}{sp['median']:.2f} [{per}]"
+            else:
+                cell = "—"
+            head = f"{race.dataset} ({race.diffusion}, `{m}`)" if i == 0 else ""
+            L.append(f"| {head} | {x}{' (baseline)' if x == race.baseline else ''} | {q} | {cell} |")
+    return "\n".join(L)
 
 
 # ----------------------------------------------------------------------------------------------
