@@ -1,0 +1,72 @@
+"""The quality race's bookkeeping (benchmarks/quality_race.py): steps-to-target, speedup, run order,
+reuse of identical runs. Values computed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import quality_race as Q  # noqa: E402
+
+
+def test_steps_to_reach_interpolates_linearly():
+    # 6 at step 200, 4 at step 300: 5 is crossed half way
+    assert Q.steps_to_reach([100, 200, 300], [10, 6, 4], 5.0) == (250.0, "interpolated")
+    assert Q.steps_to_reach([100, 200], [3, 2], 5.0) == (100.0, "at_first_eval")
+    assert Q.steps_to_reach([100, 200], [9, 8], 5.0) == (None, "not_reached")
+
+
+def test_smooth_and_speedup_by_hand():
+    assert Q.smooth([10, 8, 6, 5]).tolist() == pytest.approx([9, 8, 19 / 3, 5.5])
+    base = {"steps": [100, 200, 300, 400], "quality": {"fd": [10, 8, 6, 5]}}
+    other = {"steps": [100, 200, 300, 400], "quality": {"fd": [9, 6, 4, 3]}}
+    # baseline target: its smoothed final 5.5, reached at step 400; the other's smoothed curve
+    # [7.5, 19/3, 13/3, 3.5] crosses 5.5 at 200 + 100 * (19/3 - 5.5) / (19/3 - 13/3) = 241.67
+    out = Q.speedup(base, other, "fd")
+    assert out["target"] == pytest.approx(5.5) and out["baseline_steps"] == pytest.approx(400)
+    assert out["steps"] == pytest.approx(200 + 100 * (19 / 3 - 5.5) / 2)
+    assert out["speedup"] == pytest.approx(400 / (200 + 100 * (19 / 3 - 5.5) / 2))
+    worse = {"steps": [100, 200, 300, 400], "quality": {"fd": [12, 11, 10, 9]}}
+    out = Q.speedup(base, worse, "fd")
+    assert out["speedup"] is None and out["speedup_upper_bound"] == pytest.approx(1.0)
+
+
+def _spec(tier, race_name, sampler, seed=0, root="/tmp/x"):
+    race = next(r for r in Q.tier_races(tier) if r.name == race_name)
+    return Q.RunSpec(tier, race, sampler, seed, root)
+
+
+def test_full_tier_runs_the_central_question_first():
+    rank = lambda race, sampler: Q.run_priority("full", _spec("full", race, sampler))  # noqa: E731
+    assert rank("edm-binarized_mnist16", "infonoise") == rank("edm-binarized_mnist16", "edm_lognormal") == 0
+    assert rank("edm-dna64", "infonoise") == rank("edm-dna64", "edm_lognormal") == 1
+    assert rank("ddpm-binarized_digits", "uniform") < rank("edm-dna64", "cosine") < rank("edm-digits", "cosine")
+    assert rank("edm-mnist16", "infonoise") == len(Q.TIER_PRIORITY["full"]) - 1
+    # a tier without a priority list runs race by race
+    assert Q.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
+
+
+def test_reuse_copies_only_the_same_experiment(tmp_path):
+    spec = _spec("full", "edm-digits", "infonoise", root=str(tmp_path / "full"))
+    (spec.result_path.parent).mkdir(parents=True)
+    src_dir = tmp_path / "quick" / "runs"
+    src_dir.mkdir(parents=True)
+    race = spec.race
+    (src_dir / f"unet_{race.name}.json").write_text(json.dumps(Q.unet_config(8, race.channels)))
+    other = dataclasses.replace(spec, root=str(tmp_path / "quick"))
+    result = {"command": Q._command(other), "steps": list(range(race.eval_every, race.steps + 1, race.eval_every)),
+              "inference": {"num_samples": race.num_samples}, "jitter": None, "run_id": spec.run_id}
+    source = src_dir / f"{spec.run_id}.json"
+
+    source.write_text(json.dumps({**result, "command": result["command"].replace("--learning_rate 0.001", "--learning_rate 0.002")}))
+    assert not Q.reuse_run(spec, source) and not spec.result_path.exists()
+    source.write_text(json.dumps(result))
+    assert Q.reuse_run(spec, source)
+    copied = json.loads(spec.result_path.read_text())
+    assert copied["reused_from"].endswith(f"{spec.run_id}.json") and copied["command"] == result["command"]
