@@ -425,9 +425,9 @@ def one_hot_sequences(sequences, alphabet: str = "ACGT"):
     """One-hot encoding of equal-length strings in ``{-1, 1}`` (the letter's channel +1, the others −1).
 
     Args:
-        sequences: an iterable of ``N`` strings of the same length ``L``, over ``alphabet``
-            (case-insensitive: lower case, e.g. soft-masked DNA, is upper-cased first when the
-            alphabet is upper case).
+        sequences: a list (any iterable but a string) of ``N`` strings of the same length ``L``
+            over ``alphabet``. An all-upper-case alphabet accepts lower case too (soft-masked DNA
+            is upper-cased first); any other alphabet is case-sensitive.
         alphabet: the ``K`` distinct letters; channel ``k`` is ``alphabet[k]``.
 
     Returns:
@@ -435,13 +435,19 @@ def one_hot_sequences(sequences, alphabet: str = "ACGT"):
         the same scale as images in ``[−1, 1]`` (so EDM's ``sigma_data = 0.5`` is of the right order).
 
     Raises:
-        ValueError: an empty input, sequences of different lengths, a letter outside ``alphabet``
-            (the message names the sequence index and the letter), or a bad ``alphabet``.
+        ValueError: a single string or a non-string item, an empty input, sequences of different
+            lengths, a letter outside ``alphabet`` (the message names the sequence index and the
+            letter), or a bad ``alphabet``.
     """
     import torch
 
     alphabet = _check_alphabet(alphabet)
-    seqs = [str(s) for s in sequences]
+    if isinstance(sequences, (str, bytes)):
+        raise ValueError("sequences: expected a list of strings, got a single string (wrap it: [sequence])")
+    seqs = list(sequences)
+    bad = next((i for i, q in enumerate(seqs) if not isinstance(q, str)), None)
+    if bad is not None:
+        raise ValueError(f"sequences[{bad}]: expected a string, got {type(seqs[bad]).__name__}")
     if not seqs:
         raise ValueError("sequences: empty; expected at least one string")
     if alphabet == alphabet.upper():
@@ -453,8 +459,8 @@ def one_hot_sequences(sequences, alphabet: str = "ACGT"):
     lut = np.full(256, -1, dtype=np.int64)
     for k, ch in enumerate(alphabet):
         lut[ord(ch)] = k
-    raw = np.frombuffer("".join(seqs).encode("latin-1", errors="replace"), dtype=np.uint8)
-    idx = lut[raw].reshape(len(seqs), -1)
+    codes = np.array([[ord(c) for c in q] for q in seqs], dtype=np.int64)
+    idx = np.where(codes < 256, lut[np.minimum(codes, 255)], -1)
     if (idx < 0).any():
         i, j = map(int, np.argwhere(idx < 0)[0])
         raise ValueError(f"sequences[{i}] has {seqs[i][j]!r} at position {j}, not in alphabet {alphabet!r}")
@@ -468,7 +474,8 @@ def decode_sequences(samples, alphabet: str = "ACGT") -> list[str]:
     the letter of the largest channel at each position.
 
     Raises:
-        ValueError: ``samples`` is not 3-D or its channel count differs from ``len(alphabet)``.
+        ValueError: ``samples`` is not 3-D, its channel count differs from ``len(alphabet)``, or it holds
+            NaN/inf.
     """
     import torch
 
@@ -476,6 +483,8 @@ def decode_sequences(samples, alphabet: str = "ACGT") -> list[str]:
     x = torch.as_tensor(samples)
     if x.ndim != 3 or x.shape[1] != len(alphabet):
         raise ValueError(f"samples: expected shape (N, {len(alphabet)}, L) for alphabet {alphabet!r}, got {tuple(x.shape)}")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError("samples: contain NaN or inf (a diverged model?); there is no letter to decode")
     letters = np.frombuffer(alphabet.encode("latin-1"), dtype=np.uint8)
     codes = letters[x.argmax(dim=1).cpu().numpy()]
     return [row.tobytes().decode("latin-1") for row in codes]

@@ -60,7 +60,8 @@ def is_1d_model(model) -> bool:
     """Whether ``model`` (or its ``config``) is a 1-D diffusers model (``UNet1DModel``): inputs (B, C, L)."""
     from diffusers import UNet1DModel
 
-    return isinstance(model, UNet1DModel) or getattr(getattr(model, "config", None), "_class_name", None) == "UNet1DModel"
+    config = getattr(model, "config", model)
+    return isinstance(model, UNet1DModel) or getattr(config, "_class_name", None) == "UNet1DModel"
 
 
 @torch.no_grad()  # sampling only: without it every step's activations stay alive for autograd (GBs)

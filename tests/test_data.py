@@ -265,6 +265,8 @@ def test_one_hot_sequences_values_and_round_trip():
     (["ACGT", "ACG"], "ACGT", r"sequences: expected non-empty strings of one length, got lengths \[3, 4\]"),
     (["ACGT", "ACNT"], "ACGT", r"sequences\[1\] has 'N' at position 2, not in alphabet 'ACGT'"),
     ([], "ACGT", "sequences: empty"),
+    ("ACGT", "ACGT", "sequences: expected a list of strings, got a single string"),
+    (["ACGT", None], "ACGT", r"sequences\[1\]: expected a string, got NoneType"),
     (["AC"], "AA", "alphabet: expected a string of at least 2 distinct"),
 ])
 def test_one_hot_sequences_errors(sequences, alphabet, match):
@@ -281,3 +283,5 @@ def test_decode_sequences_shape_error():
 
     with pytest.raises(ValueError, match=r"samples: expected shape \(N, 4, L\)"):
         decode_sequences(torch.zeros(2, 3, 5))
+    with pytest.raises(ValueError, match="samples: contain NaN or inf"):
+        decode_sequences(torch.full((1, 4, 3), float("nan")))

@@ -536,7 +536,9 @@ def test_sequences_train_a_1d_unet_resume_and_write_fasta(script, dna_dataset, t
     assert lines[0::2] == [">sample_0", ">sample_1", ">sample_2"]
     assert all(len(s) == 16 and set(s) <= set("ACGT") for s in lines[1::2])
     assert not (out / "samples.png").exists()
-    assert "sequences of length 16 over `ACGT`" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert "sequences of length 16 over `ACGT`" in card and "decode_sequences(samples, \"ACGT\")" in card
+    assert "- sequence-generation" in card and "unconditional-image-generation" not in card
 
     # resume from checkpoint-2: the 1-D model and its EMA load back through the hooks
     import shutil
@@ -567,6 +569,39 @@ def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, une
                              "--max_train_steps", 1))
     with pytest.raises(ValueError, match="--model_config_name_or_path: a UNet2DModel config"):
         script.main(seq_args(unet_config, dataset, tmp_path / "b", "--max_train_steps", 1))
+    # a 1-D config that does not fit the data: named before torch fails on a shape
+    cfg = tmp_path / "unet1d_len12.json"
+    cfg.write_text(json.dumps({**TINY_UNET_1D, "sample_size": 12, "in_channels": 5}))
+    with pytest.raises(ValueError, match=r"in/out_channels 5/4, but --alphabet has 4 letters; sample_size 12, but the "
+                                         r"sequences have length 16"):
+        script.main(seq_args(cfg, dataset, tmp_path / "c", "--max_train_steps", 1))
+    # the default 1-D UNet for an odd length: no downsampling, still trains shapes through
+    assert len(script.build_unet(args, 4, 33).config.block_out_channels) == 1
+    assert len(script.build_unet(args, 4, 10).config.block_out_channels) == 2
+    with pytest.raises(SystemExit):
+        script.parse_args(["--sequence_column", "sequence"])  # no --dataset_name: argparse error
+    with pytest.raises(ValueError, match=r"--train_batch_size 8 is larger than the data set \(4 examples"):
+        script.main(seq_args(tmp_path / "none.json", dataset, tmp_path / "d", "--max_train_samples", 4,
+                             "--max_train_steps", 1, "--model_config_name_or_path", str(tmp_path / "unet1d.json")))
+
+
+def test_resume_mid_epoch_reproduces_the_uninterrupted_weights(script, unet_config, tmp_path):
+    """64 examples, batch 8: checkpoint-2 is mid-epoch. The batch order (seeded by seed and epoch), the
+    augmentation, the noise and the sampler's draws are all restored, so the weights are identical."""
+    from safetensors.torch import load_file
+
+    common = ["--checkpointing_steps", 2, "--max_train_steps", 4, "--random_flip", "--noise_sampler", "infonoise"]
+    import shutil
+
+    script.main(base_args(unet_config, tmp_path / "straight", *common))
+    # an interrupted run: only checkpoint-2 of the same run survives
+    shutil.copytree(tmp_path / "straight" / "checkpoint-2", tmp_path / "cut" / "checkpoint-2")
+    script.main(base_args(unet_config, tmp_path / "cut", *common, "--resume_from_checkpoint", "latest"))
+    a = load_file(str(tmp_path / "straight" / "unet" / "diffusion_pytorch_model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "unet" / "diffusion_pytorch_model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
 
 
 def test_augmentation_does_not_depend_on_dataloader_workers():

@@ -38,6 +38,7 @@ from diffusers_infonoise.data import decode_sequences, one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
     AugmentedImageDataset,
+    EpochShuffleSampler,
     ScheduleMonitor,
     add_common_training_args,
     add_noise_sampler_args,
@@ -125,6 +126,8 @@ def parse_args(argv=None):
         parser.error("--snr_gamma (Min-SNR) applies to --diffusion ddpm only")
     if args.dataset_name and args.train_data_dir:
         parser.error("--dataset_name and --train_data_dir: give one of them")
+    if args.sequence_column and not args.dataset_name:
+        parser.error("--sequence_column needs --dataset_name (a Hub data set or save_to_disk folder with that column)")
     return args
 
 
@@ -153,11 +156,13 @@ def build_unet(args, channels: int, length: int | None = None):
         if config.get("_class_name", cls.__name__) != cls.__name__:
             raise ValueError(f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
                              f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})")
+        if length is not None:
+            _check_1d_config(cls.from_config(config).config, channels, length)
         return cls.from_config(config)
     if length is not None:
         # the temporal-ResNet blocks of UNet1DModel take the time embedding in every block (the
-        # DownBlock1D family ignores it); each level halves the length
-        levels = 3 if length % 8 == 0 else (2 if length % 4 == 0 else 1)
+        # DownBlock1D family ignores it); every level but the last halves the length
+        levels = 3 if length % 4 == 0 else (2 if length % 2 == 0 else 1)
         return UNet1DModel(
             sample_size=length, in_channels=channels, out_channels=channels, extra_in_channels=0,
             time_embedding_type="positional", use_timestep_embedding=True, flip_sin_to_cos=False, freq_shift=1,
@@ -218,15 +223,23 @@ def main(argv=None):
                                         seed=args.seed or 0, channels=channels)
         collate = None
 
-    dataloader = torch.utils.data.DataLoader(dataset, batch_size=args.train_batch_size, shuffle=True,
-                                             collate_fn=collate, num_workers=args.dataloader_num_workers, drop_last=True)
+    if len(dataset) < args.train_batch_size:
+        raise ValueError(f"--train_batch_size {args.train_batch_size} is larger than the data set ({len(dataset)} examples; "
+                         "see --max_train_samples)")
+    # batch order seeded by (seed, epoch) and a loader generator of its own: a resumed run continues with
+    # the batches the interrupted one would have seen (skip_first_batches replays the epoch)
+    order = EpochShuffleSampler(len(dataset), seed=args.seed or 0)
+    dataloader = torch.utils.data.DataLoader(dataset, batch_size=args.train_batch_size, sampler=order,
+                                             collate_fn=collate, num_workers=args.dataloader_num_workers, drop_last=True,
+                                             generator=torch.Generator().manual_seed(args.seed or 0))
 
     # -- model, EMA, optimizer -----------------------------------------------------------------------
     model = build_unet(args, channels, length)
+    model_cls = type(model)  # before accelerate.prepare, which may wrap it (DistributedDataParallel)
     ema = None
     if args.use_ema:
         ema = EMAModel(model.parameters(), decay=args.ema_max_decay, use_ema_warmup=True, inv_gamma=args.ema_inv_gamma,
-                       power=args.ema_power, model_cls=type(model), model_config=model.config)
+                       power=args.ema_power, model_cls=model_cls, model_config=model.config)
     steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
     max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
     num_epochs = math.ceil(max_steps / max(1, steps_per_epoch))
@@ -242,7 +255,7 @@ def main(argv=None):
     # Each rank draws its own levels; the schedule (π) is shared through the sampler's all-reduce.
     draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
     register_sampler_checkpointing(accelerator, sampler, draw_gen)
-    _register_model_hooks(accelerator, ema, type(model))
+    _register_model_hooks(accelerator, ema, model_cls)
 
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
@@ -258,6 +271,7 @@ def main(argv=None):
 
     for epoch in range(first_epoch, num_epochs):
         model.train()
+        order.set_epoch(epoch)
         if hasattr(dataset, "set_epoch"):
             dataset.set_epoch(epoch)
         loader = accelerator.skip_first_batches(dataloader, skip_batches) if epoch == first_epoch and skip_batches else dataloader
@@ -303,6 +317,23 @@ def main(argv=None):
     progress.close()
     accelerator.wait_for_everyone()
     accelerator.end_training()
+
+
+def _check_1d_config(config, channels: int, length: int) -> None:
+    """A UNet1DModel config must match the one-hot sequences: channels = alphabet size, sample_size = length,
+    and the length must survive its downsamplings (a mismatch otherwise fails deep inside torch)."""
+    problems = []
+    if config.in_channels != channels or config.out_channels != channels:
+        problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but --alphabet has {channels} letters")
+    if config.sample_size != length:
+        problems.append(f"sample_size {config.sample_size}, but the sequences have length {length}")
+    levels = len(config.block_out_channels)
+    factor = 2 ** (levels if config.downsample_each_block else levels - 1)
+    if length % factor:
+        problems.append(f"{levels} levels halve the length {int(math.log2(factor))} times: it must be a multiple of "
+                        f"{factor}, got {length}")
+    if problems:
+        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
 
 
 def _register_model_hooks(accelerator, ema, model_cls):
