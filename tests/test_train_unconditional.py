@@ -482,6 +482,13 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
         ["README.md", "checkpoint-4", "logs", "model_index.json", "noise_schedule.png", "samples.png",
          "samples_epoch_0000.png", "schedule", "scheduler", "unet"])
 
+    # resume the two-process run: the load hooks need the model's own class, not the DDP wrapper's
+    cmd[cmd.index("--main_process_port") + 1] = str(_free_port())
+    proc = subprocess.run(cmd + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert scheduler_payload(out)["optimizer_steps"] == 6
+
 
 # ----------------------------------------------------------------------------------------------
 # sequences (1-D path): one-hot DNA, UNet1DModel
