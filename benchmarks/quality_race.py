@@ -316,7 +316,7 @@ TIER_SIZING = {
 #: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
 TIER_PRIORITY = {
     "full": [("edm-binarized_mnist16", "all"), ("edm-dna64", "pair"), ("ddpm-binarized_digits", "all"),
-             ("flow-digits", "all"), ("edm-dna64", "others"), ("edm-binarized_digits", "all"), ("edm-digits", "all"),
+             ("flow-digits", "all"), ("edm-binarized_digits", "all"), ("edm-dna64", "others"), ("edm-digits", "all"),
              ("edm-mnist16", "all")],
 }
 
