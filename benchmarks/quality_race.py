@@ -276,8 +276,10 @@ def tier_races(tier: str) -> list[Race]:
         races = [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 5), **mid)]
         races += [Race(f"edm-{d}", d, "edm", ALL_SAMPLERS, "edm_lognormal", _seeds(ALL_SAMPLERS, 3), **small)
                   for d in ("binarized_digits", "digits")]
-        races += [Race("ddpm-binarized_digits", "binarized_digits", "ddpm", ("infonoise", "uniform"), "uniform",
-                       _seeds(("infonoise", "uniform"), 3), **small),
+        # DDPM race + InfoNoise with its m̂ capped at the data variance (the diagnosis of its loss there:
+        # the ε-model's x0-space error exceeds the data variance ~1000x at high noise)
+        ddpm = ("infonoise", "uniform", "infonoise-mmse_cap_auto")
+        races += [Race("ddpm-binarized_digits", "binarized_digits", "ddpm", ddpm, "uniform", _seeds(ddpm, 3), **small),
                   Race("flow-digits", "digits", "flow", ("infonoise", "logit_normal"), "logit_normal",
                        _seeds(("infonoise", "logit_normal"), 3), **small),
                   Race("edm-mnist16", "mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 2), **mid)]
@@ -361,7 +363,8 @@ class RunSpec:
         r = self.race
         data = load_data(r.dataset)
         cfg = self.out_dir.parent / f"unet_{r.name}.json"
-        name, _, gate = self.sampler.partition("-gate_")  # gate-study variants, e.g. "infonoise-gate_none"
+        # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto
+        name, *options = self.sampler.split("-")
         a = list(data["script_args"]) + [
             "--model_config_name_or_path", str(cfg), "--diffusion", r.diffusion, "--noise_sampler", name,
             "--seed", str(self.seed), "--train_batch_size", str(r.batch_size), "--max_train_steps", str(r.steps),
@@ -372,8 +375,9 @@ class RunSpec:
         ]
         if name in ("infonoise", "kingma_gao"):
             a += list(r.extra_args)
-        if gate:
-            a += ["--infonoise_gate", gate]
+        for option in options:
+            flag, _, value = option.rpartition("_")
+            a += [f"--infonoise_{flag}", value]
         return a
 
 
@@ -502,7 +506,7 @@ def run_one(spec: RunSpec) -> dict:
         "hyperparameters": {"steps": race.steps, "eval_every": race.eval_every, "batch_size": race.batch_size,
                             "learning_rate": race.learning_rate, "lr_scheduler": "constant_with_warmup",
                             "lr_warmup_steps": race.lr_warmup_steps, "unet_block_out_channels": list(race.channels),
-                            "sampler_args": list(race.extra_args) if spec.sampler.partition("-gate_")[0] in ("infonoise", "kingma_gao") else [],
+                            "sampler_args": list(race.extra_args) if spec.sampler.split("-")[0] in ("infonoise", "kingma_gao") else [],
                             "ema": "diffusers EMAModel, max decay 0.9999, warm-up inv_gamma 1, power 3/4 (script defaults)"},
         "inference": {"scheduler": type(eval_scheduler(race)).__name__, "num_inference_steps": NUM_INFERENCE_STEPS,
                       "num_samples": race.num_samples, "sampling_seed": EVAL_SEED, "weights": "EMA (checkpoint-N/unet_ema)"},

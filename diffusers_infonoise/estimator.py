@@ -92,6 +92,7 @@ class ProfileEstimator:
         smoothing: float = 1.0,
         gate: str | float | None = "auto",
         gate_fallback: float = 0.2,
+        mmse_cap: float | None = None,
     ):
         edges = torch.as_tensor(edges, dtype=torch.float64).flatten()
         if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
@@ -109,6 +110,9 @@ class ProfileEstimator:
             raise ValueError(f"gate: accepted values are 'auto', a finite positive float pivot (VE sigma) or None, got {gate!r}")
         if not (real(gate_fallback) and gate_fallback > 0):
             raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
+        if not (mmse_cap is None or (real(mmse_cap) and mmse_cap > 0)):
+            raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {mmse_cap!r}")
+        self.mmse_cap = None if mmse_cap is None else float(mmse_cap)
         self.edges = edges
         self.ema_decay = float(ema_decay)
         self.min_count = int(min_count)
@@ -221,6 +225,10 @@ class ProfileEstimator:
         ``q = m̂/σ²`` (both (K,), on the bin centres). Records the gate decision in ``last_gate``.
         """
         m = self.filled_m_hat()
+        if self.mmse_cap is not None:
+            # the Bayes MMSE never exceeds the data's variance (the constant predictor E[x0] achieves
+            # it); an ε- or v-model's residual error times the σ² conversion can (METHOD.md §2, §3)
+            m = m.clamp(max=self.mmse_cap)
         sig = torch.exp(self.centers)
         q = m / sig**2
         self.last_gate = self.resolve_gate(sig, m)

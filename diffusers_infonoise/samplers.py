@@ -409,6 +409,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         base=None,
         gate="auto",
         gate_fallback: float = 0.2,
+        mmse_cap: float | None = None,
     ):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
         for arg, value, ok, accepted in (
@@ -423,7 +424,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         lo, hi = path.log_sigma_range
         edges = torch.linspace(lo, hi, num_bins + 1, dtype=torch.float64)
         self.estimator = ProfileEstimator(
-            edges, ema_decay=ema_decay, min_count=min_count, smoothing=smoothing, gate=gate, gate_fallback=gate_fallback
+            edges, ema_decay=ema_decay, min_count=min_count, smoothing=smoothing, gate=gate, gate_fallback=gate_fallback,
+            mmse_cap=mmse_cap,
         )
         self.warmup_steps, self.refresh_every, self.floor = warmup_steps, refresh_every, float(floor)
         self.base, self.base_description = _resolve_base(path, base)
@@ -439,6 +441,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "floor": floor,
             "gate": gate,
             "gate_fallback": gate_fallback,
+            "mmse_cap": self.estimator.mmse_cap,
         }
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
         self.num_updates = 0
@@ -447,6 +450,19 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def edges(self) -> torch.Tensor:
         """(K+1,) log-σ bin edges (VE σ)."""
         return self.estimator.edges
+
+    def set_mmse_cap(self, value: float | None) -> None:
+        """Set the cap on m̂ (per-dimension x0 variance of the training data, in the units of the
+        per-sample loss; ``None``: no cap) once the data is known; it applies from the next refresh.
+
+        Raises:
+            ValueError: ``value`` is not None or a finite float > 0.
+        """
+        if not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and math.isfinite(value) and value > 0)):
+            raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {value!r}")
+        self.estimator.mmse_cap = None if value is None else float(value)
+        self.hyperparameters["mmse_cap"] = self.estimator.mmse_cap
 
     @property
     def is_adapted(self) -> bool:
@@ -569,6 +585,12 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         gate: ``"auto"`` (default), a pinned pivot c (VE σ), or ``None``.
         gate_fallback: pivot used when the automatic rule misfires (default 0.2, the paper's value for
             non-image data).
+        mmse_cap: upper bound on m̂ before the profile is formed (default ``None``: none), the data's
+            per-dimension variance ``mean_i Var(x0_i)``, which bounds the Bayes MMSE at every σ. An
+            ε- or v-model's residual error, converted to x0 space by ``σ²`` (METHOD.md §3), exceeds it
+            at high noise by orders of magnitude (measured: m̂ ≈ 900–2800 vs 0.53 on binarized
+            digits, DDPM-ε), and ``π ∝ ρ̂/w`` with ``w = 1/σ²`` then puts >90% of the draws at
+            σ > 30. See ``benchmarks/results/quality_race_full.md``.
         floor: η of ``π ← (1 − η)·π + η·π_base`` (default 0.05).
         base: the warm-up and floor density: ``None`` (EDM log-normal on VE, uniform t on VP,
             logit-normal(0, 1) on flow), a name of :func:`base_density`, ``(name, params)``, or a Density.
@@ -662,7 +684,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     def _schedule_settings(self) -> dict:
         """What, besides m̂, determines π: compared with a stored payload's values."""
-        hp = {k: v for k, v in self.hyperparameters.items() if k in ("floor", "gate", "gate_fallback", "smoothing")}
+        hp = {k: v for k, v in self.hyperparameters.items()
+              if k in ("floor", "gate", "gate_fallback", "smoothing", "mmse_cap")}
         return {
             "prediction_type": self.prediction_type,
             "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
@@ -768,7 +791,7 @@ SAMPLER_NAMES = ("infonoise", "uniform", "edm_lognormal", "logit_normal", "mode"
 
 _ADAPTIVE_KEYS = {
     "num_bins", "warmup_steps", "refresh_every", "ema_decay", "min_count", "smoothing", "floor", "base",
-    "gate", "gate_fallback",
+    "gate", "gate_fallback", "mmse_cap",
 }
 
 

@@ -76,6 +76,8 @@ __all__ = [
     "training_length",
     "run_training_loop",
     "resolve_infonoise_base",
+    "apply_mmse_cap",
+    "data_variance",
     "ema_weights",
     "save_text_to_image_outputs",
 ]
@@ -100,6 +102,46 @@ def _gate_arg(value: str):
     return v
 
 
+def _cap_arg(value: str):
+    if value.lower() in ("none", "auto"):
+        return value.lower()
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}")
+    return v
+
+
+def data_variance(dataset, num_examples: int = 1024, seed: int = 0) -> float:
+    """``mean_i Var(x0_i)`` over up to ``num_examples`` random training examples (tensors in the model's
+    [-1, 1] scale; a dataset item may be a tensor, a 1-tuple or a dict with ``pixel_values``)."""
+    n = len(dataset)
+    idx = np.random.default_rng(seed).permutation(n)[: min(n, num_examples)]
+
+    def tensor(item):
+        if isinstance(item, dict):
+            item = item["pixel_values"]
+        if isinstance(item, (tuple, list)):
+            item = item[0]
+        return torch.as_tensor(item, dtype=torch.float64)
+
+    x = torch.stack([tensor(dataset[int(i)]) for i in idx]).flatten(1)
+    return float(x.var(dim=0, unbiased=False).mean())
+
+
+def apply_mmse_cap(args, sampler, dataset) -> float | None:
+    """``--infonoise_mmse_cap auto``: cap the sampler's m̂ at the data's per-dimension variance."""
+    cap = getattr(args, "infonoise_mmse_cap", "none")
+    if cap == "none" or not hasattr(sampler, "set_mmse_cap"):
+        return None
+    value = data_variance(dataset, seed=args.seed or 0) if cap == "auto" else float(cap)
+    sampler.set_mmse_cap(value)
+    logger.info(f"infonoise: m_hat capped at {value:.4g} (per-dimension data variance{' from the data' if cap == 'auto' else ''})")
+    return value
+
+
 def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     """``--noise_sampler``, its ``--infonoise_*`` hyperparameters, baseline density parameters,
     ``--snr_gamma`` and ``--show_noise_schedule``."""
@@ -116,6 +158,10 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                    help="Clean-end gate pivot: 'auto', 'none', or a VE sigma such as 0.2 (paper: 0.15 images, 0.2 other data).")
     g.add_argument("--infonoise_gate_fallback", type=float, default=0.2, help="Pivot used when the automatic gate misfires.")
     g.add_argument("--infonoise_floor", type=float, default=0.05, help="Mixing weight of the base density (no bin starves).")
+    g.add_argument("--infonoise_mmse_cap", type=_cap_arg, default="none",
+                   help="Cap on the estimated x0 MMSE: 'none', 'auto' (the training data's per-dimension variance, "
+                        "which bounds the Bayes MMSE) or a value. With epsilon/v losses the x0-space error of an "
+                        "imperfect model grows like sigma^2 at high noise; see the sampler's mmse_cap.")
     g.add_argument("--infonoise_base", type=str, default=None,
                    help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).")
     g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
@@ -196,7 +242,9 @@ def build_noise_sampler(
             "base": base,
         }
         if name == "infonoise":
-            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback)
+            cap = getattr(args, "infonoise_mmse_cap", "none")
+            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback,
+                      mmse_cap=cap if isinstance(cap, float) else None)
         return make_sampler(name, noise_scheduler, **common, **kw)
     return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
 

@@ -39,6 +39,7 @@ from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
     AugmentedImageDataset,
     EpochShuffleSampler,
+    apply_mmse_cap,
     ScheduleMonitor,
     add_common_training_args,
     add_noise_sampler_args,
@@ -223,6 +224,7 @@ def main(argv=None):
                                         seed=args.seed or 0, channels=channels)
         collate = None
 
+    apply_mmse_cap(args, sampler, dataset)
     if len(dataset) < args.train_batch_size:
         raise ValueError(f"--train_batch_size {args.train_batch_size} is larger than the data set ({len(dataset)} examples; "
                          "see --max_train_samples)")
