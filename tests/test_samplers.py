@@ -434,6 +434,8 @@ def test_stored_schedule_defaults_to_its_loss_and_is_rebuilt_for_another_weighti
         ({"floor": True}, "floor"),
         ({"loss_weighting": "min_snr", "snr_gamma": "5"}, "snr_gamma"),
         ({"foo": 1}, "foo"),
+        ({"mmse_cap": -1.0}, "mmse_cap"),
+        ({"mmse_cap": "auto"}, "mmse_cap"),
     ],
 )
 def test_bad_hyperparameters_name_the_argument(kwargs, arg):
@@ -450,3 +452,37 @@ def test_load_state_dict_rejects_malformed_state():
         s.load_state_dict({k: v for k, v in state.items() if k != "estimator"})
     with pytest.raises(ValueError, match="probs"):
         s.load_state_dict({**state, "probs": torch.full_like(state["probs"], float("nan"))})
+
+
+def _trained_with_model_error(cap, delta, steps=30, s_d=0.5):
+    """DDPM-ε on Gaussian data (per-dimension variance s_d²): the Bayes ε-loss mmse/σ² (by hand,
+    METHOD.md §2-3) plus a constant residual ``delta`` of an imperfect ε-model, which the σ²
+    conversion turns into an x0 error growing like δσ² at high noise."""
+    sampler = make_sampler("infonoise", DDPMScheduler(), warmup_steps=10, refresh_every=10, floor=0.0, gate=None,
+                           mmse_cap=cap)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        lv = sampler.sample(2048, generator=gen)
+        sig = lv.sigmas.double()
+        eps_loss = s_d**2 / (sig**2 + s_d**2) + delta  # Bayes ε-MMSE = mmse/σ², mmse = σ²s_d²/(σ²+s_d²)
+        sampler.update(lv, eps_loss.float())
+        sampler.step()
+    return sampler
+
+
+def test_mmse_cap_keeps_the_bayes_profile_and_removes_amplified_model_error():
+    from _reference import total_variation
+
+    exact = _trained_with_model_error(None, 0.0)
+    # the Bayes MMSE never exceeds the data variance: capping there changes nothing
+    capped_exact = _trained_with_model_error(0.25, 0.0)
+    assert total_variation(capped_exact.probs.numpy(), exact.probs.numpy()) < 1e-9
+    # an ε residual of 1e-3 per dimension is x0 error 1e-3·σ² (25 at σ = 157, 100x the variance)
+    noisy = _trained_with_model_error(None, 1e-3)
+    capped = _trained_with_model_error(0.25, 1e-3)
+    sig = torch.exp(noisy.estimator.centers)
+    top = sig > 10
+    assert float(noisy.probs[top].sum()) > float(exact.probs[top].sum()) + 0.2
+    assert total_variation(noisy.probs.numpy(), exact.probs.numpy()) > 0.2
+    assert total_variation(capped.probs.numpy(), exact.probs.numpy()) < 0.03
+    assert noisy.describe()["hyperparameters"]["mmse_cap"] is None and capped.hyperparameters["mmse_cap"] == 0.25

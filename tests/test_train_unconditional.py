@@ -646,3 +646,20 @@ def test_generate_images_builds_no_autograd_graph(unet_config):
     assert any(p.requires_grad for p in unet.parameters())
     images = generate_images(unet, EDMEulerScheduler(), 2, num_inference_steps=2, generator=torch.Generator().manual_seed(0))
     assert images.shape == (2, 1, 8, 8) and not images.requires_grad and images.grad_fn is None
+
+
+def test_data_variance_and_mmse_cap_auto(script, unet_config, tmp_path, draws):
+    from diffusers_infonoise.training import data_variance
+
+    # per-dimension population variances by hand: dim 0 {1, 3} -> 1, dim 1 {-1, -1} -> 0; mean 0.5
+    items = [torch.tensor([[1.0, -1.0]]), torch.tensor([[3.0, -1.0]])]
+    assert data_variance(items) == pytest.approx(0.5)
+    assert data_variance([(x,) for x in items]) == pytest.approx(0.5)
+    assert data_variance([{"pixel_values": x} for x in items]) == pytest.approx(0.5)
+    script.main(base_args(unet_config, tmp_path / "cap", "--diffusion", "ddpm", "--infonoise_mmse_cap", "auto",
+                          "--max_train_steps", 2))
+    cap = draws[-1]["sampler"].hyperparameters["mmse_cap"]
+    assert 0.05 < cap < 1.0  # digits in [-1, 1]: a per-pixel variance
+    assert scheduler_payload(tmp_path / "cap")["hyperparameters"]["mmse_cap"] == pytest.approx(cap)
+    with pytest.raises(SystemExit):
+        script.parse_args(["--infonoise_mmse_cap", "-3"])
