@@ -656,7 +656,7 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                     for m in metrics:
                         vals[m].append(r["quality"][m][i])
                 entry["at_budget"][s][f"{int(frac * 100)}%"] = {m: _stats(v) for m, v in vals.items()}
-        if "infonoise" in by:
+        if by.get("infonoise"):
             for b in race.samplers:
                 if b == "infonoise" or not by.get(b):
                     continue

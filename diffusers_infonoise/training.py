@@ -77,6 +77,7 @@ __all__ = [
     "run_training_loop",
     "resolve_infonoise_base",
     "apply_mmse_cap",
+    "default_mmse_cap",
     "data_variance",
     "ema_weights",
     "save_text_to_image_outputs",
@@ -131,10 +132,23 @@ def data_variance(dataset, num_examples: int = 1024, seed: int = 0) -> float:
     return float(x.var(dim=0, unbiased=False).mean())
 
 
+def default_mmse_cap(sampler) -> str:
+    """``"auto"`` where the cap was measured to matter (a VP path trained on ε or v: the σ² conversion
+    amplifies the model's residual error at high noise; benchmarks/results/quality_race_full.md),
+    ``"none"`` elsewhere (EDM's denoiser and flow's s² conversion do not amplify it)."""
+    from .paths import VPPath
+
+    vp_eps_v = isinstance(getattr(sampler, "path", None), VPPath) and sampler.prediction_type in ("epsilon", "v_prediction")
+    return "auto" if vp_eps_v else "none"
+
+
 def apply_mmse_cap(args, sampler, dataset) -> float | None:
-    """``--infonoise_mmse_cap auto``: cap the sampler's m̂ at the data's per-dimension variance."""
-    cap = getattr(args, "infonoise_mmse_cap", "none")
-    if cap == "none" or not hasattr(sampler, "set_mmse_cap"):
+    """``--infonoise_mmse_cap``: cap the sampler's m̂ at the data's per-dimension variance (``auto``) or a
+    value; unset: :func:`default_mmse_cap`. Returns the cap or ``None``."""
+    if getattr(sampler, "name", None) != "infonoise":  # Kingma-Gao's proposal uses m̂ as it is
+        return None
+    cap = getattr(args, "infonoise_mmse_cap", None) or default_mmse_cap(sampler)
+    if cap == "none":
         return None
     value = data_variance(dataset, seed=args.seed or 0) if cap == "auto" else float(cap)
     sampler.set_mmse_cap(value)
@@ -158,10 +172,11 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                    help="Clean-end gate pivot: 'auto', 'none', or a VE sigma such as 0.2 (paper: 0.15 images, 0.2 other data).")
     g.add_argument("--infonoise_gate_fallback", type=float, default=0.2, help="Pivot used when the automatic gate misfires.")
     g.add_argument("--infonoise_floor", type=float, default=0.05, help="Mixing weight of the base density (no bin starves).")
-    g.add_argument("--infonoise_mmse_cap", type=_cap_arg, default="none",
+    g.add_argument("--infonoise_mmse_cap", type=_cap_arg, default=None,
                    help="Cap on the estimated x0 MMSE: 'none', 'auto' (the training data's per-dimension variance, "
-                        "which bounds the Bayes MMSE) or a value. With epsilon/v losses the x0-space error of an "
-                        "imperfect model grows like sigma^2 at high noise; see the sampler's mmse_cap.")
+                        "which bounds the Bayes MMSE) or a value. Default: auto on ddpm with epsilon/v prediction (the "
+                        "x0-space error of an imperfect model grows like sigma^2 at high noise there), none otherwise. "
+                        "train_unconditional.py only.")
     g.add_argument("--infonoise_base", type=str, default=None,
                    help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).")
     g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
@@ -242,7 +257,7 @@ def build_noise_sampler(
             "base": base,
         }
         if name == "infonoise":
-            cap = getattr(args, "infonoise_mmse_cap", "none")
+            cap = getattr(args, "infonoise_mmse_cap", None)
             kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback,
                       mmse_cap=cap if isinstance(cap, float) else None)
         return make_sampler(name, noise_scheduler, **common, **kw)

@@ -663,3 +663,10 @@ def test_data_variance_and_mmse_cap_auto(script, unet_config, tmp_path, draws):
     assert scheduler_payload(tmp_path / "cap")["hyperparameters"]["mmse_cap"] == pytest.approx(cap)
     with pytest.raises(SystemExit):
         script.parse_args(["--infonoise_mmse_cap", "-3"])
+    # default: capped on ddpm-ε (where it was measured to matter), not on edm
+    draws.clear()
+    script.main(base_args(unet_config, tmp_path / "d", "--diffusion", "ddpm", "--max_train_steps", 1))
+    assert draws[-1]["sampler"].hyperparameters["mmse_cap"] == pytest.approx(cap)
+    draws.clear()
+    script.main(base_args(unet_config, tmp_path / "e", "--diffusion", "edm", "--max_train_steps", 1))
+    assert draws[-1]["sampler"].hyperparameters["mmse_cap"] is None
