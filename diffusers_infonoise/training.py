@@ -143,16 +143,17 @@ def default_mmse_cap(sampler) -> str:
 
 
 def apply_mmse_cap(args, sampler, dataset) -> float | None:
-    """``--infonoise_mmse_cap``: cap the sampler's m̂ at the data's per-dimension variance (``auto``) or a
-    value; unset: :func:`default_mmse_cap`. Returns the cap or ``None``."""
+    """Resolve ``--infonoise_mmse_cap auto`` (or the unset default, :func:`default_mmse_cap`) once the data
+    is loaded: cap the sampler's m̂ at the data's per-dimension variance. An explicit value was already
+    given to the sampler by :func:`build_noise_sampler`. Returns the sampler's cap or ``None``."""
     if getattr(sampler, "name", None) != "infonoise":  # Kingma-Gao's proposal uses m̂ as it is
         return None
     cap = getattr(args, "infonoise_mmse_cap", None) or default_mmse_cap(sampler)
-    if cap == "none":
-        return None
-    value = data_variance(dataset, seed=args.seed or 0) if cap == "auto" else float(cap)
+    if cap != "auto":
+        return sampler.hyperparameters["mmse_cap"]
+    value = data_variance(dataset, seed=args.seed or 0)
     sampler.set_mmse_cap(value)
-    logger.info(f"infonoise: m_hat capped at {value:.4g} (per-dimension data variance{' from the data' if cap == 'auto' else ''})")
+    logger.info(f"infonoise: m_hat capped at {value:.4g} (per-dimension variance of the training data)")
     return value
 
 
@@ -176,7 +177,8 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                    help="Cap on the estimated x0 MMSE: 'none', 'auto' (the training data's per-dimension variance, "
                         "which bounds the Bayes MMSE) or a value. Default: auto on ddpm with epsilon/v prediction (the "
                         "x0-space error of an imperfect model grows like sigma^2 at high noise there), none otherwise. "
-                        "train_unconditional.py only.")
+                        "'auto' and the default: train_unconditional.py; the text-to-image scripts take 'none' or "
+                        "a value.")
     g.add_argument("--infonoise_base", type=str, default=None,
                    help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).")
     g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
@@ -234,12 +236,20 @@ def baseline_density_params(args, name: str | None) -> dict | None:
 
 
 def build_noise_sampler(
-    args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None
+    args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None,
+    data_variance_known: bool = False,
 ) -> TrainingTimestepSampler:
     """The sampler ``args.noise_sampler`` names, with the parameters of :func:`add_noise_sampler_args`.
 
     A base density named by ``--infonoise_base`` gets its parameters from the baseline flags too.
+    ``data_variance_known``: the script resolves ``--infonoise_mmse_cap auto`` with :func:`apply_mmse_cap`.
+
+    Raises:
+        ValueError: ``--infonoise_mmse_cap auto`` where the script cannot measure the data variance.
     """
+    if getattr(args, "infonoise_mmse_cap", None) == "auto" and not data_variance_known:
+        raise ValueError("--infonoise_mmse_cap auto: this script does not measure the data variance (for latent "
+                         "diffusion it is the VAE latents'); pass a value or 'none'")
     common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
     name = args.noise_sampler
     if name in ("infonoise", "kingma_gao"):

@@ -663,6 +663,19 @@ def test_data_variance_and_mmse_cap_auto(script, unet_config, tmp_path, draws):
     assert scheduler_payload(tmp_path / "cap")["hyperparameters"]["mmse_cap"] == pytest.approx(cap)
     with pytest.raises(SystemExit):
         script.parse_args(["--infonoise_mmse_cap", "-3"])
+    # a script that cannot measure the data variance refuses 'auto' and takes a value
+    import argparse
+
+    from diffusers import DDPMScheduler
+
+    from diffusers_infonoise.training import add_noise_sampler_args, build_noise_sampler
+
+    parser = argparse.ArgumentParser()
+    add_noise_sampler_args(parser)
+    with pytest.raises(ValueError, match="--infonoise_mmse_cap auto: this script does not measure"):
+        build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "auto"]), DDPMScheduler(), prediction_type="epsilon")
+    given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), prediction_type="epsilon")
+    assert given.hyperparameters["mmse_cap"] == 0.3
     # default: capped on ddpm-ε (where it was measured to matter), not on edm
     draws.clear()
     script.main(base_args(unet_config, tmp_path / "d", "--diffusion", "ddpm", "--max_train_steps", 1))

@@ -157,9 +157,10 @@ def build_unet(args, channels: int, length: int | None = None):
         if config.get("_class_name", cls.__name__) != cls.__name__:
             raise ValueError(f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
                              f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})")
+        model = cls.from_config(config)
         if length is not None:
-            _check_1d_config(cls.from_config(config).config, channels, length)
-        return cls.from_config(config)
+            _check_1d_config(model.config, channels, length)
+        return model
     if length is not None:
         # the temporal-ResNet blocks of UNet1DModel take the time embedding in every block (the
         # DownBlock1D family ignores it); every level but the last halves the length
@@ -183,7 +184,7 @@ def main(argv=None):
     args = parse_args(argv)
     noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
     sampler = build_noise_sampler(args, noise_scheduler, prediction_type=prediction_type,
-                                  loss_weighting=loss_weighting, snr_gamma=args.snr_gamma)
+                                  loss_weighting=loss_weighting, snr_gamma=args.snr_gamma, data_variance_known=True)
     if args.show_noise_schedule:
         show_noise_schedule(sampler, args.output_dir)
         return
