@@ -5,12 +5,15 @@ x0-space error ``e`` the training loop already computes. At each refresh it
 
 1. sums the bin statistics across all processes (``torch.distributed`` when initialised),
 2. updates ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count`` new samples
-   (β = ``ema_decay`` is the weight on the old value; a bin's first value is taken as is),
+   (β = ``ema_decay`` is the weight on the old value; a bin's first value is taken as is); a bin
+   with fewer keeps its sums and counts open into the next refresh (§5.4 carry-over: no sample is
+   thrown away, which is what lets a batch-1 run adapt),
 3. interpolates bins never filled (linearly in log σ, on log m̂; see ``filled_m_hat`` for the
    ends) and smooths log m̂ with a
    Gaussian kernel of ``smoothing`` bins (both ours),
 4. forms ``q_k = m̂_k/σ_k²``, the entropy rate per unit log σ (I-MMSE: ``dH/dσ = mmse/σ³``),
-5. gates the clean end, ``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3, c pinned or automatic (§5.5),
+5. gates the clean end, ``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3, c pinned, from the data's value grid,
+   or from the profile (§5.5; :meth:`ProfileEstimator.resolve_gate`),
 6. returns ``ρ̂ = r/∫r`` per unit log σ.
 
 It holds no opinion on π: :mod:`diffusers_infonoise.samplers` turns ρ̂ into π ∝ ρ̂/w.
@@ -26,15 +29,34 @@ import torch
 
 from .densities import searchsorted
 
-__all__ = ["ProfileEstimator", "GateResult", "automatic_gate_pivot", "apply_gate", "GATE_EXPONENT"]
+__all__ = [
+    "ProfileEstimator",
+    "GateResult",
+    "GATE_RULES",
+    "automatic_gate_pivot",
+    "profile_gate_pivot",
+    "data_grid_pivot",
+    "apply_gate",
+    "GATE_EXPONENT",
+]
 
 GATE_EXPONENT = 3  # n of the paper's clean-end gate
 AUTO_GATE_THRESHOLD = 0.002  # p of the automatic pivot rule (METHOD.md §5.5)
+DATA_GRID_FRACTION = 0.1  # c = a tenth of the smallest gap between the data's values (METHOD.md §5.5, ours)
+
+#: the gate rules a ``gate`` argument may name (besides a pinned float pivot and ``None``)
+GATE_RULES = ("auto", "data", "profile", "paper")
 
 
 @dataclass
 class GateResult:
-    """The pivot the gate used and why: ``source`` is ``"pinned"``, ``"auto"``, ``"fallback"`` or ``"off"``."""
+    """The pivot the gate used and why.
+
+    ``source``: ``"pinned"`` (a float ``gate``), ``"data"`` (from the data's value grid), ``"profile"``
+    (the repaired profile rule), ``"paper"`` (the paper's rule as first implemented), ``"fallback"``
+    (``gate_fallback``, when the rule had nothing to go on or misfired) or ``"off"``. ``pivot`` is
+    ``None`` when no gate applies.
+    """
 
     pivot: float | None
     source: str
@@ -57,6 +79,32 @@ def automatic_gate_pivot(sigmas: torch.Tensor, m_hat: torch.Tensor, threshold: f
     return float(sigmas[above.max()]) if above.numel() else float(sigmas[0])
 
 
+def profile_gate_pivot(sigmas: torch.Tensor, m_hat: torch.Tensor, threshold: float = AUTO_GATE_THRESHOLD) -> float | None:
+    """The paper's rule repaired (METHOD.md §5.5, ours): the onset of the per-dσ profile.
+
+    On ``m̂/σ³`` normalised to max 1, c is the *smallest* grid σ where it reaches ``threshold``,
+    scanning from the clean end up: below c the data has (almost) nothing left to resolve. A profile
+    that is already above the threshold at σ_min (continuous data, or a trained network's model error
+    at the clean end) needs no gate: ``None``.
+
+    Args:
+        sigmas: (K,) VE σ of the bin centres, increasing. m_hat: (K,) x0-space errors.
+    """
+    per_dsigma = m_hat / sigmas**3
+    per_dsigma = per_dsigma / per_dsigma.max()
+    above = torch.nonzero(per_dsigma >= threshold).flatten()
+    if not above.numel() or int(above.min()) == 0:
+        return None
+    return float(sigmas[above.min()])
+
+
+def data_grid_pivot(min_gap: float, fraction: float = DATA_GRID_FRACTION) -> float:
+    """c from the data's own value grid (METHOD.md §5.5, ours): ``fraction`` of the smallest gap
+    between distinct values of x0 (a gap of 2 on {−1, 1} gives the paper's 0.2; 8-bit images in
+    [−1, 1] give ≈ 0.0008, below every path's σ_min, i.e. no gate; continuous data gives ≈ 0)."""
+    return fraction * float(min_gap)
+
+
 def apply_gate(sigmas: torch.Tensor, q: torch.Tensor, pivot: float | None) -> torch.Tensor:
     """``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3 (paper); ``pivot=None`` returns q unchanged."""
     if pivot is None:
@@ -74,10 +122,15 @@ class ProfileEstimator:
         ema_decay: β, the weight on the old value in ``m̂ ← β·m̂ + (1 − β)·mean`` (METHOD.md §5.4).
         min_count: bins with fewer new samples keep their value at a refresh.
         smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
-        gate: ``"auto"``, a float pivot c (VE σ), or ``None`` for no gate (METHOD.md §5.5).
-        gate_fallback: pinned pivot used when the automatic rule misfires (collapse onto σ_min, or a
-            pivot at or above the mode of ``m̂/σ²``). The paper pins 0.2 for non-image data and
-            about 0.15 for CIFAR-10-scale images.
+        gate: the clean-end gate of METHOD.md §5.5: a float pivot c (VE σ), ``None`` for no gate, or
+            a rule: ``"data"``: c = a tenth of the smallest gap between the data's values
+            (:meth:`set_data_grid`); ``"profile"``: the repaired paper rule
+            (:func:`profile_gate_pivot`); ``"paper"``: the rule as first implemented
+            (:func:`automatic_gate_pivot`, kept for the gate study; it misfired on every real run);
+            ``"auto"`` (default): ``"data"`` once the data's grid is known, else ``gate_fallback``.
+        gate_fallback: pinned pivot used when a rule has nothing to go on (``"auto"``/``"data"``
+            before any data was seen) or misfires (``"paper"``). The paper pins 0.2 for non-image data
+            and about 0.15 for CIFAR-10-scale images.
 
     Raises:
         ValueError: for invalid hyperparameters (each names the argument).
@@ -106,8 +159,11 @@ class ProfileEstimator:
             raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
         if not (real(smoothing) and 0 <= smoothing <= 64):
             raise ValueError(f"smoothing: must be a float in [0, 64] (bins), got {smoothing!r}")
-        if not (gate is None or gate == "auto" or (real(gate) and gate > 0)):
-            raise ValueError(f"gate: accepted values are 'auto', a finite positive float pivot (VE sigma) or None, got {gate!r}")
+        if not (gate is None or (isinstance(gate, str) and gate in GATE_RULES) or (real(gate) and gate > 0)):
+            raise ValueError(
+                f"gate: accepted values are {', '.join(repr(r) for r in GATE_RULES)}, a finite positive float pivot "
+                f"(VE sigma) or None, got {gate!r}"
+            )
         if not (real(gate_fallback) and gate_fallback > 0):
             raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
         if not (mmse_cap is None or (real(mmse_cap) and mmse_cap > 0)):
@@ -117,11 +173,15 @@ class ProfileEstimator:
         self.ema_decay = float(ema_decay)
         self.min_count = int(min_count)
         self.smoothing = float(smoothing)
-        self.gate = gate if gate in (None, "auto") else float(gate)
+        self.gate = gate if gate is None or isinstance(gate, str) else float(gate)
+        self.data_min_gap: float | None = None  # smallest gap between the data's values (set_data_grid)
         self.gate_fallback = float(gate_fallback)
         k = self.num_bins
-        self.sums = torch.zeros(k, dtype=torch.float64)
+        self.sums = torch.zeros(k, dtype=torch.float64)  # this process, since the last refresh
         self.counts = torch.zeros(k, dtype=torch.float64)
+        # summed over processes, carried over from refreshes where the bin had < min_count (§5.4)
+        self.carry_sums = torch.zeros(k, dtype=torch.float64)
+        self.carry_counts = torch.zeros(k, dtype=torch.float64)
         self.m_hat = torch.full((k,), math.nan, dtype=torch.float64)  # NaN = never filled
         self.total_counts = torch.zeros(k, dtype=torch.float64)
         self.num_nonfinite = 0
@@ -173,23 +233,48 @@ class ProfileEstimator:
 
     # -- refresh ----------------------------------------------------------------------------
     def refresh(self) -> torch.Tensor:
-        """Fold the open bin statistics into ``m̂`` (across processes) and reset them.
+        """Fold the open bin statistics into ``m̂`` (across processes).
+
+        Bins with at least ``min_count`` samples (this window's plus those carried over) update m̂
+        and are reset; the others keep their summed statistics open into the next refresh, so no
+        sample is ever thrown away (METHOD.md §5.4). The carried sums are already summed over
+        processes and are not reduced again.
 
         Returns:
             (K,) bool mask of the bins that were updated.
         """
         self._all_reduce()
-        means = self.sums / self.counts.clamp_min(1)
-        update = self.counts >= self.min_count
+        self.total_counts += self.counts
+        sums, counts = self.sums + self.carry_sums, self.counts + self.carry_counts
+        means = sums / counts.clamp_min(1)
+        update = (counts >= self.min_count) & (counts > 0)
         first = update & torch.isnan(self.m_hat)
         ema = update & ~first
         self.m_hat[first] = means[first]
         self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
-        self.total_counts += self.counts
+        self.carry_sums = torch.where(update, torch.zeros_like(sums), sums)
+        self.carry_counts = torch.where(update, torch.zeros_like(counts), counts)
         self.sums.zero_()
         self.counts.zero_()
         self.num_refreshes += 1
         return update
+
+    @property
+    def num_filled(self) -> int:
+        """How many bins hold an estimate."""
+        return int((~torch.isnan(self.m_hat)).sum())
+
+    def set_data_grid(self, min_gap: float | None) -> None:
+        """The smallest gap between distinct values of the training data (x0 units), for the
+        ``"data"``/``"auto"`` gate rule; ``None`` forgets it.
+
+        Raises:
+            ValueError: ``min_gap`` is not None or a finite float >= 0.
+        """
+        if min_gap is not None and not (isinstance(min_gap, (int, float)) and not isinstance(min_gap, bool)
+                                        and math.isfinite(min_gap) and min_gap >= 0):
+            raise ValueError(f"min_gap: must be None or a finite float >= 0 (x0 units), got {min_gap!r}")
+        self.data_min_gap = None if min_gap is None else float(min_gap)
 
     @property
     def is_ready(self) -> bool:
@@ -237,11 +322,24 @@ class ProfileEstimator:
         return rho, q
 
     def resolve_gate(self, sigmas: torch.Tensor, m_hat: torch.Tensor) -> GateResult:
-        """Decide the pivot c for this profile (METHOD.md §5.5), with the misfire checks."""
+        """Decide the pivot c for this profile (METHOD.md §5.5) and say why (:class:`GateResult`)."""
         if self.gate is None:
             return GateResult(None, "off")
-        if self.gate != "auto":
+        if not isinstance(self.gate, str):
             return GateResult(float(self.gate), "pinned")
+        if self.gate in ("auto", "data"):
+            if self.data_min_gap is None:
+                return GateResult(self.gate_fallback, "fallback", "no training data seen yet (add_noise / observe_data)")
+            c = data_grid_pivot(self.data_min_gap)
+            if c < float(sigmas[0]):
+                return GateResult(None, "data", f"smallest gap between data values {self.data_min_gap:.3g}: pivot "
+                                                f"{c:.3g} below sigma_min, no gate", c)
+            return GateResult(c, "data", f"a tenth of the smallest gap between data values ({self.data_min_gap:.3g})", c)
+        if self.gate == "profile":
+            c = profile_gate_pivot(sigmas, m_hat)
+            if c is None:
+                return GateResult(None, "profile", "per-dsigma profile at its threshold already at sigma_min: no gate")
+            return GateResult(c, "profile", "onset of the per-dsigma profile", c)
         c = automatic_gate_pivot(sigmas, m_hat)
         mode = float(sigmas[torch.argmax(m_hat / sigmas**2)])
         if c <= float(sigmas[0]):
@@ -250,13 +348,15 @@ class ProfileEstimator:
             return GateResult(
                 self.gate_fallback, "fallback", f"automatic pivot {c:.3g} at or above the profile's mode {mode:.3g}", c
             )
-        return GateResult(c, "auto", "", c)
+        return GateResult(c, "paper", "", c)
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
             "sums": self.sums.clone(),
             "counts": self.counts.clone(),
+            "carry_sums": self.carry_sums.clone(),
+            "carry_counts": self.carry_counts.clone(),
             "m_hat": self.m_hat.clone(),
             "total_counts": self.total_counts.clone(),
             "num_nonfinite": self.num_nonfinite,
@@ -264,7 +364,10 @@ class ProfileEstimator:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("sums", "counts", "m_hat", "total_counts"):
+        """Restore :meth:`state_dict` output. States written before the carry-over (§5.4) have no
+        ``carry_*`` entries and load with nothing carried."""
+        state = {"carry_sums": torch.zeros(self.num_bins), "carry_counts": torch.zeros(self.num_bins), **state}
+        for key in ("sums", "counts", "carry_sums", "carry_counts", "m_hat", "total_counts"):
             value = torch.as_tensor(state[key], dtype=torch.float64)
             if value.shape != (self.num_bins,):
                 raise ValueError(f"state_dict[{key!r}]: expected shape ({self.num_bins},), got {tuple(value.shape)}")

@@ -50,7 +50,9 @@ def schedule_payload(sampler) -> dict[str, Any]:
     ``loss_weighting`` (name or ``"custom"``), ``snr_gamma``, ``edges`` (K+1 log-σ edges, VE σ),
     ``pi`` (K bin masses summing to 1), ``rho_hat`` (K densities per unit log σ, or null before
     adaptation), ``m_hat`` (K x0-space errors, null where never filled), ``base``, ``hyperparameters``,
-    ``gate``, ``optimizer_steps``, ``num_updates``.
+    ``gate``, ``optimizer_steps``, ``num_updates``, ``data`` (the data statistics the m̂ cap and the
+    gate were resolved from: ``variance``, ``min_gap``, null when not measured) and ``tv_phi_rho``
+    (TV(φ, ρ̂) of the stored π, METHOD.md §5; null before adaptation).
     """
     from . import __version__
 
@@ -60,6 +62,7 @@ def schedule_payload(sampler) -> dict[str, Any]:
         rho_t, _ = est.profile()
         rho = _floats(rho_t)
     probs = sampler.probs if sampler.probs is not None else sampler.base_masses
+    tv = sampler.allocation_total_variation() if (sampler.is_adapted and est.is_ready) else None
     gate = est.last_gate
     return {
         "format": FORMAT,
@@ -79,6 +82,8 @@ def schedule_payload(sampler) -> dict[str, Any]:
         "optimizer_steps": int(sampler.optimizer_step),
         "num_updates": int(sampler.num_updates),
         "adapted": bool(sampler.is_adapted),
+        "data": {"variance": sampler.data_variance, "min_gap": est.data_min_gap},
+        "tv_phi_rho": tv,
     }
 
 
@@ -118,6 +123,14 @@ def validate_payload(payload: Any) -> dict:
         raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
     if bool((m[~torch.isnan(m)] < 0).any()):
         raise ScheduleError(f"{CONFIG_KEY}: m_hat must be >= 0")
+    data = payload.get("data")
+    if data is not None:
+        if not isinstance(data, dict):
+            raise ScheduleError(f"{CONFIG_KEY}: data must be an object with 'variance' and 'min_gap', got {type(data).__name__}")
+        for key in ("variance", "min_gap"):
+            v = data.get(key)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise ScheduleError(f"{CONFIG_KEY}: data.{key} must be null or a finite number >= 0, got {v!r}")
     return payload
 
 

@@ -88,13 +88,23 @@ def _w(pred, weighting, sig):
             "flow": ((1 + sig) / sig) ** 2}[pred]
 
 
-def _hand_auto_pivot(sig, m, fallback):
-    """METHOD.md §5.5: c = largest σ with normalised m/σ³ ≥ 0.002; fallback on collapse or c ≥ mode."""
+def _hand_paper_pivot(sig, m, fallback):
+    """METHOD.md §5.5, the rule as first implemented (``gate="paper"``): c = largest σ with normalised
+    m/σ³ ≥ 0.002; fallback on collapse or c ≥ mode."""
     per = m / sig**3
     per = per / per.max()
     c = sig[np.nonzero(per >= 0.002)[0].max()]
     mode = sig[np.argmax(m / sig**2)]
     return fallback if (c <= sig[0] or c >= mode) else c
+
+
+def _hand_profile_pivot(sig, m):
+    """METHOD.md §5.5, the rule repaired (``gate="profile"``): c = smallest σ with normalised m/σ³ ≥
+    0.002, scanning up from the clean end; no gate when that is already σ_min."""
+    per = m / sig**3
+    per = per / per.max()
+    i = np.nonzero(per >= 0.002)[0].min()
+    return None if i == 0 else sig[i]
 
 
 SCHEDULERS = {"ve": EDMEulerScheduler, "vp": DDPMScheduler, "flow": FlowMatchEulerDiscreteScheduler}
@@ -115,8 +125,16 @@ def test_pi_matches_analytic_rho_over_w(kind, pred, weighting, data):
 
 
 @pytest.mark.parametrize("kind,pred,weighting,data", [("ve", "sample", "edm", "two_point"), ("flow", "flow", "none", "gauss")])
-def test_pi_matches_analytic_with_automatic_gate(kind, pred, weighting, data):
-    _run_end_to_end(kind, pred, weighting, data, gate="auto", floor=0.05)
+@pytest.mark.parametrize("gate", ["paper", "profile"])
+def test_pi_matches_analytic_with_profile_gate_rules(kind, pred, weighting, data, gate):
+    _run_end_to_end(kind, pred, weighting, data, gate=gate, floor=0.05)
+
+
+@pytest.mark.parametrize("data", ["gauss", "two_point"])
+def test_pi_matches_analytic_with_data_grid_gate(data):
+    # "auto": a tenth of the smallest gap between the values of the data noised through the sampler:
+    # 0.2 for two-point data {-1, 1}, no gate for continuous Gaussian data (METHOD.md §5.5)
+    _run_end_to_end("ve", "sample", "edm", data, gate="auto", floor=0.05, observe=data)
 
 
 @pytest.mark.parametrize("kind,pred,weighting", [("vp", "epsilon", "none")])
@@ -124,7 +142,7 @@ def test_pi_matches_analytic_without_gate(kind, pred, weighting):
     _run_end_to_end(kind, pred, weighting, "gauss", gate=None, floor=0.0)
 
 
-def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch=8192):
+def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch=8192, observe=None):
     sched = SCHEDULERS[kind]()
     sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
         sched, prediction_type=pred, loss_weighting=weighting, warmup_steps=2, refresh_every=1,
@@ -134,6 +152,11 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
         levels = sampler.sample(batch, generator=gen)
+        if observe is not None:  # clean data through add_noise, as a training loop does
+            x0 = torch.randn(batch, 4, generator=gen, dtype=torch.float64) * S_D
+            if observe == "two_point":
+                x0 = torch.sign(x0)
+            sampler.add_noise(x0, torch.randn_like(x0), levels)
         sig = levels.sigmas.double().numpy()
         # the expected per-sample loss of the Bayes-optimal predictor, in the model's parameterization
         loss = mmse(sig) / _factor(pred, sig)
@@ -145,12 +168,24 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
     width = edges[1] - edges[0]
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
     m = mmse(sig)
-    pivot = _hand_auto_pivot(sig, m, 0.2) if gate == "auto" else gate
+    if gate == "paper":
+        pivot = _hand_paper_pivot(sig, m, 0.2)
+    elif gate == "profile":
+        pivot = _hand_profile_pivot(sig, m)
+    elif gate == "auto":
+        pivot = 0.2 if observe == "two_point" else None  # Gaussian values: gap ≈ 0, below σ_min
+    else:
+        pivot = gate
     rho = m / sig**2  # entropy rate per unit log σ (I-MMSE)
     if pivot is not None:
         rho = rho * sig**3 / (sig**3 + pivot**3)
-    target = rho / _w(pred, weighting, sig)
-    target = (1 - floor) * target / target.sum() + floor * base
+    rho = rho / rho.sum()
+    w = _w(pred, weighting, sig)
+    # the floor lives in the space of the effective allocation φ = π·w (METHOD.md §5.7)
+    phi_base = base * w / (base * w).sum()
+    phi = (1 - floor) * rho + floor * phi_base
+    target = phi / w
+    target = target / target.sum()
 
     got = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy() * width  # π-mass of each bin
     assert got.sum() == pytest.approx(1.0, abs=1e-9)
@@ -158,6 +193,14 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
     assert tv < 0.02, tv
     # not trivially close: the adapted π is far from the base it started from
     assert total_variation(got, base) > 0.1
+    # the check of METHOD.md §5: the effective allocation follows the analytic ρ within η + 0.02,
+    # and the library's own figure agrees
+    phi_got = got * w / (got * w).sum()
+    assert total_variation(phi_got, rho) <= floor + 0.02
+    assert sampler.allocation_total_variation() <= floor + 0.02
+    if gate == "auto":
+        assert sampler.estimator.last_gate.source == "data"
+        assert sampler.estimator.last_gate.pivot == (pytest.approx(0.2) if pivot else None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,10 +291,13 @@ def test_min_count_new_samples():
     updated = est.refresh()
     assert updated.tolist() == [False, True, False]
     assert math.isnan(est.m_hat[0].item()) and est.m_hat[1].item() == 2.0
-    # the next refresh counts only new samples: the two earlier ones in bin 0 are not carried over
+    # bin 0's two samples stay open (METHOD.md §5.4 carry-over): with three new ones it has 5 >= 3,
+    # and its first value is the mean of all five, (9 + 9 + 1 + 1 + 4)/5 = 4.8
     est.accumulate(torch.tensor([0.2, 0.3, 0.4], dtype=F64), torch.tensor([1.0, 1.0, 4.0], dtype=F64))
     assert est.refresh().tolist() == [True, False, False]
-    assert est.m_hat[0].item() == 2.0 and est.m_hat[1].item() == 2.0
+    assert est.m_hat[0].item() == pytest.approx(4.8) and est.m_hat[1].item() == 2.0
+    # every bin that updated was reset: nothing is carried
+    assert est.carry_counts.tolist() == [0.0, 0.0, 0.0]
 
 
 def test_unvisited_bins_are_interpolated_in_log_sigma():
@@ -352,7 +398,7 @@ CENTRES = 0.5 * (GRID[1:] + GRID[:-1])
 SIG = torch.exp(CENTRES).numpy()
 
 
-def _estimator_with(m, fallback=0.15, gate="auto"):
+def _estimator_with(m, fallback=0.15, gate="paper"):
     est = ProfileEstimator(GRID, min_count=1, smoothing=0.0, gate=gate, gate_fallback=fallback)
     est.accumulate(CENTRES, torch.from_numpy(np.asarray(m, dtype=np.float64)))
     est.refresh()
@@ -365,7 +411,7 @@ def _hand_rho(m, pivot):
     return r / (r * float(GRID[1] - GRID[0])).sum()
 
 
-def test_auto_gate_collapse_onto_sigma_min_falls_back():
+def test_paper_gate_collapse_onto_sigma_min_falls_back():
     m = SIG**2 * np.where(np.arange(32) == 0, 1.0, 1e-6)  # only the first bin is above p = 0.002
     per = m / SIG**3
     assert np.nonzero(per / per.max() >= 0.002)[0].max() == 0  # by hand: the rule collapses
@@ -378,7 +424,7 @@ def test_auto_gate_collapse_onto_sigma_min_falls_back():
 
 
 @pytest.mark.parametrize("profile", ["two_point", "gauss"])
-def test_auto_gate_at_or_above_mode_falls_back(profile):
+def test_paper_gate_at_or_above_mode_falls_back(profile):
     m = two_point_mmse(SIG) if profile == "two_point" else gauss_mmse(SIG, S_D)
     per = m / SIG**3
     c_hand = SIG[np.nonzero(per / per.max() >= 0.002)[0].max()]
@@ -391,7 +437,7 @@ def test_auto_gate_at_or_above_mode_falls_back(profile):
     np.testing.assert_allclose(rho.numpy(), _hand_rho(m, 0.15), rtol=1e-10, atol=1e-290)
 
 
-def test_auto_gate_accepted_below_the_mode():
+def test_paper_gate_accepted_below_the_mode():
     # continuous clean end (q → D) plus a dominant bump at σ ≈ 20: m̂/σ³ falls below p between them
     x = np.log(SIG)
     q = 1.0 + 6.0 * np.exp(-0.5 * ((x - math.log(20.0)) / 0.3) ** 2)
@@ -402,7 +448,7 @@ def test_auto_gate_accepted_below_the_mode():
     assert SIG[0] < c_hand < mode_hand
     est = _estimator_with(m)
     rho, q_code = est.profile()
-    assert est.last_gate.source == "auto" and est.last_gate.pivot == pytest.approx(c_hand, rel=1e-12)
+    assert est.last_gate.source == "paper" and est.last_gate.pivot == pytest.approx(c_hand, rel=1e-12)
     np.testing.assert_allclose(rho.numpy(), _hand_rho(m, c_hand), rtol=1e-10)
     np.testing.assert_allclose(q_code.numpy(), q, rtol=1e-12)
 
