@@ -363,7 +363,8 @@ def _cmd_show(args) -> int:
     if rho is not None:
         out.append(
             f"  phi vs rho_hat   {window_mass(phi, rho, x):.1%} of phi inside rho_hat's central 90% window; "
-            f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}"
+            f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f} (floor {sampler.floor:g} in "
+            f"{sampler.floor_space}-space; METHOD.md section 5 wants <= floor + 0.02)"
         )
     out += ["", f"  {'log_sigma':>9} {'sigma':>9} {'pi':>9} {'base':>9} {'phi':>9}" + (f" {'rho_hat':>9}" if rho is not None else "")]
     k = x.numel()

@@ -326,25 +326,11 @@ def load_learned_sampler(noise_scheduler, **overrides) -> InfoNoiseTrainingTimes
             "noise_scheduler: its config carries no learned InfoNoise schedule (no '_infonoise_schedule' entry); "
             "it was not saved by a run with an InfoNoise sampler"
         )
-    kwargs: dict[str, Any] = {
-        "prediction_type": payload["prediction_type"],
-        "loss_weighting": payload["loss_weighting"],
-        "snr_gamma": payload.get("snr_gamma"),
-    }
-    hyper = dict(payload.get("hyperparameters") or {})
-    hyper["num_bins"] = len(payload["pi"])
-    kwargs.update({k: v for k, v in hyper.items() if k in _ADAPTIVE_KEYS})
-    base = payload.get("base")
-    if isinstance(base, dict) and "name" in base:
-        params = {k: v for k, v in base.items() if k != "name"}
-        kwargs["base"] = (base["name"], params) if params else base["name"]
-    mu = _stored_mu(noise_scheduler, None)
-    if mu is not None:
-        kwargs["mu"] = mu
-    kwargs.update(overrides)
-    if kwargs["loss_weighting"] == "custom":
+    if payload["loss_weighting"] == "custom" and "loss_weighting" not in overrides:
         raise ValueError("loss_weighting: the stored schedule used a custom callable weighting; pass loss_weighting=")
-    return make_sampler("infonoise", noise_scheduler, **kwargs)
+    # the one reader of stored schedules: every setting not overridden is the stored one
+    mu = _stored_mu(noise_scheduler, overrides.pop("mu", None))
+    return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **overrides)
 
 
 def _stored_mu(noise_scheduler, mu):
@@ -357,7 +343,6 @@ def _stored_mu(noise_scheduler, mu):
     return None
 
 
-_ADAPTIVE_KEYS = ("num_bins", "warmup_steps", "refresh_every", "ema_decay", "min_count", "smoothing", "floor", "gate", "gate_fallback")
 
 
 def profile_from_errors(

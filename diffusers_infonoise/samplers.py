@@ -779,6 +779,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "hyperparameters": dict(self.hyperparameters),
             "adapted": self.is_adapted,
             "optimizer_steps": self.optimizer_step,
+            "warmup_steps_resolved": self.warmup_steps,
+            "last_refresh": dict(self.last_refresh),
         }
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "resolve_resume_checkpoint",
     "optimizer_steps_per_epoch",
     "resume_training_state",
+    "size_warmup_to_run",
     "prune_checkpoints",
     "maybe_save_checkpoint",
     "save_image_grid",
@@ -76,9 +77,6 @@ __all__ = [
     "training_length",
     "run_training_loop",
     "resolve_infonoise_base",
-    "apply_mmse_cap",
-    "default_mmse_cap",
-    "data_variance",
     "ema_weights",
     "save_text_to_image_outputs",
 ]
@@ -90,14 +88,17 @@ __all__ = [
 
 
 def _gate_arg(value: str):
+    from .estimator import GATE_RULES
+
     if value.lower() in ("none", "off"):
         return None
-    if value == "auto":
-        return "auto"
+    if value in GATE_RULES:
+        return value
     try:
         v = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"accepted values: auto, none, or a positive float pivot (VE sigma); got {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"accepted values: {', '.join(GATE_RULES)}, none, or a positive float pivot (VE sigma); got {value!r}") from None
     if not v > 0:
         raise argparse.ArgumentTypeError(f"the pivot must be > 0, got {value}")
     return v
@@ -115,46 +116,16 @@ def _cap_arg(value: str):
     return v
 
 
-def data_variance(dataset, num_examples: int = 1024, seed: int = 0) -> float:
-    """``mean_i Var(x0_i)`` over up to ``num_examples`` random training examples (tensors in the model's
-    [-1, 1] scale; a dataset item may be a tensor, a 1-tuple or a dict with ``pixel_values``)."""
-    n = len(dataset)
-    idx = np.random.default_rng(seed).permutation(n)[: min(n, num_examples)]
-
-    def tensor(item):
-        if isinstance(item, dict):
-            item = item["pixel_values"]
-        if isinstance(item, (tuple, list)):
-            item = item[0]
-        return torch.as_tensor(item, dtype=torch.float64)
-
-    x = torch.stack([tensor(dataset[int(i)]) for i in idx]).flatten(1)
-    return float(x.var(dim=0, unbiased=False).mean())
-
-
-def default_mmse_cap(sampler) -> str:
-    """``"auto"`` where the cap was measured to matter (a VP path trained on ε or v: the σ² conversion
-    amplifies the model's residual error at high noise; benchmarks/results/quality_race_full.md),
-    ``"none"`` elsewhere (EDM's denoiser and flow's s² conversion do not amplify it)."""
-    from .paths import VPPath
-
-    vp_eps_v = isinstance(getattr(sampler, "path", None), VPPath) and sampler.prediction_type in ("epsilon", "v_prediction")
-    return "auto" if vp_eps_v else "none"
-
-
-def apply_mmse_cap(args, sampler, dataset) -> float | None:
-    """Resolve ``--infonoise_mmse_cap auto`` (or the unset default, :func:`default_mmse_cap`) once the data
-    is loaded: cap the sampler's m̂ at the data's per-dimension variance. An explicit value was already
-    given to the sampler by :func:`build_noise_sampler`. Returns the sampler's cap or ``None``."""
-    if getattr(sampler, "name", None) != "infonoise":  # Kingma-Gao's proposal uses m̂ as it is
-        return None
-    cap = getattr(args, "infonoise_mmse_cap", None) or default_mmse_cap(sampler)
-    if cap != "auto":
-        return sampler.hyperparameters["mmse_cap"]
-    value = data_variance(dataset, seed=args.seed or 0)
-    sampler.set_mmse_cap(value)
-    logger.info(f"infonoise: m_hat capped at {value:.4g} (per-dimension variance of the training data)")
-    return value
+def _warmup_arg(value: str):
+    if value == "auto":
+        return "auto"
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}")
+    return v
 
 
 def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
@@ -164,21 +135,28 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--noise_sampler", type=str, default="infonoise", choices=SAMPLER_NAMES,
                    help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.")
     g.add_argument("--infonoise_num_bins", type=int, default=64, help="Bins uniform in log sigma.")
-    g.add_argument("--infonoise_warmup_steps", type=int, default=500, help="Optimizer steps on the base density.")
+    g.add_argument("--infonoise_warmup_steps", type=_warmup_arg, default="auto",
+                   help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.")
     g.add_argument("--infonoise_refresh_every", type=int, default=50, help="Optimizer steps between refreshes of pi.")
     g.add_argument("--infonoise_ema_decay", type=float, default=0.9, help="Weight on the old bin value at a refresh.")
-    g.add_argument("--infonoise_min_count", type=int, default=8, help="New samples a bin needs to be updated.")
+    g.add_argument("--infonoise_min_count", type=int, default=8,
+                   help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.")
     g.add_argument("--infonoise_smoothing", type=float, default=1.0, help="Gaussian smoothing width in bins (0: off).")
     g.add_argument("--infonoise_gate", type=_gate_arg, default="auto",
-                   help="Clean-end gate pivot: 'auto', 'none', or a VE sigma such as 0.2 (paper: 0.15 images, 0.2 other data).")
-    g.add_argument("--infonoise_gate_fallback", type=float, default=0.2, help="Pivot used when the automatic gate misfires.")
-    g.add_argument("--infonoise_floor", type=float, default=0.05, help="Mixing weight of the base density (no bin starves).")
+                   help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
+                        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
+                        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).")
+    g.add_argument("--infonoise_gate_fallback", type=float, default=0.2,
+                   help="Pivot used while the gate rule has nothing to go on (no data seen yet) or misfires.")
+    g.add_argument("--infonoise_floor", type=float, default=0.05,
+                   help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).")
+    g.add_argument("--infonoise_floor_space", type=str, default="phi", choices=("phi", "pi"),
+                   help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).")
     g.add_argument("--infonoise_mmse_cap", type=_cap_arg, default=None,
-                   help="Cap on the estimated x0 MMSE: 'none', 'auto' (the training data's per-dimension variance, "
-                        "which bounds the Bayes MMSE) or a value. Default: auto on ddpm with epsilon/v prediction (the "
-                        "x0-space error of an imperfect model grows like sigma^2 at high noise there), none otherwise. "
-                        "'auto' and the default: train_unconditional.py; the text-to-image scripts take 'none' or "
-                        "a value.")
+                   help="Cap on the estimated x0 MMSE: 'none', 'auto' (the per-dimension variance of the data the "
+                        "model is trained on: pixels, or the VAE latents; it bounds the Bayes MMSE) or a value. "
+                        "Default: auto for epsilon/v prediction (the x0-space error of an imperfect model grows like "
+                        "sigma^2 at high noise there), none otherwise.")
     g.add_argument("--infonoise_base", type=str, default=None,
                    help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).")
     g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
@@ -237,19 +215,13 @@ def baseline_density_params(args, name: str | None) -> dict | None:
 
 def build_noise_sampler(
     args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None,
-    data_variance_known: bool = False,
 ) -> TrainingTimestepSampler:
     """The sampler ``args.noise_sampler`` names, with the parameters of :func:`add_noise_sampler_args`.
 
-    A base density named by ``--infonoise_base`` gets its parameters from the baseline flags too.
-    ``data_variance_known``: the script resolves ``--infonoise_mmse_cap auto`` with :func:`apply_mmse_cap`.
-
-    Raises:
-        ValueError: ``--infonoise_mmse_cap auto`` where the script cannot measure the data variance.
+    A base density named by ``--infonoise_base`` gets its parameters from the baseline flags too. The
+    m̂ cap's ``auto`` is measured by the sampler on the data the script noises through it
+    (``sampler.add_noise``): pixels, or VAE latents.
     """
-    if getattr(args, "infonoise_mmse_cap", None) == "auto" and not data_variance_known:
-        raise ValueError("--infonoise_mmse_cap auto: this script does not measure the data variance (for latent "
-                         "diffusion it is the VAE latents'); pass a value or 'none'")
     common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
     name = args.noise_sampler
     if name in ("infonoise", "kingma_gao"):
@@ -258,6 +230,7 @@ def build_noise_sampler(
             base = (base, baseline_density_params(args, base))
         kw = {
             "num_bins": args.infonoise_num_bins,
+            "floor_space": args.infonoise_floor_space,
             "warmup_steps": args.infonoise_warmup_steps,
             "refresh_every": args.infonoise_refresh_every,
             "ema_decay": args.infonoise_ema_decay,
@@ -267,9 +240,10 @@ def build_noise_sampler(
             "base": base,
         }
         if name == "infonoise":
+            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback)
             cap = getattr(args, "infonoise_mmse_cap", None)
-            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback,
-                      mmse_cap=cap if isinstance(cap, float) else None)
+            if cap is not None:  # unset: the library's default (auto for ε and v)
+                kw["mmse_cap"] = None if cap == "none" else cap
         return make_sampler(name, noise_scheduler, **common, **kw)
     return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
 
@@ -553,6 +527,9 @@ class ScheduleMonitor:
         logger.info(f"[rank {accelerator.process_index}] step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, "
                     f"gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})")
         logs = {"infonoise/num_updates": float(self.sampler.num_updates)}
+        refresh = getattr(self.sampler, "last_refresh", {}) or {}
+        if refresh.get("tv_phi_rho") is not None:  # the check of METHOD.md §5: TV(φ, ρ̂) ≤ η + 0.02
+            logs["infonoise/tv_phi_rho"] = float(refresh["tv_phi_rho"])
         gate = self.sampler.estimator.last_gate
         if gate.pivot is not None:
             logs["infonoise/gate_pivot"] = float(gate.pivot)
@@ -561,7 +538,8 @@ class ScheduleMonitor:
             os.makedirs(os.path.join(self.output_dir, "schedule"), exist_ok=True)
             with open(os.path.join(self.output_dir, "schedule", "history.jsonl"), "a") as f:
                 f.write(json.dumps({"step": global_step, "probs": self.sampler.probs.tolist(),
-                                    "gate_pivot": gate.pivot, "gate_source": gate.source}) + "\n")
+                                    "gate_pivot": gate.pivot, "gate_source": gate.source,
+                                    "tv_phi_rho": refresh.get("tv_phi_rho")}) + "\n")
         if self.plot_every is not None and self._last_plot is not None and global_step - self._last_plot < self.plot_every:
             if len(self._drawn) > 10_000:
                 self._drawn = self._drawn[-1000:]
@@ -1222,6 +1200,13 @@ def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) ->
     return False
 
 
+def size_warmup_to_run(sampler, max_steps: int) -> None:
+    """Tell an adaptive sampler the run's length (its ``"auto"`` warm-up is sized to it); before a resume,
+    which restores the warm-up the run started with."""
+    if hasattr(sampler, "set_num_training_steps"):
+        sampler.set_num_training_steps(int(max_steps))
+
+
 def training_length(args, dataloader) -> tuple[int, int, int]:
     """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
     (:func:`optimizer_steps_per_epoch`)."""
@@ -1250,6 +1235,7 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
     from tqdm.auto import tqdm
 
     _, max_steps, num_epochs = training_length(args, dataloader)
+    size_warmup_to_run(sampler, max_steps)
     global_step, first_epoch, skip_batches = resume_training_state(accelerator, args, sampler, dataloader)
 
     monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
@@ -1377,6 +1363,7 @@ def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, n
         scheduler_class=type(noise_scheduler).__name__, prediction_type=sampler.prediction_type,
         loss_weighting=desc["loss_weighting"], snr_gamma=desc.get("snr_gamma"), sampler_name=sampler.name,
         learned_schedule=learned, hyperparameters=desc.get("hyperparameters", {}), global_step=result["global_step"],
+        allocation=desc.get("last_refresh"),
         total_batch_size=result["total_batch_size"], learning_rate=args.learning_rate, resolution=args.resolution,
         mixed_precision=args.mixed_precision or "no", validation_prompts=args.validation_prompts or [],
         validation_grid=validation_grid, schedule_plot="noise_schedule.png",

@@ -39,7 +39,6 @@ from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
     AugmentedImageDataset,
     EpochShuffleSampler,
-    apply_mmse_cap,
     ScheduleMonitor,
     add_common_training_args,
     add_noise_sampler_args,
@@ -57,6 +56,7 @@ from diffusers_infonoise.training import (
     resume_training_state,
     save_image_grid,
     show_noise_schedule,
+    size_warmup_to_run,
     training_target,
     tracker_config,
     weighted_loss,
@@ -184,7 +184,7 @@ def main(argv=None):
     args = parse_args(argv)
     noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
     sampler = build_noise_sampler(args, noise_scheduler, prediction_type=prediction_type,
-                                  loss_weighting=loss_weighting, snr_gamma=args.snr_gamma, data_variance_known=True)
+                                  loss_weighting=loss_weighting, snr_gamma=args.snr_gamma)
     if args.show_noise_schedule:
         show_noise_schedule(sampler, args.output_dir)
         return
@@ -225,7 +225,6 @@ def main(argv=None):
                                         seed=args.seed or 0, channels=channels)
         collate = None
 
-    apply_mmse_cap(args, sampler, dataset)
     if len(dataset) < args.train_batch_size:
         raise ValueError(f"--train_batch_size {args.train_batch_size} is larger than the data set ({len(dataset)} examples; "
                          "see --max_train_samples)")
@@ -252,6 +251,7 @@ def main(argv=None):
     # The prepared loader's per-process length can differ from the estimate above (uneven sharding):
     # size the epoch loop from it so that max_steps is always reached.
     num_epochs = math.ceil(max_steps / optimizer_steps_per_epoch(args, dataloader))
+    size_warmup_to_run(sampler, max_steps)
     if ema is not None:
         ema.to(accelerator.device)
 
@@ -429,6 +429,7 @@ def _save_final(args, unet, ema, noise_scheduler, sampler, global_step, total_ba
         scheduler_class=type(noise_scheduler).__name__, prediction_type=args.prediction_type,
         loss_weighting=desc["loss_weighting"], sampler_name=sampler.name,
         hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, total_batch_size=total_batch,
+        allocation=desc.get("last_refresh"),
         schedule_plot="noise_schedule.png", sample_grid=None if args.sequence_column else "samples.png",
         sample_fasta="samples.fa" if args.sequence_column else None, num_inference_steps=num_inference_steps,
         extra_tags=[f"diffusion-{args.diffusion}"],
