@@ -295,6 +295,17 @@ def tier_races(tier: str) -> list[Race]:
         samplers = ("infonoise", "edm_lognormal", "infonoise-gate_none", "infonoise-gate_0.05")
         return [Race(f"edm-{d}", d, "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800,
                      eval_every=100, sample_batch=2000) for d in ("digits", "binarized_digits")]
+    if tier == "recheck":
+        # Issue 10: the corrected method (φ-space floor, carry-over, value-grid gate) on the quick tier's
+        # races against EDM log-normal and logit-normal (the best fixed density found so far); the former
+        # hybrid (π-space floor) as its own sampler on binarized digits. Sized for ~45 min on 2 cores:
+        # 2 seeds, an evaluation every 160 steps.
+        both = ("infonoise", "edm_lognormal", "logit_normal")
+        return [Race("edm-binarized_digits", "binarized_digits", "edm", both + ("infonoise-floor_space_pi",),
+                     "edm_lognormal", _seeds(both + ("infonoise-floor_space_pi",), 2), steps=800, eval_every=160,
+                     sample_batch=2000),
+                Race("edm-digits", "digits", "edm", both, "edm_lognormal", _seeds(both, 2), steps=800, eval_every=160,
+                     sample_batch=2000)]
     if tier == "gpu":
         races = []
         for d in ("mnist", "binarized_mnist", "fashion_mnist"):
@@ -498,7 +509,8 @@ def run_one(spec: RunSpec) -> dict:
         payload = json.loads(sched_cfg.read_text()).get("_infonoise_schedule")
         if payload:
             schedule = {k: payload.get(k) for k in ("edges", "pi", "rho_hat", "gate", "base", "hyperparameters",
-                                                    "optimizer_steps", "num_updates", "loss_weighting", "prediction_type")}
+                                                    "optimizer_steps", "num_updates", "loss_weighting", "prediction_type",
+                                                    "tv_phi_rho", "data")}
             schedule = json.loads(json.dumps(schedule), parse_float=lambda s: round(float(s), 6))
     result = {
         "run_id": spec.run_id, "tier": spec.tier, "race": race.name, "dataset": race.dataset, "path": race.diffusion,
@@ -1015,7 +1027,7 @@ def _write_doc(doc: dict, path: Path, limit: int = 190_000) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tier", choices=("quick", "full", "gpu", "gate"), default="quick")
+    p.add_argument("--tier", choices=("quick", "full", "gpu", "gate", "recheck"), default="quick")
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker.")
     p.add_argument("--out", type=str, default=str(RESULTS))
