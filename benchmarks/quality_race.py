@@ -696,6 +696,12 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             entry["floor"] = sc.floors()
             if getattr(sc, "classifier_info", None):
                 entry["classifier"] = sc.classifier_info
+        refs = {r["seed"]: r.get("schedule") for r in by.get("infonoise", [])}
+        entry["tv_phi_rho"] = {}
+        for s, lst in by.items():
+            tvs = [allocation_tv(race, r, refs.get(r["seed"])) for r in lst]
+            if lst and all(t is not None for t in tvs):
+                entry["tv_phi_rho"][s] = _stats(tvs)
         waste = [_base_mass_where_pi_small(r["schedule"], race) for r in by.get("infonoise", []) if r.get("schedule")]
         if waste:
             entry["base_mass_where_final_pi_below_1pct_of_peak"] = _stats(waste)
@@ -733,14 +739,60 @@ def _base_mass_where_pi_small(schedule: dict, race: Race, *, unfloored: bool = F
 
     edges = torch.tensor(schedule["edges"], dtype=torch.float64)
     masses = np.asarray(schedule["pi"], float)
-    if unfloored:
+    if unfloored and (schedule["hyperparameters"].get("floor_space") or "pi") == "pi":
         eta = float(schedule["hyperparameters"]["floor"])
         own_base = make_sampler("infonoise", _train_scheduler(race), num_bins=len(masses)).base_masses.numpy()
         masses = np.clip((masses - eta * own_base) / (1 - eta), 0.0, None)
+    elif unfloored and schedule.get("rho_hat"):  # φ-space floor: the target before mixing is ρ̂/w
+        masses = np.asarray(schedule["rho_hat"], float) * np.diff(_schedule_edges(race, schedule)) / _x0_weight(race, schedule)
     pi = masses / np.diff(schedule["edges"])
     base = bin_masses(_base_density(race, race.baseline), edges).numpy()
     base = base / base.sum()
     return float(base[pi < 0.01 * pi.max()].sum())
+
+
+def _schedule_edges(race: Race, schedule: dict) -> np.ndarray:
+    """A stored schedule's log-σ bin edges (rebuilt from the path's grid where a results file left them out)."""
+    from diffusers_infonoise.samplers import make_sampler
+
+    if schedule.get("edges"):
+        return np.asarray(schedule["edges"], float)
+    return make_sampler("infonoise", _train_scheduler(race), num_bins=len(schedule["pi"])).edges.numpy()
+
+
+def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
+    """w(σ) of the run's loss (METHOD.md §4) at the centres of a stored schedule's bins (the library's)."""
+    import torch
+
+    from diffusers_infonoise.samplers import make_sampler
+
+    edges = _schedule_edges(race, schedule)
+    centres = torch.from_numpy(0.5 * (edges[1:] + edges[:-1]))
+    ref = make_sampler("uniform", _train_scheduler(race), prediction_type=schedule["prediction_type"],
+                       loss_weighting=schedule["loss_weighting"])
+    return ref.x0_loss_weight(torch.exp(centres)).numpy()
+
+
+def allocation_tv(race: Race, run: dict, reference: dict | None) -> float | None:
+    """TV(φ, ρ̂) of a run (METHOD.md §5's check): its effective allocation φ = π·w on the bins of an
+    InfoNoise schedule against that schedule's final ρ̂. An InfoNoise run is measured against its own ρ̂;
+    a fixed density against ``reference``, the InfoNoise run of the same race and seed."""
+    import torch
+
+    from diffusers_infonoise.densities import bin_masses
+
+    own = run.get("schedule") or {}
+    ref = own if own.get("rho_hat") else reference
+    if not ref or not ref.get("rho_hat"):
+        return None
+    edges = _schedule_edges(race, ref)
+    rho = np.asarray(ref["rho_hat"], float) * np.diff(edges)
+    if own.get("pi") and len(own["pi"]) == len(rho):
+        pi = np.asarray(own["pi"], float)
+    else:
+        pi = bin_masses(_base_density(race, run["sampler"]), torch.from_numpy(edges)).numpy()
+    phi = pi * _x0_weight(race, ref)
+    return 0.5 * float(np.abs(phi / phi.sum() - rho / rho.sum()).sum())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -903,14 +955,16 @@ def write_markdown(tier, races, summary, meta, path: Path):
                      f"where the InfoNoise target before the floor mixing is: {_fmt(w2)}.  ")
             gates = {f"{g['source']} {g['pivot']}" + (f" ({g['reason']})" if g.get("reason") else "") for g in e["gate"].values()}
             L.append(f"Gate at the end of the InfoNoise runs: {'; '.join(sorted(gates))}.")
-        L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% |" + (" final `fd` (continuous) |" if m == "fd_thresholded" else ""),
-              "|---|---|---|---|---|" + ("---|" if m == "fd_thresholded" else "")]
+        L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) |" + (" final `fd` (continuous) |" if m == "fd_thresholded" else ""),
+              "|---|---|---|---|---|---|" + ("---|" if m == "fd_thresholded" else "")]
         for s in race.samplers:
             if s not in e["final"]:
                 continue
             ab = e["at_budget"][s]
+            tv = (e.get("tv_phi_rho") or {}).get(s)
             row = f"| {s} | {_fmt(e['final'][s][m])} | " + " | ".join(
-                f"{ab[k][m]['mean']:.3g} ± {ab[k][m]['std']:.2g}" for k in ("25%", "50%", "100%")) + " |"
+                f"{ab[k][m]['mean']:.3g} ± {ab[k][m]['std']:.2g}" for k in ("25%", "50%", "100%")) + " | " + (
+                f"{tv['mean']:.2f}" if tv else "—") + " |"
             if m == "fd_thresholded":
                 row += f" {_fmt(e['final'][s]['fd'])} |"
             L.append(row)
@@ -931,8 +985,8 @@ def write_markdown(tier, races, summary, meta, path: Path):
 def summary_table(races, summary) -> str:
     """One markdown table over the races: each sampler's final quality (mean ± std over seeds, n) and
     InfoNoise's steps-to-target speedup against it (median [per seed]); for README.md."""
-    L = ["| data set (path, metric) | sampler | final quality, mean ± std (n) | InfoNoise speedup vs it: median [seeds] |",
-         "|---|---|---|---|"]
+    L = ["| data set (path, metric) | sampler | final quality, mean ± std (n) | TV(φ, ρ̂) | InfoNoise speedup vs it: median [seeds] |",
+         "|---|---|---|---|---|"]
     for race in races:
         e = summary.get(race.name)
         if not e:
@@ -952,7 +1006,9 @@ def summary_table(races, summary) -> str:
             else:
                 cell = "—"
             head = f"{race.dataset} ({race.diffusion}, `{m}`)" if i == 0 else ""
-            L.append(f"| {head} | {x}{' (baseline)' if x == race.baseline else ''} | {q} | {cell} |")
+            tv = (e.get("tv_phi_rho") or {}).get(x)
+            tv = f"{tv['mean']:.2f}" if tv else "—"
+            L.append(f"| {head} | {x}{' (baseline)' if x == race.baseline else ''} | {q} | {tv} | {cell} |")
     return "\n".join(L)
 
 

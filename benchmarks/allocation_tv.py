@@ -1,0 +1,71 @@
+"""TV(φ, ρ̂) of every run in quality-race results files (METHOD.md §5's check; issue 10).
+
+For each run: its effective allocation φ = π·w on the bins of the InfoNoise schedule of the same race
+and seed, against that schedule's final ρ̂ (an InfoNoise run against its own ρ̂). Reads the committed
+results (``quality_race_<tier>.json`` and ``quality_race_<tier>_runs_*.json``) and writes
+``allocation_tv_<tier>.json`` beside them::
+
+    python benchmarks/allocation_tv.py --tier full    # also: quick, gate, recheck
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import quality_race as Q  # noqa: E402
+
+
+def runs_of(tier: str, results: Path) -> list[dict]:
+    runs = []
+    main = results / f"quality_race_{tier}.json"
+    if main.exists():
+        data = json.loads(main.read_text())
+        runs += data.get("runs", []) if isinstance(data.get("runs"), list) else []
+    for f in sorted(results.glob(f"quality_race_{tier}_runs_*.json")):
+        data = json.loads(f.read_text())
+        runs += data if isinstance(data, list) else data.get("runs", [])
+    return runs
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tier", default="full", choices=("quick", "full", "gate", "recheck", "gpu"))
+    p.add_argument("--results", default=str(Q.RESULTS))
+    args = p.parse_args(argv)
+    results = Path(args.results)
+    runs = runs_of(args.tier, results)
+    table = collections.defaultdict(dict)
+    for race in Q.tier_races(args.tier):
+        rr = [r for r in runs if r["race"] == race.name]
+        refs = {r["seed"]: r.get("schedule") for r in rr if r["sampler"] == "infonoise"}
+        for r in sorted(rr, key=lambda r: (r["sampler"], r["seed"])):
+            tv = Q.allocation_tv(race, r, refs.get(r["seed"]))
+            floor = ((r.get("schedule") or {}).get("hyperparameters") or {}).get("floor_space", "pi" if r.get("schedule") else None)
+            table[race.name].setdefault(r["sampler"], []).append(
+                {"seed": r["seed"], "tv_phi_rho": None if tv is None else round(tv, 4),
+                 "final": r["quality"][r["primary_metric"]][-1], "metric": r["primary_metric"], "floor_space": floor})
+    out = {"command": "python benchmarks/allocation_tv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "tier": args.tier,
+           "how": "phi = pi*w on the InfoNoise schedule's bins (w of the run's loss, METHOD.md 4) vs that schedule's final "
+                  "rho_hat; a fixed density is measured against the InfoNoise run of the same race and seed. Runs whose "
+                  "schedule has no floor_space were made with the former pi-space floor.",
+           "races": table}
+    path = results / f"allocation_tv_{args.tier}.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    for race, by in table.items():
+        for s, lst in by.items():
+            tvs = [x["tv_phi_rho"] for x in lst if x["tv_phi_rho"] is not None]
+            print(f"{race:28s} {s:28s} TV(phi, rho) {sum(tvs) / len(tvs):.3f}" if tvs else f"{race:28s} {s:28s} —")
+    print(f"wrote {path}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
