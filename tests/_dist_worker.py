@@ -16,8 +16,9 @@ BATCH = 1024
 
 def make_sampler():
     path = VEPath("ve", 0.002, 80.0, sigma_data=0.5)  # EDMEulerScheduler's defaults
+    # the m̂ cap and the gate come from the data each rank sees (reduced over ranks at refreshes)
     return InfoNoiseTrainingTimestepSampler(path, prediction_type="sample", loss_weighting="edm", num_bins=32,
-                                            warmup_steps=2, refresh_every=2, min_count=4)
+                                            warmup_steps=2, refresh_every=2, min_count=4, mmse_cap="auto", gate="auto")
 
 
 def batch(sampler, rank: int, step: int):
@@ -27,6 +28,9 @@ def batch(sampler, rank: int, step: int):
     levels = sampler.sample(BATCH, generator=gen)
     sig = levels.sigmas.double()
     m = (1.0 + rank) * sig**2 / (sig**2 + 0.25) * (1.0 + 0.5 * torch.sin(3.0 * torch.log(sig) + rank))
+    # clean data noised through the sampler: ±1 on rank 0, ±0.5 on rank 1 (exact float sums)
+    x0 = 0.5 * (2.0 - rank) * torch.sign(torch.randn(BATCH, 3, generator=gen, dtype=torch.float64))
+    sampler.add_noise(x0, torch.zeros_like(x0), levels)
     return levels, torch.round(m * 2**20) / 2**20
 
 
@@ -42,6 +46,7 @@ def worker(rank: int, world: int, port: int, outdir: str):
             sampler.step()
             hashes.append(sampler.pi_hash())
         torch.save({"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "hashes": hashes,
+                    "cap": sampler.estimator.mmse_cap, "min_gap": sampler.estimator.data_min_gap,
                     "world": torch.distributed.get_world_size()}, os.path.join(outdir, f"rank{rank}.pt"))
     finally:
         torch.distributed.destroy_process_group()

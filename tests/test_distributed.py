@@ -1,5 +1,5 @@
 """Data parallelism (METHOD.md §5.4): two gloo processes feeding different losses end with a
-bit-identical π, equal to one process fed the union of their losses."""
+bit-identical π, equal to one process fed the union of their losses (and data)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,10 @@ def test_two_processes_share_pi_equal_to_union(tmp_path):
     torch.testing.assert_close(union.estimator.m_hat, r0["m_hat"], rtol=0, atol=0, equal_nan=True)
     # the statistics really were summed across ranks: rank 0's own losses alone give another π
     assert not torch.equal(alone.probs, r0["probs"])
+    # the data statistics too, by hand: the smallest gap within a batch is 2 on rank 0 (±1) and 1 on
+    # rank 1 (±0.5), so 1 over both; the per-dimension variance is about (1 + 0.25)/2 = 0.625 (random
+    # signs: the sample mean is not exactly 0). Rank 0 alone: gap 2, variance about 1.
+    assert r0["cap"] == r1["cap"] == union.estimator.mmse_cap
+    assert abs(r0["cap"] - 0.625) < 2e-3
+    assert r0["min_gap"] == r1["min_gap"] == union.estimator.data_min_gap == 1.0
+    assert abs(alone.estimator.mmse_cap - 1.0) < 3e-3 and alone.estimator.data_min_gap == 2.0
