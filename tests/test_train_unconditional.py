@@ -337,6 +337,12 @@ def test_model_card_content(script, unet_config, tmp_path):
     assert "warmup_steps=2" in card and "refresh_every=2" in card
     assert "![training-noise schedule](noise_schedule.png)" in card and "![samples](samples.png)" in card
     assert "DiffusionPipeline.from_pretrained" in card and "_infonoise_schedule" in card
+    # the allocation check of METHOD.md §5, as the payload has it
+    payload = scheduler_payload(out)
+    assert f"TV(φ, ρ̂) = {payload['tv_phi_rho']:.3f}" in card and payload["tv_phi_rho"] <= 0.05 + 0.02
+    # digits: 17 grey levels stored as uint8 0, 16, ..., 128, 143, ..., 255 (by hand: steps of 16 or 15); 15/127.5
+    # in [-1, 1], gives the pivot 0.1·0.1176
+    assert "Clean-end gate: `data`, pivot σ = 0.0118" in card
 
 
 def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):
