@@ -36,7 +36,7 @@ def runs_of(tier: str, results: Path) -> list[dict]:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tier", default="full", choices=("quick", "full", "gate", "recheck", "gpu"))
+    p.add_argument("--tier", default="full", choices=("quick", "full", "gate", "recheck", "recheck_full", "recheck_paths", "gpu"))
     p.add_argument("--results", default=str(Q.RESULTS))
     args = p.parse_args(argv)
     results = Path(args.results)

@@ -322,6 +322,14 @@ def tier_races(tier: str) -> list[Race]:
                 Race("edm-dna64", "dna64", "edm", three + variants[:2], "edm_lognormal",
                      _seeds(three + variants[:2], 1, {s: 5 for s in three}), **dna),
                 Race("edm-mnist16", "mnist16", "edm", three, "edm_lognormal", _seeds(three, 2), **mid)]
+    if tier == "recheck_paths":
+        # Issue 10's re-measure of the other two paths, as in the former full tier: DDPM-ε (the m̂ cap now
+        # on by default in the library) and flow, 3 seeds.
+        small = dict(steps=800, eval_every=100, sample_batch=2000)
+        return [Race("ddpm-binarized_digits", "binarized_digits", "ddpm", ("infonoise", "uniform"), "uniform",
+                     _seeds(("infonoise", "uniform"), 3), **small),
+                Race("flow-digits", "digits", "flow", ("infonoise", "logit_normal"), "logit_normal",
+                     _seeds(("infonoise", "logit_normal"), 3), **small)]
     if tier == "gpu":
         races = []
         for d in ("mnist", "binarized_mnist", "fashion_mnist"):
@@ -1107,7 +1115,7 @@ def _write_doc(doc: dict, path: Path, limit: int = 190_000) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tier", choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full"), default="quick")
+    p.add_argument("--tier", choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths"), default="quick")
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker.")
     p.add_argument("--out", type=str, default=str(RESULTS))
