@@ -116,7 +116,8 @@ def main(argv=None) -> dict:
     ax1.axvspan(lo, hi, color="C7", alpha=0.15, label="central 90% window")
     ax1.plot(x, analytic, color="k", lw=2.5, label="analytic mmse/σ² (I-MMSE)")
     ax1.plot(x, numeric, color="C1", ls="--", lw=1.8, label=f"numerical dH/d log σ (max rel. dev. {rel_numeric.max():.1e})")
-    ax1.errorbar(x, ds_rate, yerr=2 * ds_se, fmt="o", ms=3, color="C3", lw=1, label=f"empirical denoiser, {args.num_data} samples (±2 s.e.)")
+    ax1.errorbar(x, ds_rate, yerr=2 * ds_se, fmt="o", ms=3, color="C3", lw=1,
+                 label=f"empirical denoiser, {args.num_data} samples (±2 s.e.)")
     ax1.set_xlabel("log σ (VE)")
     ax1.set_ylabel("entropy rate per unit log σ [nats]")
     ax1.legend(fontsize=8)
@@ -130,9 +131,11 @@ def main(argv=None) -> dict:
     with open(args.output / "figure1_two_point.json", "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=1)
     print(
-        f"max relative deviation analytic vs numerical derivative: {summary['max_relative_deviation_analytic_vs_numerical_derivative']:.2e} "
+        "max relative deviation analytic vs numerical derivative: "
+        f"{summary['max_relative_deviation_analytic_vs_numerical_derivative']:.2e} "
         f"({summary['points_compared']} points); dataset max |z| {summary['dataset']['max_abs_z_vs_analytic']:.2f}; "
-        f"peak sigma {summary['peak_sigma']:.3g}; window {summary['central_90pct_window_sigma'][0]:.3g}..{summary['central_90pct_window_sigma'][1]:.3g}; "
+        f"peak sigma {summary['peak_sigma']:.3g}; window {summary['central_90pct_window_sigma'][0]:.3g}.."
+        f"{summary['central_90pct_window_sigma'][1]:.3g}; "
         f"integral {total_h:.4f} nats (log 2 = {math.log(2):.4f}); {summary['runtime_s']} s"
     )
     print(f"wrote {args.output / 'figure1_two_point.png'} and {args.output / 'figure1_two_point.json'}")

@@ -183,7 +183,6 @@ class Scorer:
     def floors(self) -> dict:
         """Real-vs-real floors: the whole training split vs held-out; a random training subset of the
         held-out size vs held-out; two disjoint random held-out halves."""
-        import torch
 
         rng = np.random.default_rng(0)
         tr, ho = self.data["train"], self.data["heldout"]
@@ -765,9 +764,10 @@ def _base_mass_where_pi_small(schedule: dict, race: Race, *, unfloored: bool = F
     in the bins where the final InfoNoise π is below 1% of its peak density. ``unfloored``: use the
     InfoNoise target before the floor mixing, ``(π − η·π_base)/(1 − η)`` (the floor alone keeps π
     above 1% of its peak wherever the base has mass)."""
+    import torch
+
     from diffusers_infonoise.densities import bin_masses
     from diffusers_infonoise.samplers import make_sampler
-    import torch
 
     edges = torch.tensor(schedule["edges"], dtype=torch.float64)
     masses = np.asarray(schedule["pi"], float)
@@ -902,7 +902,8 @@ def plot_pi(races, runs, path):
         edges = np.asarray(lst[0]["schedule"]["edges"])
         centres = (edges[1:] + edges[:-1]) / 2
         x = torch.linspace(edges[0], edges[-1], 400, dtype=torch.float64)
-        for name, style in ((race.baseline, "--"),) + ((("edm_lognormal", ":"),) if race.baseline != "edm_lognormal" and race.diffusion == "edm" else ()):
+        extra = (("edm_lognormal", ":"),) if race.baseline != "edm_lognormal" and race.diffusion == "edm" else ()
+        for name, style in ((race.baseline, "--"),) + extra:
             dens = torch.exp(_base_density(race, name).log_prob(x)).numpy()
             ax.plot(x.numpy(), dens, color="k", ls=style, lw=1.2, label=f"{name} (base)")
         for r in lst:
@@ -987,7 +988,9 @@ def write_markdown(tier, races, summary, meta, path: Path):
                      f"where the InfoNoise target before the floor mixing is: {_fmt(w2)}.  ")
             gates = {f"{g['source']} {g['pivot']}" + (f" ({g['reason']})" if g.get("reason") else "") for g in e["gate"].values()}
             L.append(f"Gate at the end of the InfoNoise runs: {'; '.join(sorted(gates))}.")
-        L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) |" + (" final `fd` (continuous) |" if m == "fd_thresholded" else ""),
+        cont = m == "fd_thresholded"
+        L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) |"
+              + (" final `fd` (continuous) |" if cont else ""),
               "|---|---|---|---|---|---|" + ("---|" if m == "fd_thresholded" else "")]
         for s in race.samplers:
             if s not in e["final"]:

@@ -93,6 +93,7 @@ def use_synthetic_data(num_images: int = 64, side: int = 96) -> None:
     from PIL import Image
 
     import diffusers_infonoise.training as training
+
     from _tiny_pipelines import CAPTIONS
 
     rng = np.random.default_rng(0)
@@ -311,7 +312,8 @@ def main(argv=None) -> int:
             "order swapped each repeat, after one untimed warm-up run. main() returns the wall time of each optimizer "
             f"step; the window is steps {opts.skip + 1}..{opts.steps} (InfoNoise's warm-up is {opts.skip} steps with "
             f"min_count {opts.min_count}, so pi is adapted at step {opts.skip}, where the schedule plots are drawn, and "
-            "refreshed every refresh_every steps in the window; checked per run: adapted_before_window). Everything in the training loop (data, VAE "
+            "refreshed every refresh_every steps in the window; checked per run: adapted_before_window). Everything in the training "
+            "loop (data, VAE "
             "and text encoding, draws, forward/backward/AdamW, sampler update/step, refreshes, tracker logging) is "
             "included; start-up and the final save are not. Ratio per repeat = mean step time infonoise / default over "
             "the window; the headline per script is the median over repeats."

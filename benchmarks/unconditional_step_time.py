@@ -274,8 +274,10 @@ def main(argv=None) -> int:
     print(f"process CPU time ratio: median {median_cpu_ratio:.4f} ({', '.join(f'{r:.4f}' for r in cpu_ratios)})")
     print(f"attributable ratio (1 + sampler-code time difference / step): median {statistics.median(attributable):.5f} "
           f"({', '.join(f'{r:.5f}' for r in attributable)})")
-    print(f"schedule plots: {plot_s:.2f} s per plotted refresh = {result['schedule_plots']['amortised_overhead_default_schedule_plot_steps_500'] * 100:.2f}% "
-          f"amortised at the default, {result['schedule_plots']['amortised_overhead_plot_every_refresh_50'] * 100:.1f}% if drawn every refresh")
+    plots = result["schedule_plots"]
+    print(f"schedule plots: {plot_s:.2f} s per plotted refresh = "
+          f"{plots['amortised_overhead_default_schedule_plot_steps_500'] * 100:.2f}% amortised at the default, "
+          f"{plots['amortised_overhead_plot_every_refresh_50'] * 100:.1f}% if drawn every refresh")
     return 0 if result["passed"] else 1
 
 

@@ -343,14 +343,16 @@ def _cmd_show(args) -> int:
     hyper = payload.get("hyperparameters") or {}
     out = [
         f"InfoNoise schedule in {where}",
-        f"  scheduler        {type(scheduler).__name__}; path {path_cfg.get('kind')}, sigma {_fmt(path_cfg.get('sigma_min'))}..{_fmt(path_cfg.get('sigma_max'))} (VE)"
+        f"  scheduler        {type(scheduler).__name__}; path {path_cfg.get('kind')}, "
+        f"sigma {_fmt(path_cfg.get('sigma_min'))}..{_fmt(path_cfg.get('sigma_max'))} (VE)"
         + (f", sigma_data {path_cfg['sigma_data']}" if "sigma_data" in path_cfg else "")
         + (f", shift {path_cfg['shift']:.4g}" if "shift" in path_cfg else ""),
         f"  loss             prediction_type={payload['prediction_type']}, loss_weighting={payload['loss_weighting']}"
         + (f", snr_gamma={payload['snr_gamma']}" if payload.get("snr_gamma") is not None else ""),
         f"  training         {payload['optimizer_steps']} optimizer steps, {payload.get('num_updates', '?')} schedule updates, "
         f"adapted: {'yes' if payload.get('adapted', True) else 'no (still the base density)'}",
-        f"  gate             pivot {_fmt(gate.get('pivot'))} ({gate.get('source', '?')}{': ' + gate['reason'] if gate.get('reason') else ''})",
+        f"  gate             pivot {_fmt(gate.get('pivot'))} "
+        f"({gate.get('source', '?')}{': ' + gate['reason'] if gate.get('reason') else ''})",
         "  hyperparameters  " + ", ".join(f"{k}={v}" for k, v in hyper.items()),
         f"  base density     {json.dumps(payload.get('base'))}",
         f"  package version  {payload.get('package_version', '?')}",
@@ -470,7 +472,8 @@ def _print_profile(prof, title: str) -> None:
     print(f"  {'sigma':>9} {'mmse':>10} {'+-se':>9} {'mmse/s^2':>9} {'rho_hat':>9}")
     for i in range(x.numel()):
         se = float(prof.mmse_se[i]) if prof.mmse_se is not None else math.nan
-        print(f"  {math.exp(float(x[i])):9.4g} {float(prof.mmse[i]):10.4g} {_fmt(se):>9} {float(prof.q[i]):9.4f} {float(prof.rho_hat[i]):9.4f}")
+        print(f"  {math.exp(float(x[i])):9.4g} {float(prof.mmse[i]):10.4g} {_fmt(se):>9} {float(prof.q[i]):9.4f} "
+              f"{float(prof.rho_hat[i]):9.4f}")
 
 
 def _load_pipeline_parts(model_path: str, model_subfolder: str | None, scheduler_spec: str | None):
@@ -534,7 +537,8 @@ def _cmd_profile(args) -> int:
     size = getattr(cfg, "sample_size", None)
     size = tuple(size) if isinstance(size, (list, tuple)) else (size, size) if size else None
     if size is not None and tuple(x0.shape[-2:]) != size:
-        print(f"note: resizing probe images from {tuple(x0.shape[-2:])} to the model's sample_size {size} (bilinear, antialiased)", file=sys.stderr)
+        print(f"note: resizing probe images from {tuple(x0.shape[-2:])} to the model's sample_size {size} (bilinear, antialiased)",
+              file=sys.stderr)
         x0 = torch.nn.functional.interpolate(x0, size=size, mode="bilinear", antialias=True, align_corners=False).clamp(-1, 1)
     model_kwargs = {}
     if getattr(cfg, "num_class_embeds", None):
@@ -572,13 +576,17 @@ def _cmd_profile(args) -> int:
     allocs = []
     for name in names:
         try:
-            allocs.append(allocation(name, scheduler, log_sigma=prof.log_sigma, loss_weighting=lw, prediction_type=pt, snr_gamma=sg, mu=args.mu))
+            allocs.append(allocation(name, scheduler, log_sigma=prof.log_sigma, loss_weighting=lw, prediction_type=pt, snr_gamma=sg,
+                                     mu=args.mu))
         except ValueError as err:
             raise CLIError(f"{name}: {_one_line(err)}") from None
     summary = compare_allocations(prof, allocs)
-    prof.meta.update({"model_path": str(args.model), "model_subfolder": subfolder, "scheduler_source": where, "dataset": args.dataset, "split": args.split})
-    _print_profile(prof, f"entropy-rate profile of {args.model} ({type(model).__name__}, {type(scheduler).__name__}) on {args.dataset} ({x0.shape[0]} probe samples)")
-    print(f"  allocations (prediction_type={pt}, loss_weighting={lw}): share of phi inside rho_hat's 90% window, TV, share where rho_hat < 1% of peak")
+    prof.meta.update({"model_path": str(args.model), "model_subfolder": subfolder, "scheduler_source": where, "dataset": args.dataset,
+                      "split": args.split})
+    _print_profile(prof, f"entropy-rate profile of {args.model} ({type(model).__name__}, {type(scheduler).__name__}) on {args.dataset} "
+                         f"({x0.shape[0]} probe samples)")
+    print(f"  allocations (prediction_type={pt}, loss_weighting={lw}): share of phi inside rho_hat's 90% window, TV, "
+          "share where rho_hat < 1% of peak")
     for a in allocs:
         s = summary[a.name]
         print(f"    {a.name:<16} {s['window_mass']:7.1%}   TV {s['total_variation']:.3f}   wasted {s['wasted_mass']:.1%}")
@@ -633,7 +641,8 @@ def _add_objective_args(p: argparse.ArgumentParser) -> None:
         help="the training loss's weighting, for w(sigma) in phi = pi*w (METHOD.md section 4). auto: a stored "
         "schedule's, else edm on EDM schedulers and none on VP/flow (default: auto)",
     )
-    p.add_argument("--prediction-type", default=None, choices=tuple(PREDICTION_TYPES), help="the loss parameterization (default: the scheduler's convention)")
+    p.add_argument("--prediction-type", default=None, choices=tuple(PREDICTION_TYPES),
+                   help="the loss parameterization (default: the scheduler's convention)")
     p.add_argument("--snr-gamma", type=_positive_float, default=None, help="gamma of --loss-weighting min_snr")
     p.add_argument("--mu", type=float, default=None,
                    help="flow schedulers with use_dynamic_shifting: the mu of set_timesteps (a static shift of exp(mu)); "
@@ -679,9 +688,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="data split (default: test)")
     p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
     p.add_argument("--num-samples", type=_positive_int, default=256, help="probe samples (default 256)")
-    p.add_argument("--samplers", default=_DEFAULT_SAMPLERS, help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)")
+    p.add_argument("--samplers", default=_DEFAULT_SAMPLERS,
+                   help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)")
     p.add_argument("--output", default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)")
-    p.add_argument("--num-levels", type=_positive_int, default=32, help="grid points in log sigma (default 32; a stored schedule's bins when present)")
+    p.add_argument("--num-levels", type=_positive_int, default=32,
+                   help="grid points in log sigma (default 32; a stored schedule's bins when present)")
     p.add_argument("--num-noise-draws", type=_positive_int, default=2, help="noise draws per probe sample and level (default 2)")
     p.add_argument("--batch-size", type=_positive_int, default=128, help="model batch size (default 128)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")

@@ -30,11 +30,11 @@ from . import densities as D
 from .estimator import ProfileEstimator
 from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler, scheduler_kind
 from .weighting import (
+    loss_weight,
     validate_loss_weighting,
     validate_prediction_type,
     x0_error_factor,
     x0_loss_weight,
-    loss_weight,
 )
 
 logger = logging.getLogger(__name__)
@@ -1133,7 +1133,8 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
     if name == "infonoise":
         unknown = set(kwargs) - _ADAPTIVE_KEYS - {"use_stored_schedule"}
         if unknown:
-            raise ValueError(f"infonoise: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS | {'use_stored_schedule'})}")
+            accepted = sorted(_ADAPTIVE_KEYS | {"use_stored_schedule"})
+            raise ValueError(f"infonoise: unknown parameter(s) {sorted(unknown)}; accepted: {accepted}")
         return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **common, **kwargs)
     path = path_from_scheduler(noise_scheduler, mu=mu)
     common.setdefault("prediction_type", default_prediction_type(noise_scheduler))

@@ -261,7 +261,8 @@ def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
 
     def quantiles(m):
         c = torch.cumsum(m / m.sum(), 0)
-        return [math.exp(float(centres[torch.searchsorted(c, torch.tensor(q, dtype=torch.float64)).clamp(max=399)])) for q in (0.05, 0.25, 0.5, 0.75, 0.95)]
+        idx = [torch.searchsorted(c, torch.tensor(q, dtype=torch.float64)).clamp(max=399) for q in (0.05, 0.25, 0.5, 0.75, 0.95)]
+        return [math.exp(float(centres[i])) for i in idx]
 
     d = sampler.describe()
     lines = [

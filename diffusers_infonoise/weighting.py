@@ -147,7 +147,9 @@ def loss_weight(
         lam = (sigmas**2 + sigma_data**2) / (sigmas * sigma_data) ** 2
         # On F the EDM objective is unweighted; on x0/D it is λ(σ).
         # u = w·c so that the x0-space weight w = u/c is λ(σ) (on D/x0 itself c = 1, u = λ).
-        return torch.ones_like(sigmas) if prediction_type == "edm_f" else lam * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
+        if prediction_type == "edm_f":
+            return torch.ones_like(sigmas)
+        return lam * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
     if loss_weighting == "min_snr":
         snr = 1.0 / sigmas**2
         clipped = torch.minimum(snr, torch.full_like(snr, float(snr_gamma)))

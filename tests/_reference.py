@@ -11,23 +11,8 @@ import functools
 import math
 
 import numpy as np
-import pytest
 import torch
 from scipy import stats
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Run each module's small tensor ops on one intra-op thread.
-
-    On a 2-core machine that is also running other jobs, torch's two OpenMP threads spin against
-    each other and small float64 ops become tens of times slower; one thread is faster and
-    deterministic. Import this fixture into a test module to use it.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 # ---------------------------------------------------------------------------------------------
 # Analytic MMSE profiles (METHOD.md §2), per dimension, x_σ = x0 + σ·ε

@@ -17,12 +17,12 @@ import pytest
 import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
-from _reference import gauss_mmse, single_thread, total_variation
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, make_sampler
 from diffusers_infonoise.samplers import default_warmup_steps
+
+from _reference import gauss_mmse, total_variation
 from test_estimator import _grid
 
-_ = single_thread  # autouse fixture: one intra-op thread
 K = 64
 S_D = 0.5
 SCHEDULERS = {"ve": EDMEulerScheduler, "vp": DDPMScheduler, "flow": FlowMatchEulerDiscreteScheduler}

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import inception as I  # noqa: E402
 from benchmarks.metrics import frechet_distance_features  # noqa: E402

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import dna  # noqa: E402
 from benchmarks.metrics import frechet_distance, frechet_distance_features, gaussian_stats  # noqa: E402

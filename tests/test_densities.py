@@ -11,13 +11,13 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.training_utils import compute_density_for_timestep_sampling
 
-from _reference import ks_pvalue, quadrature_cdf, single_thread
 from diffusers_infonoise import densities as D
-from diffusers_infonoise.samplers import base_density
 from diffusers_infonoise.paths import path_from_scheduler
+from diffusers_infonoise.samplers import base_density
+
+from _reference import ks_pvalue, quadrature_cdf
 
 F64 = torch.float64
-_ = single_thread  # autouse fixture: one intra-op thread
 
 
 def _piecewise():

@@ -29,7 +29,9 @@ S_D = 0.7  # data standard deviation of the Gaussian tests
 
 def two_point_mmse_quad(sigma: float) -> float:
     """1 − E[tanh²(x/σ²)] for x = 1 + σz, by scipy quadrature in z (independent of the package)."""
-    f = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (1.0 - math.tanh((1.0 + sigma * z) / sigma**2) ** 2)
+    def f(z):
+        return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (1.0 - math.tanh((1.0 + sigma * z) / sigma**2) ** 2)
+
     return integrate.quad(f, -np.inf, np.inf, epsabs=0, epsrel=1e-11, limit=400, points=None)[0] if sigma > 0.25 else \
         integrate.quad(f, -1 / sigma - 40 * sigma, -1 / sigma + 40 * sigma, epsabs=0, epsrel=1e-11, limit=400)[0]
 
@@ -39,7 +41,6 @@ def two_point_conditional_entropy(sigma: float) -> float:
 
     def f(z):
         logit = 2.0 * (1.0 + sigma * z) / sigma**2
-        p = special.expit(logit)
         # binary entropy, stable: h = log(1 + e^{-|l|}) + |l|·sigmoid(-|l|)
         a = abs(logit)
         h = math.log1p(math.exp(-a)) + a * special.expit(-a)
@@ -161,7 +162,10 @@ def test_dataset_profile_of_two_points_hand_formula():
     sig = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=torch.float64)
     prof = dg.profile_from_dataset(x, sigmas=sig, num_noise_draws=4000, generator=g, query_batch_size=2000, chunk_size=1)
     for s, m, se in zip(sig.tolist(), prof.mmse.tolist(), prof.mmse_se.tolist()):
-        f = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * special.expit(delta * z / s + delta**2 / (2 * s * s)) * special.expit(-(delta * z / s + delta**2 / (2 * s * s)))
+        def f(z, s=s):
+            u = delta * z / s + delta**2 / (2 * s * s)
+            return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * special.expit(u) * special.expit(-u)
+
         want = delta**2 / 4 * integrate.quad(f, -np.inf, np.inf)[0]
         assert abs(m - want) < 4.5 * se, (s, m, want, se)
 
@@ -207,7 +211,8 @@ def test_model_profile_vp_bayes_optimal(kind):
     sched = DDPMScheduler(prediction_type=kind)
     x0 = gaussian_probe()
     g = torch.Generator().manual_seed(0)
-    prof = dg.profile_from_model(VPBayes(sched.alphas_cumprod, kind), sched, x0, num_levels=12, num_noise_draws=3, generator=g, progress=False)
+    prof = dg.profile_from_model(VPBayes(sched.alphas_cumprod, kind), sched, x0, num_levels=12, num_noise_draws=3, generator=g,
+                                 progress=False)
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))
     # VP levels are exact table σ of integer steps
     assert prof.timesteps.dtype == torch.int64
@@ -246,7 +251,8 @@ def test_model_profile_edm_bayes_optimal_with_timestep_scale():
 
 def test_model_profile_flow_bayes_optimal():
     sched = FlowMatchEulerDiscreteScheduler()
-    prof = dg.profile_from_model(FlowBayes(), sched, gaussian_probe(), num_levels=10, num_noise_draws=3, generator=torch.Generator().manual_seed(0), progress=False)
+    prof = dg.profile_from_model(FlowBayes(), sched, gaussian_probe(), num_levels=10, num_noise_draws=3,
+                                 generator=torch.Generator().manual_seed(0), progress=False)
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))
 
 
@@ -358,7 +364,8 @@ def test_allocation_vp_uniform_epsilon_is_cell_mass_over_sigma_squared():
     a = dg.allocation("uniform", sched, log_sigma=x)
     assert a.meta["prediction_type"] == "epsilon"
     assert torch.allclose(a.w, torch.exp(-2 * x))  # unweighted ε: w = 1/σ²
-    assert torch.allclose(a.phi * (dg.grid_edges(x).diff()), (a.pi * a.w * dg.grid_edges(x).diff()) / (a.pi * a.w * dg.grid_edges(x).diff()).sum())
+    widths = dg.grid_edges(x).diff()
+    assert torch.allclose(a.phi * widths, (a.pi * a.w * widths) / (a.pi * a.w * widths).sum())
 
 
 def test_allocation_of_learned_schedule_and_kingma_gao():
@@ -437,7 +444,8 @@ def test_plots(tmp_path):
     assert isinstance(dg.plot_level_histogram(torch.log(lv.sigmas), s, tmp_path / "hist.png"), Figure)
     assert isinstance(dg.plot_level_histogram(torch.zeros(0), s), Figure)  # nothing drawn yet: π only
     assert isinstance(dg.plot_level_histogram([0.5, 0.5]), Figure)
-    prof = dg.profile_from_errors(torch.exp(s.estimator.centers), dg.analytic_mmse_gaussian(torch.exp(s.estimator.centers), 0.5), mmse_se=torch.full((16,), 1e-3))
+    centres = torch.exp(s.estimator.centers)
+    prof = dg.profile_from_errors(centres, dg.analytic_mmse_gaussian(centres, 0.5), mmse_se=torch.full((16,), 1e-3))
     allocs = [dg.allocation(n, sched, log_sigma=prof.log_sigma) for n in ("edm_lognormal", "log_uniform")]
     assert isinstance(dg.plot_profile(prof, allocs, tmp_path / "profile.png"), Figure)
     assert isinstance(dg.plot_allocations(allocs, rho=prof.rho_hat), Figure)

@@ -14,20 +14,19 @@ import pytest
 import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
+from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, NoiseLevels
+from diffusers_infonoise.estimator import ProfileEstimator
+
 from _reference import (
     gauss_mmse,
-    single_thread,
     total_variation,
     truncated_normal_masses,
     two_point_mmse,
     uniform_t_masses_on_grid,
     vp_cell_edges,
 )
-from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, NoiseLevels
-from diffusers_infonoise.estimator import ProfileEstimator
 
 F64 = torch.float64
-_ = single_thread  # autouse fixture: one intra-op thread
 K = 64
 N_FLOW = 1000
 S_D = 0.5

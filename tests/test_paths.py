@@ -15,12 +15,12 @@ from diffusers import (
     FlowMatchEulerDiscreteScheduler,
 )
 
-from _reference import single_thread, vp_cell_edges, vp_sigmas
 from diffusers_infonoise import make_sampler, path_from_scheduler
 from diffusers_infonoise.paths import FlowPath, log_snr_to_sigma, sigma_to_log_snr
 
+from _reference import vp_cell_edges, vp_sigmas
+
 F64 = torch.float64
-_ = single_thread  # autouse fixture: one intra-op thread
 BETAS = ["linear", "scaled_linear", "squaredcos_cap_v2"]
 
 

@@ -13,7 +13,6 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler, EDMEulerScheduler, EulerDiscreteScheduler, FlowMatchEulerDiscreteScheduler
 from scipy import stats
 
-from _reference import ks_pvalue, quadrature_cdf, single_thread, truncated_normal_masses, vp_cell_edges
 from diffusers_infonoise import (
     SAMPLER_NAMES,
     InfoNoiseTrainingTimestepSampler,
@@ -22,8 +21,9 @@ from diffusers_infonoise import (
     make_sampler,
 )
 
+from _reference import ks_pvalue, quadrature_cdf, truncated_normal_masses, vp_cell_edges
+
 F64 = torch.float64
-_ = single_thread  # autouse fixture: one intra-op thread
 SCHEDULERS = {
     "ve": lambda: EDMEulerScheduler(),
     "vp": lambda: DDPMScheduler(),

@@ -23,12 +23,12 @@ from diffusers import (
     UNet2DModel,
 )
 
-from _reference import gauss_mmse, single_thread
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, read_schedule
 from diffusers_infonoise.serialization import CONFIG_KEY, VERSION
 
+from _reference import gauss_mmse
+
 F64 = torch.float64
-_ = single_thread  # autouse fixture: one intra-op thread
 
 
 def _adapted(sched, s_d=0.5, **kw):

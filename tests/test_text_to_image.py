@@ -10,7 +10,6 @@ on disk, and stock diffusers pipelines loading the outputs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -25,21 +24,14 @@ import numpy as np
 import pytest
 import torch
 
-from _reference import single_thread  # noqa: F401  (autouse: one intra-op thread on the busy CI cores)
 from _tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, write_captioned_image_folder
+from conftest import load_training_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "training_scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sd_script = _load_script("train_text_to_image")
-sd3_script = _load_script("train_text_to_image_sd3")
+sd_script = load_training_script("train_text_to_image")
+sd3_script = load_training_script("train_text_to_image_sd3")
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import importlib.util
 import json
 import logging
 import os
@@ -27,6 +26,8 @@ import torch
 
 from diffusers_infonoise import samplers as S
 from diffusers_infonoise.serialization import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, read_schedule
+
+from conftest import load_training_script
 
 pytestmark = pytest.mark.slow
 
@@ -48,18 +49,7 @@ TINY_UNET = {
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("train_unconditional_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    return load_training_script("train_unconditional", "train_unconditional_under_test")
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,12 @@ import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler
 from diffusers.training_utils import compute_loss_weighting_for_sd3, compute_snr
 
-from _reference import single_thread, edm_c_out, edm_lambda, flow_s, gauss_mmse
 from diffusers_infonoise import x0_error_factor, x0_loss_weight
 from diffusers_infonoise.weighting import loss_weight
 
+from _reference import edm_c_out, edm_lambda, flow_s, gauss_mmse
+
 F64 = torch.float64
-_ = single_thread  # autouse fixture: one intra-op thread
 S_D = 0.8  # data std, deliberately different from EDM's σ_data = 0.5
 SIGMA_DATA = 0.5
 SIGMAS = [0.03, 0.2, 0.7, 1.5, 6.0, 40.0]

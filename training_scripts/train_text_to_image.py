@@ -36,9 +36,20 @@ from diffusers import AutoencoderKL, DDPMScheduler, StableDiffusionPipeline, UNe
 from transformers import CLIPTextModel, CLIPTokenizer
 
 from diffusers_infonoise.training import (
-    UNET_LORA_TARGETS, add_text_to_image_args, build_noise_sampler, check_text_to_image_args, encode_latents,
-    log_validation_images, per_sample_mse, prepare_text_to_image_training, resolve_infonoise_base,
-    run_training_loop, save_text_to_image_outputs, setup_trained_model, start_text_to_image_run, training_target,
+    UNET_LORA_TARGETS,
+    add_text_to_image_args,
+    build_noise_sampler,
+    check_text_to_image_args,
+    encode_latents,
+    log_validation_images,
+    per_sample_mse,
+    prepare_text_to_image_training,
+    resolve_infonoise_base,
+    run_training_loop,
+    save_text_to_image_outputs,
+    setup_trained_model,
+    start_text_to_image_run,
+    training_target,
     weight_dtype_of,
 )
 

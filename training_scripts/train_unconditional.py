@@ -57,8 +57,8 @@ from diffusers_infonoise.training import (
     save_image_grid,
     show_noise_schedule,
     size_warmup_to_run,
-    training_target,
     tracker_config,
+    training_target,
     weighted_loss,
 )
 
