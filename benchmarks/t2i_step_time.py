@@ -103,7 +103,7 @@ def use_synthetic_data(num_images: int = 64, side: int = 96) -> None:
     class Rows(list):
         column_names = ["image", "text"]
 
-    training.load_captioned_dataset = lambda args: Rows(rows)
+    training.datasets.load_captioned_dataset = lambda args: Rows(rows)  # where captioned_dataloader looks it up
 
 
 def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opts) -> list[str]:
@@ -157,7 +157,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
     def current_step(_args):  # the optimizer step the call belongs to (1-based)
         return holder["sampler"].optimizer_step + 1
 
-    original_build, original_loss = script.build_sampler, training.weighted_loss
+    original_build, original_loss = script.build_sampler, training.loop.weighted_loss
     original_observe, original_after = training.ScheduleMonitor.observe, training.ScheduleMonitor.after_step
 
     def build_sampler(*a, **k):
@@ -169,7 +169,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
         return smp
 
     script.build_sampler = build_sampler
-    training.weighted_loss = timed(original_loss, "weighted_loss", current_step)
+    training.loop.weighted_loss = timed(original_loss, "weighted_loss", current_step)  # the loop's own reference
     training.ScheduleMonitor.observe = timed(original_observe, "monitor", current_step)
     training.ScheduleMonitor.after_step = timed(original_after, "monitor", lambda a: a[2])  # (self, accelerator, step)
     try:
@@ -180,7 +180,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
             folder = Path(tmp, "out", "schedule")
             plotted = sorted({int(f.stem.rsplit("_", 1)[1]) for f in folder.glob("*.png")}) if folder.is_dir() else []
     finally:
-        script.build_sampler, training.weighted_loss = original_build, original_loss
+        script.build_sampler, training.loop.weighted_loss = original_build, original_loss
         training.ScheduleMonitor.observe, training.ScheduleMonitor.after_step = original_observe, original_after
     from accelerate.state import AcceleratorState, GradientState
 

@@ -1,0 +1,271 @@
+"""Every command-line option the training scripts share and how it becomes a sampler (the only
+reader of the argparse namespace for the noise sampler's settings)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+
+from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
+from .datasets import DEFAULT_CAPTIONED_DATASET
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "add_noise_sampler_args",
+    "add_common_training_args",
+    "baseline_density_params",
+    "build_noise_sampler",
+    "add_text_to_image_args",
+    "check_text_to_image_args",
+    "resolve_infonoise_base",
+]
+
+
+def _gate_arg(value: str):
+    from ..estimator import GATE_RULES
+
+    if value.lower() in ("none", "off"):
+        return None
+    if value in GATE_RULES:
+        return value
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"accepted values: {', '.join(GATE_RULES)}, none, or a positive float pivot (VE sigma); got {value!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"the pivot must be > 0, got {value}")
+    return v
+
+
+def _cap_arg(value: str):
+    if value.lower() in ("none", "auto"):
+        return value.lower()
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}")
+    return v
+
+
+def _warmup_arg(value: str):
+    if value == "auto":
+        return "auto"
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}")
+    return v
+
+
+def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
+    """``--noise_sampler``, its ``--infonoise_*`` hyperparameters, baseline density parameters,
+    ``--snr_gamma`` and ``--show_noise_schedule``."""
+    g = parser.add_argument_group("training-noise sampler (diffusers-infonoise)")
+    g.add_argument("--noise_sampler", type=str, default="infonoise", choices=SAMPLER_NAMES,
+                   help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.")
+    g.add_argument("--infonoise_num_bins", type=int, default=64, help="Bins uniform in log sigma.")
+    g.add_argument("--infonoise_warmup_steps", type=_warmup_arg, default="auto",
+                   help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.")
+    g.add_argument("--infonoise_refresh_every", type=int, default=50, help="Optimizer steps between refreshes of pi.")
+    g.add_argument("--infonoise_ema_decay", type=float, default=0.9, help="Weight on the old bin value at a refresh.")
+    g.add_argument("--infonoise_min_count", type=int, default=8,
+                   help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.")
+    g.add_argument("--infonoise_smoothing", type=float, default=1.0, help="Gaussian smoothing width in bins (0: off).")
+    g.add_argument("--infonoise_gate", type=_gate_arg, default="auto",
+                   help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
+                        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
+                        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).")
+    g.add_argument("--infonoise_gate_fallback", type=float, default=0.2,
+                   help="Pivot used while the gate rule has nothing to go on (no data seen yet) or misfires.")
+    g.add_argument("--infonoise_floor", type=float, default=0.05,
+                   help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).")
+    g.add_argument("--infonoise_floor_space", type=str, default="phi", choices=("phi", "pi"),
+                   help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).")
+    g.add_argument("--infonoise_mmse_cap", type=_cap_arg, default=None,
+                   help="Cap on the estimated x0 MMSE: 'none', 'auto' (the per-dimension variance of the data the "
+                        "model is trained on: pixels, or the VAE latents; it bounds the Bayes MMSE) or a value. "
+                        "Default: auto for epsilon/v prediction (the x0-space error of an imperfect model grows like "
+                        "sigma^2 at high noise there), none otherwise.")
+    g.add_argument("--infonoise_base", type=str, default=None,
+                   help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).")
+    g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
+    g.add_argument("--edm_p_std", type=float, default=1.2, help="P_std of 'edm_lognormal'.")
+    g.add_argument("--logit_mean", type=float, default=0.0,
+                   help="Mean of 'logit_normal' on the flow noise level s = sigma/(1+sigma); POSITIVE means MORE noise "
+                        "(SD3 paper convention; diffusers' own SD3 script uses the opposite sign).")
+    g.add_argument("--logit_std", type=float, default=1.0, help="Std of 'logit_normal'.")
+    g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
+    g.add_argument("--snr_gamma", type=float, default=None,
+                   help="Min-SNR-gamma loss weighting (Hang et al. 2023); the sampler is told about it.")
+    g.add_argument("--show_noise_schedule", action="store_true",
+                   help="Print and plot the training-noise density these options produce, then exit.")
+
+
+def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:
+    """The optimizer, schedule, logging, checkpoint and Hub arguments of diffusers' example scripts."""
+    d = {"learning_rate": 1e-4, "train_batch_size": 16, "lr_warmup_steps": 500, **(defaults or {})}
+    a = parser.add_argument
+    a("--output_dir", type=str, default=d.get("output_dir", "infonoise-model"))
+    a("--cache_dir", type=str, default=None, help="Where downloaded datasets and models are cached.")
+    a("--seed", type=int, default=None, help="A seed for reproducible training.")
+    a("--train_batch_size", type=int, default=d["train_batch_size"], help="Batch size per device.")
+    a("--max_train_steps", type=int, default=d.get("max_train_steps"), help="Total optimizer steps; overrides the epoch count.")
+    a("--gradient_accumulation_steps", type=int, default=1)
+    a("--learning_rate", type=float, default=d["learning_rate"])
+    a("--lr_scheduler", type=str, default="cosine",
+      help='One of "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup".')
+    a("--lr_warmup_steps", type=int, default=d["lr_warmup_steps"])
+    a("--adam_beta1", type=float, default=0.95 if d.get("unconditional") else 0.9)
+    a("--adam_beta2", type=float, default=0.999)
+    a("--adam_weight_decay", type=float, default=1e-6 if d.get("unconditional") else 1e-2)
+    a("--adam_epsilon", type=float, default=1e-08)
+    a("--max_grad_norm", type=float, default=1.0, help="Gradient clipping norm.")
+    a("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
+    a("--dataloader_num_workers", type=int, default=0)
+    a("--checkpointing_steps", type=int, default=500, help="Save an accelerate checkpoint every X optimizer steps.")
+    a("--checkpoints_total_limit", type=int, default=None, help="Max number of checkpoints to keep.")
+    a("--resume_from_checkpoint", type=str, default=None, help='A checkpoint-* folder or "latest".')
+    a("--logging_dir", type=str, default="logs", help="Tensorboard log directory, relative to output_dir.")
+    a("--push_to_hub", action="store_true")
+    a("--hub_model_id", type=str, default=None)
+    a("--hub_token", type=str, default=None)
+    a("--hub_private_repo", action="store_true")
+
+
+def baseline_density_params(args, name: str | None) -> dict | None:
+    """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
+    ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters."""
+    return {
+        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
+        "logit_normal": {"mean": args.logit_mean, "std": args.logit_std},
+        "mode": {"scale": args.mode_scale},
+    }.get(name)
+
+
+def build_noise_sampler(
+    args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None,
+) -> TrainingTimestepSampler:
+    """The sampler ``args.noise_sampler`` names, with the parameters of :func:`add_noise_sampler_args`.
+
+    A base density named by ``--infonoise_base`` gets its parameters from the baseline flags too. The
+    m̂ cap's ``auto`` is measured by the sampler on the data the script noises through it
+    (``sampler.add_noise``): pixels, or VAE latents.
+    """
+    common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
+    name = args.noise_sampler
+    if name in ("infonoise", "kingma_gao"):
+        base = args.infonoise_base
+        if isinstance(base, str) and baseline_density_params(args, base) is not None:
+            base = (base, baseline_density_params(args, base))
+        kw = {
+            "num_bins": args.infonoise_num_bins,
+            "floor_space": args.infonoise_floor_space,
+            "warmup_steps": args.infonoise_warmup_steps,
+            "refresh_every": args.infonoise_refresh_every,
+            "ema_decay": args.infonoise_ema_decay,
+            "min_count": args.infonoise_min_count,
+            "smoothing": args.infonoise_smoothing,
+            "floor": args.infonoise_floor,
+            "base": base,
+        }
+        if name == "infonoise":
+            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback)
+            cap = getattr(args, "infonoise_mmse_cap", None)
+            if cap is not None:  # unset: the library's default (auto for ε and v)
+                kw["mmse_cap"] = None if cap == "none" else cap
+        return make_sampler(name, noise_scheduler, **common, **kw)
+    return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
+
+
+def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:
+    """The arguments of diffusers' text-to-image examples that both text-to-image scripts take.
+
+    Model (``--pretrained_model_name_or_path --revision --variant``), data (``--dataset_name
+    --dataset_config_name --train_data_dir --image_column --caption_column --max_train_samples
+    --resolution --center_crop --random_flip``), training (``--num_train_epochs
+    --gradient_checkpointing --scale_lr --use_ema --allow_tf32 --report_to``), LoRA (``--use_lora
+    --lora_rank --lora_alpha``), validation (``--validation_prompts --validation_epochs
+    --validation_inference_steps --validation_guidance_scale``), then
+    :func:`add_common_training_args` and :func:`add_noise_sampler_args`.
+
+    ``--noise_sampler`` defaults to ``None`` here: each script resolves it (diffusers' own sampling
+    unless InfoNoise or another sampler is asked for) and documents how.
+    """
+    d = {"resolution": 512, "output_dir": "infonoise-text-to-image", "lr_scheduler": "constant", **(defaults or {})}
+    g = parser.add_argument_group("model")
+    g.add_argument("--pretrained_model_name_or_path", type=str, required=True,
+                   help="A diffusers pipeline folder or Hub id (the base model to fine-tune).")
+    g.add_argument("--revision", type=str, default=None, help="Revision of the pretrained model.")
+    g.add_argument("--variant", type=str, default=None, help="Variant of the model files, e.g. fp16.")
+    g = parser.add_argument_group("data")
+    g.add_argument("--dataset_name", type=str, default=None,
+                   help="A built-in offline captioned data set (fashion_mnist: 'a photo of a sneaker', ...; mnist, digits: "
+                        "'a handwritten digit 7'), a Hub data set name, or a local save_to_disk folder. Default: "
+                        f"{DEFAULT_CAPTIONED_DATASET} when --train_data_dir is not given either.")
+    g.add_argument("--dataset_config_name", type=str, default=None)
+    g.add_argument("--train_data_dir", type=str, default=None,
+                   help="A folder of images with a metadata.jsonl giving each file_name its caption (datasets' imagefolder).")
+    g.add_argument("--image_column", type=str, default="image")
+    g.add_argument("--caption_column", type=str, default="text",
+                   help="Column holding a caption or a list of captions (one is drawn per example and epoch).")
+    g.add_argument("--max_train_samples", type=int, default=None, help="Truncate the training set (debugging, quick runs).")
+    g.add_argument("--resolution", type=int, default=d["resolution"], help="Training images are resized and cropped to this.")
+    g.add_argument("--center_crop", action="store_true", help="Center crop (default: random crop).")
+    g.add_argument("--random_flip", action="store_true", help="Random horizontal flips.")
+    g = parser.add_argument_group("training")
+    g.add_argument("--num_train_epochs", type=int, default=100)
+    g.add_argument("--gradient_checkpointing", action="store_true")
+    g.add_argument("--scale_lr", action="store_true",
+                   help="Scale the learning rate by GPUs, gradient accumulation steps and batch size.")
+    g.add_argument("--use_ema", action="store_true", help="Keep an EMA of the trained model and save it (full fine-tuning).")
+    g.add_argument("--allow_tf32", action="store_true", help="Allow TF32 matmuls on Ampere and newer GPUs.")
+    g.add_argument("--report_to", type=str, default="tensorboard", help='"tensorboard", "wandb" or "none".')
+    g.add_argument("--schedule_plot_steps", type=int, default=500,
+                   help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
+                        "every this many optimizer steps (rendering takes about a second of CPU); 0: at every refresh.")
+    g = parser.add_argument_group("LoRA (peft)")
+    g.add_argument("--use_lora", action="store_true", help="Train LoRA adapters on the attention projections only.")
+    g.add_argument("--lora_rank", type=int, default=4, help="LoRA rank r.")
+    g.add_argument("--lora_alpha", type=float, default=None, help="LoRA alpha (default: the rank, scale 1).")
+    g = parser.add_argument_group("validation")
+    g.add_argument("--validation_prompts", type=str, nargs="+", default=None,
+                   help="Prompts sampled every --validation_epochs epochs and at the end; logged to the tracker.")
+    g.add_argument("--validation_epochs", type=int, default=5)
+    g.add_argument("--validation_inference_steps", type=int, default=d.get("validation_inference_steps", 25))
+    g.add_argument("--validation_guidance_scale", type=float, default=None, help="Default: the pipeline's.")
+    add_common_training_args(parser, defaults=d)
+    add_noise_sampler_args(parser)
+    parser.set_defaults(lr_scheduler=d["lr_scheduler"], noise_sampler=None)
+
+
+def check_text_to_image_args(parser: argparse.ArgumentParser, args) -> None:
+    """Cross-argument checks shared by the text-to-image scripts (``parser.error`` on a conflict)."""
+    if args.dataset_name and args.train_data_dir:
+        parser.error("--dataset_name and --train_data_dir: give one of them")
+    if args.dataset_name is None and args.train_data_dir is None:
+        args.dataset_name = DEFAULT_CAPTIONED_DATASET
+    if args.use_lora and args.use_ema:
+        parser.error("--use_ema applies to full fine-tuning; LoRA runs train adapters only")
+    if args.lora_rank < 1:
+        parser.error(f"--lora_rank must be >= 1, got {args.lora_rank}")
+    if args.report_to == "none":
+        args.report_to = None
+    for name in ("validation_epochs", "checkpointing_steps", "gradient_accumulation_steps", "train_batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+
+def resolve_infonoise_base(args, default: str | None) -> None:
+    """Give ``--infonoise_base`` (or ``default`` when it is unset) the parameters of its density
+    from the baseline flags (``--edm_p_mean/--edm_p_std``, ``--logit_mean/--logit_std``,
+    ``--mode_scale``), as ``(name, params)`` in ``args.infonoise_base``; other names stay as they are."""
+    name = args.infonoise_base or default
+    params = baseline_density_params(args, name)
+    args.infonoise_base = (name, params) if params is not None else name

@@ -1,0 +1,183 @@
+"""accelerate checkpoints: the sampler's state and the models' save/load hooks, resume, pruning."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import shutil
+
+import torch
+
+from ..samplers import TrainingTimestepSampler
+from ..serialization import load_sampler_state, save_sampler_state
+from .lora import load_lora_layers, lora_layers
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SAMPLER_SUBDIR",
+    "register_sampler_checkpointing",
+    "resolve_resume_checkpoint",
+    "optimizer_steps_per_epoch",
+    "resume_training_state",
+    "maybe_save_checkpoint",
+    "prune_checkpoints",
+    "register_model_checkpointing",
+]
+
+
+SAMPLER_SUBDIR = "noise_sampler"
+
+
+def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler, generator: torch.Generator | None) -> None:
+    """Save and restore the sampler (and its drawing generator) with ``accelerator.save_state``/``load_state``.
+
+    The state goes to ``checkpoint-*/noise_sampler/`` as safetensors + JSON (no pickle); each rank
+    writes its own generator state (``rank_{i}``) since every rank draws its own levels. Loading a
+    checkpoint without it warns and keeps the fresh sampler.
+    """
+
+    def folder(root: str) -> str:
+        return os.path.join(root, SAMPLER_SUBDIR, f"rank_{accelerator.process_index}")
+
+    def save_hook(models, weights, output_dir):
+        save_sampler_state(sampler, folder(output_dir), generator=generator)
+
+    def load_hook(models, input_dir):
+        path = folder(input_dir)
+        if not load_sampler_state(sampler, path, generator=generator):
+            fallback = os.path.join(input_dir, SAMPLER_SUBDIR, "rank_0")
+            if load_sampler_state(sampler, fallback):
+                logger.warning(f"{input_dir}: no sampler state for rank {accelerator.process_index}; loaded rank 0's "
+                               "schedule, this rank's draws restart from its seed")
+            else:
+                logger.warning(f"{input_dir}: the checkpoint has no noise-sampler state; the sampler starts afresh "
+                               "(base density, empty statistics, draws from its seed); its step count continues from "
+                               "the checkpoint, so pi adapts at the first refresh with enough new samples")
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)
+
+
+def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | None) -> str | None:
+    """The checkpoint folder ``--resume_from_checkpoint`` names (``"latest"``: the newest
+    ``checkpoint-N`` in ``output_dir``), or None when there is none."""
+    if not resume_from_checkpoint:
+        return None
+    if resume_from_checkpoint != "latest":
+        path = resume_from_checkpoint if os.path.isdir(resume_from_checkpoint) else os.path.join(output_dir, resume_from_checkpoint)
+        if not os.path.isdir(path):
+            raise ValueError(f"--resume_from_checkpoint: {resume_from_checkpoint!r} is neither 'latest' nor a checkpoint folder")
+        return path
+    found = [d for d in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", d)] if os.path.isdir(output_dir) else []
+    if not found:
+        return None
+    return os.path.join(output_dir, max(found, key=lambda d: int(d.split("-")[1])))
+
+
+def optimizer_steps_per_epoch(args, dataloader) -> int:
+    """Optimizer steps in one pass over a *prepared* dataloader: ``ceil(len(dataloader) /
+    gradient_accumulation_steps)``, at least 1. Its length is this process's batches, and accelerate
+    also steps at the end of the dataloader, so an epoch's last update may take fewer than
+    ``gradient_accumulation_steps`` micro-batches (the next epoch's accumulation starts afresh)."""
+    return max(1, math.ceil(len(dataloader) / args.gradient_accumulation_steps))
+
+
+def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, dataloader) -> tuple[int, int, int]:
+    """Resume from ``--resume_from_checkpoint``; returns ``(global_step, first_epoch, skip_batches)``.
+
+    ``(0, 0, 0)`` without a checkpoint to resume from (when ``"latest"`` finds none, a warning says
+    the run starts afresh). Otherwise ``accelerator.load_state`` restores the checkpoint (the
+    registered hooks bring back the model, the EMA and the sampler), ``global_step`` is the ``N`` of
+    ``checkpoint-N``, and a sampler the checkpoint held no state for counts its steps from there.
+    Epochs are counted in optimizer steps (:func:`optimizer_steps_per_epoch` of the *prepared*
+    ``dataloader``): the run continues in epoch ``first_epoch`` after the ``skip_batches``
+    micro-batches of the updates that epoch had finished.
+    """
+    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
+    if args.resume_from_checkpoint and resume_dir is None:
+        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
+    if not resume_dir:
+        return 0, 0, 0
+    accelerator.print(f"Resuming from {resume_dir}")
+    accelerator.load_state(resume_dir)
+    global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
+    if sampler.optimizer_step != global_step:
+        sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
+    first_epoch, updates_done = divmod(global_step, optimizer_steps_per_epoch(args, dataloader))
+    return global_step, first_epoch, updates_done * args.gradient_accumulation_steps
+
+
+def maybe_save_checkpoint(accelerator, args, global_step: int) -> None:
+    """Every ``--checkpointing_steps`` optimizer steps: prune to ``--checkpoints_total_limit`` (main
+    process) and ``accelerator.save_state`` into ``output_dir/checkpoint-<step>`` (all processes)."""
+    if global_step % args.checkpointing_steps:
+        return
+    if accelerator.is_main_process:
+        prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+
+
+def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
+    """Delete the oldest ``checkpoint-N`` folders so that at most ``total_limit − 1`` remain before a save."""
+    if not total_limit:
+        return
+    found = sorted((d for d in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", d)), key=lambda d: int(d.split("-")[1]))
+    for d in found[: max(0, len(found) - total_limit + 1)]:
+        shutil.rmtree(os.path.join(output_dir, d))
+
+
+def register_model_checkpointing(accelerator, *, model_cls, subfolder: str, ema=None, lora_pipeline_cls=None,
+                                 lora_prefix: str | None = None) -> None:
+    """Checkpoints hold the trained model in diffusers format, as in diffusers' scripts.
+
+    Full fine-tuning: ``checkpoint-N/<subfolder>/`` (``model_cls.save_pretrained``) and the EMA in
+    ``<subfolder>_ema/``. LoRA (``lora_pipeline_cls`` given): only the adapter, as
+    ``checkpoint-N/pytorch_lora_weights.safetensors`` (``save_lora_weights(<prefix>_lora_layers=...)``).
+    Optimizer, LR schedule and random states stay with accelerate; the sampler with
+    :func:`register_sampler_checkpointing`.
+    """
+
+    def unwrap(m):
+        return accelerator.unwrap_model(m)
+
+    def save_hook(models, weights, output_dir):
+        if accelerator.is_main_process:
+            for m in models:
+                m = unwrap(m)
+                if lora_pipeline_cls is not None:
+                    lora_pipeline_cls.save_lora_weights(output_dir, **{f"{lora_prefix}_lora_layers": lora_layers(m)},
+                                                        safe_serialization=True)
+                else:
+                    m.save_pretrained(os.path.join(output_dir, subfolder))
+            if ema is not None:
+                ema.save_pretrained(os.path.join(output_dir, f"{subfolder}_ema"))
+        while weights:  # saved above, in diffusers format
+            weights.pop()
+
+    def load_hook(models, input_dir):
+        while models:
+            m = unwrap(models.pop())
+            if lora_pipeline_cls is not None:
+                load_lora_layers(m, lora_pipeline_cls, input_dir, prefix=lora_prefix)
+                if accelerator.mixed_precision == "fp16":
+                    from diffusers.training_utils import cast_training_params
+
+                    cast_training_params(m, dtype=torch.float32)
+            else:
+                loaded = model_cls.from_pretrained(input_dir, subfolder=subfolder)
+                m.register_to_config(**loaded.config)
+                m.load_state_dict(loaded.state_dict())
+                del loaded
+        if ema is not None:
+            from diffusers.training_utils import EMAModel
+
+            loaded = EMAModel.from_pretrained(os.path.join(input_dir, f"{subfolder}_ema"), model_cls)
+            ema.load_state_dict(loaded.state_dict())
+            ema.to(accelerator.device)
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)

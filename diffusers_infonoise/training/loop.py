@@ -1,0 +1,246 @@
+"""The training loop and what each step does: target, per-sample loss, weighting, optimizer step,
+sampler update; the optimizer and learning-rate schedule; the EMA swap."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Callable, Iterable
+
+import torch
+
+from ..samplers import NoiseLevels, TrainingTimestepSampler
+from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
+from .monitor import ScheduleMonitor
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "per_sample_mse",
+    "training_target",
+    "tracker_config",
+    "weighted_loss",
+    "make_optimizer_and_lr_scheduler",
+    "backward_and_step",
+    "finish_micro_batch",
+    "make_accelerator",
+    "size_warmup_to_run",
+    "training_length",
+    "run_training_loop",
+    "ema_weights",
+]
+
+
+def per_sample_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """(B,) float32 mean squared error over all but the batch dimension."""
+    return ((pred.float() - target.float()) ** 2).mean(dim=list(range(1, pred.ndim)))
+
+
+def training_target(sampler: TrainingTimestepSampler, noise_scheduler, x0: torch.Tensor, noise: torch.Tensor,
+                    levels: NoiseLevels) -> torch.Tensor:
+    """The regression target for the sampler's ``prediction_type`` (shape of ``x0``).
+
+    ``sample`` → x0 (on EDM the prediction is the denoiser D); ``epsilon`` → ε; ``v_prediction`` →
+    ``sqrt(ᾱ)·ε − sqrt(1 − ᾱ)·x0`` (``get_velocity``); ``flow`` → ``ε − x0`` (diffusers' velocity).
+    """
+    pt = sampler.prediction_type
+    if pt == "sample":
+        return x0
+    if pt == "epsilon":
+        return noise
+    if pt == "v_prediction":
+        return noise_scheduler.get_velocity(x0, noise, levels.timesteps)
+    if pt == "flow":
+        return noise - x0
+    raise ValueError(f"prediction_type: the training scripts do not build targets for {pt!r}")
+
+
+def tracker_config(args) -> dict:
+    """``vars(args)`` restricted to what trackers accept as hyperparameters (int, float, str, bool)."""
+    return {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+
+
+def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sample: torch.Tensor) -> torch.Tensor:
+    """The scalar to backpropagate: mean of ``u(σ)·L`` (the user's loss weighting), times the
+    importance weights of samplers that carry them (Kingma-Gao). The sampler only changes π."""
+    u = sampler.loss_weight(levels.sigmas.detach().cpu().double()).to(per_sample.device, torch.float32)
+    if levels.loss_weights is not None:
+        u = u * levels.loss_weights.to(per_sample.device, torch.float32)
+    return (u * per_sample).mean()
+
+
+def make_optimizer_and_lr_scheduler(args, params, *, max_steps: int, num_processes: int) -> tuple:
+    """``(optimizer, lr_scheduler)`` as diffusers' example scripts build them.
+
+    AdamW on ``params`` with ``--learning_rate`` and the ``--adam_*`` arguments; with ``--scale_lr``
+    (where the script has that flag) the rate is multiplied by the gradient accumulation steps, the
+    per-device batch size and ``num_processes``. The schedule is diffusers' ``get_scheduler``
+    (``--lr_scheduler``) over ``max_steps`` optimizer steps with ``--lr_warmup_steps`` of warm-up,
+    both counts times ``num_processes``: once prepared by accelerate, the scheduler steps once per
+    process at every optimizer step.
+    """
+    from diffusers.optimization import get_scheduler
+
+    lr = args.learning_rate
+    if getattr(args, "scale_lr", False):
+        lr *= args.gradient_accumulation_steps * args.train_batch_size * num_processes
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(args.adam_beta1, args.adam_beta2),
+                                  weight_decay=args.adam_weight_decay, eps=args.adam_epsilon)
+    lr_scheduler = get_scheduler(args.lr_scheduler, optimizer=optimizer,
+                                 num_warmup_steps=args.lr_warmup_steps * num_processes,
+                                 num_training_steps=max_steps * num_processes)
+    return optimizer, lr_scheduler
+
+
+def backward_and_step(accelerator, args, loss: torch.Tensor, *, optimizer, lr_scheduler, params) -> None:
+    """The update of one micro-batch, inside ``accelerator.accumulate(model)``: backpropagate
+    ``loss``; when the gradients are synchronized (an optimizer step) clip those of ``params`` to
+    ``--max_grad_norm`` (0 or None: no clipping); step the optimizer and the LR schedule and zero the
+    gradients (the prepared optimizer and schedule skip the steps between accumulation boundaries)."""
+    accelerator.backward(loss)
+    if accelerator.sync_gradients and args.max_grad_norm:
+        accelerator.clip_grad_norm_(params, args.max_grad_norm)
+    optimizer.step()
+    lr_scheduler.step()
+    optimizer.zero_grad()
+
+
+def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: ScheduleMonitor, levels: NoiseLevels,
+                       per_sample: torch.Tensor, *, ema=None, params=None) -> bool:
+    """After :func:`backward_and_step`, outside ``accelerate.accumulate``: the sampler and the
+    ``monitor`` get the micro-batch's unweighted per-sample loss; at an optimizer step (synchronized
+    gradients) the sampler then counts the step (``sampler.step()``, which may refresh π) and the
+    EMA, if any, follows ``params``. Returns whether this micro-batch ended an optimizer step."""
+    sampler.update(levels, per_sample.detach())
+    monitor.observe(levels, per_sample.detach())
+    if not accelerator.sync_gradients:
+        return False
+    sampler.step()
+    if ema is not None:
+        ema.step(params)
+    return True
+
+
+def make_accelerator(args):
+    """An ``Accelerator`` for diffusers-style scripts: gradient accumulation, mixed precision,
+    ``--report_to`` tracker, logging under ``output_dir/logging_dir``."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    return Accelerator(
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision,
+        log_with=args.report_to,
+        project_config=ProjectConfiguration(project_dir=args.output_dir,
+                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
+    )
+
+
+def size_warmup_to_run(sampler, max_steps: int) -> None:
+    """Tell an adaptive sampler the run's length (its ``"auto"`` warm-up is sized to it); before a resume,
+    which restores the warm-up the run started with."""
+    if hasattr(sampler, "set_num_training_steps"):
+        sampler.set_num_training_steps(int(max_steps))
+
+
+def training_length(args, dataloader) -> tuple[int, int, int]:
+    """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
+    (:func:`optimizer_steps_per_epoch`)."""
+    steps_per_epoch = optimizer_steps_per_epoch(args, dataloader)
+    max_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
+    return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
+
+
+def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
+                      sampler: TrainingTimestepSampler, draw_gen: torch.Generator, compute_loss: Callable,
+                      params_to_clip, ema=None, validate: Callable | None = None) -> dict:
+    """The text-to-image training loop, resume included; returns ``{"global_step", "step_times"}``.
+
+    Per micro-batch: levels from ``sampler`` → ``compute_loss(batch, levels)`` gives the (B,)
+    unweighted per-sample loss in the sampler's parameterization → the user's loss weighting
+    (:func:`weighted_loss`) → backward, clip, optimizer. The sampler then gets the unweighted loss
+    (``sampler.update``) and, once per optimizer step, ``sampler.step()``. ``validate(step)`` runs on
+    the main process every ``--validation_epochs`` epochs (with the EMA weights when there is an EMA).
+    ``step_times`` holds the wall time of each optimizer step (data loading included).
+
+    Args:
+        epoch_setters: objects with ``set_epoch`` (dataset and batch order), called at each epoch.
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    _, max_steps, num_epochs = training_length(args, dataloader)
+    size_warmup_to_run(sampler, max_steps)
+    global_step, first_epoch, skip_batches = resume_training_state(accelerator, args, sampler, dataloader)
+
+    monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
+    total_batch = args.train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    logger.info(f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
+                f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
+                f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
+    progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
+    step_times: list[float] = []
+    train_loss = 0.0
+    last = time.perf_counter()
+    for epoch in range(first_epoch, num_epochs):
+        model.train()
+        loader = accelerator.skip_first_batches(dataloader, skip_batches) if skip_batches else dataloader
+        skip_batches = 0
+        # accelerate's loaders call set_epoch(<their own iteration count>) when iterated; a loader that
+        # a resumed run never iterated before would restart at epoch 0, so set it explicitly
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        for obj in epoch_setters:
+            obj.set_epoch(epoch)
+        for batch in loader:
+            with accelerator.accumulate(model):
+                levels = sampler.sample(batch["pixel_values"].shape[0], generator=draw_gen, device=accelerator.device)
+                per_sample = compute_loss(batch, levels)
+                loss = weighted_loss(sampler, levels, per_sample)
+                train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / args.gradient_accumulation_steps
+                backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                                  params=params_to_clip)
+            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip):
+                continue
+            global_step += 1
+            progress.update(1)
+            logs = {"train_loss": train_loss, "lr": lr_scheduler.get_last_lr()[0]}
+            train_loss = 0.0
+            logs.update(monitor.after_step(accelerator, global_step))
+            now = time.perf_counter()
+            step_times.append(now - last)
+            logs["step_time_s"] = step_times[-1]
+            progress.set_postfix(loss=f"{logs['train_loss']:.4f}")
+            accelerator.log(logs, step=global_step)
+            maybe_save_checkpoint(accelerator, args, global_step)
+            last = time.perf_counter()  # checkpoint writes are not part of a step's time
+            if global_step >= max_steps:
+                break
+        if validate is not None and accelerator.is_main_process and args.validation_prompts \
+                and epoch % args.validation_epochs == 0 and global_step < max_steps:
+            with ema_weights(ema, params_to_clip):
+                validate(global_step)
+            last = time.perf_counter()
+        if global_step >= max_steps:
+            break
+    progress.close()
+    return {"global_step": global_step, "step_times": step_times, "total_batch_size": total_batch}
+
+
+class ema_weights:
+    """Context manager: the EMA weights in ``parameters`` inside, the trained ones restored after (no-op without EMA)."""
+
+    def __init__(self, ema, parameters):
+        self.ema, self.parameters = ema, list(parameters) if ema is not None else None
+
+    def __enter__(self):
+        if self.ema is not None:
+            self.ema.store(self.parameters)
+            self.ema.copy_to(self.parameters)
+
+    def __exit__(self, *exc):
+        if self.ema is not None:
+            self.ema.restore(self.parameters)
+        return False

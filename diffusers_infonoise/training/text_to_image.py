@@ -1,0 +1,247 @@
+"""What the text-to-image scripts (Stable Diffusion on VP, SD3 on flow) share: latents, LoRA, the
+run's setup, validation images and the saved pipeline."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Iterable
+
+import torch
+
+from ..samplers import TrainingTimestepSampler
+from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
+from .datasets import captioned_dataloader
+from .loop import make_accelerator, make_optimizer_and_lr_scheduler, tracker_config, training_length
+from .lora import add_lora_adapter, lora_layers
+from .monitor import show_noise_schedule
+from .outputs import push_output_dir, render_model_card, save_image_grid, store_learned_schedule
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "encode_latents",
+    "weight_dtype_of",
+    "start_text_to_image_run",
+    "setup_trained_model",
+    "prepare_text_to_image_training",
+    "log_validation_images",
+    "save_text_to_image_outputs",
+]
+
+
+def encode_latents(vae, pixel_values: torch.Tensor) -> torch.Tensor:
+    """VAE latents as the diffusion model sees them: ``(z − shift_factor)·scaling_factor`` with
+    ``z = vae.encode(x).latent_dist.sample()``; ``shift_factor`` only where the VAE has one (SD3)."""
+    latents = vae.encode(pixel_values.to(vae.device, vae.dtype)).latent_dist.sample()
+    shift = getattr(vae.config, "shift_factor", None)
+    if shift is not None:
+        latents = latents - shift
+    return latents * vae.config.scaling_factor
+
+
+def weight_dtype_of(accelerator) -> torch.dtype:
+    """The dtype of frozen modules under ``accelerator``'s mixed precision (float32 without)."""
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(accelerator.mixed_precision, torch.float32)
+
+
+def start_text_to_image_run(args, *, load_noise_scheduler: Callable, build_sampler: Callable) -> tuple:
+    """The start of a text-to-image script's run; returns ``(noise_scheduler, sampler, accelerator)``.
+
+    The training scheduler is the script's ``load_noise_scheduler(args)``, the noise sampler its
+    ``build_sampler(args, noise_scheduler)``. With ``--show_noise_schedule`` the sampler's density is
+    printed and plotted (:func:`show_noise_schedule`), there is nothing to train and ``accelerator``
+    is None. Otherwise ``accelerator`` is the run's ``Accelerator`` (:func:`make_accelerator`), after
+    the set-up diffusers' scripts do first: their logging format, the global seed (``--seed``), the
+    output folder (main process) and TF32 matmuls (``--allow_tf32``).
+    """
+    from accelerate.utils import set_seed
+
+    noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
+    if args.show_noise_schedule:
+        show_noise_schedule(sampler, args.output_dir)
+        return noise_scheduler, sampler, None
+    accelerator = make_accelerator(args)
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
+    if args.seed is not None:
+        set_seed(args.seed)
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+    if args.allow_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return noise_scheduler, sampler, accelerator
+
+
+
+
+
+
+
+
+
+
+
+
+def setup_trained_model(args, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device,
+                        weight_dtype: torch.dtype) -> tuple[list, object]:
+    """Ready the models of a text-to-image run for training; returns ``(params, ema)``.
+
+    The ``frozen`` modules (VAE, text encoders) get no gradients and move to ``device`` in
+    ``weight_dtype``. With ``--use_lora`` the trained ``model`` moves there too and gets a LoRA
+    adapter on ``lora_targets`` (:func:`add_lora_adapter`; its weights stay float32 under fp16).
+    ``params`` are the trainable parameters, ``ema`` an ``EMAModel`` of ``model`` (``model_cls``)
+    with ``--use_ema`` (else None); ``--gradient_checkpointing`` is enabled on ``model``.
+    """
+    from diffusers.training_utils import EMAModel, cast_training_params
+
+    for module in frozen:
+        module.requires_grad_(False)
+        module.to(device, dtype=weight_dtype)
+    if args.use_lora:
+        model.to(device, dtype=weight_dtype)
+        add_lora_adapter(model, rank=args.lora_rank, alpha=args.lora_alpha, target_modules=lora_targets)
+        if args.mixed_precision == "fp16":
+            cast_training_params(model, dtype=torch.float32)  # LoRA weights train in float32
+    params = [p for p in model.parameters() if p.requires_grad]
+    ema = EMAModel(model.parameters(), model_cls=model_cls, model_config=model.config) if args.use_ema else None
+    if args.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    return params, ema
+
+
+def prepare_text_to_image_training(accelerator, args, model, *, params, ema, sampler: TrainingTimestepSampler,
+                                   model_cls, subfolder: str, pipeline_cls, tracker_project: str) -> tuple:
+    """Everything between the built model and the training loop of a text-to-image run.
+
+    The captioned dataloader (:func:`captioned_dataloader`, prepared); the optimizer and LR schedule
+    (:func:`make_optimizer_and_lr_scheduler` over :func:`training_length`'s steps); ``model``, the
+    optimizer and the schedule prepared; the EMA on the device; each rank's generator of noise
+    levels, seeded ``seed·1000 + rank`` (the schedule π is shared through the sampler's all-reduce),
+    then the device-specific global seed; the checkpoint hooks of the model
+    (:func:`register_model_checkpointing` under ``subfolder``; with ``--use_lora`` the adapter through
+    ``pipeline_cls.save_lora_weights`` with prefix ``subfolder``) and of the sampler
+    (:func:`register_sampler_checkpointing`); the trackers, as ``tracker_project``, on the main process.
+
+    Returns ``(model, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen)``: ``model`` as
+    prepared, ``epoch_setters`` the dataset and batch order for :func:`run_training_loop`.
+    """
+    from accelerate.utils import set_seed
+
+    dataloader, dataset, order = captioned_dataloader(args)
+    dataloader = accelerator.prepare(dataloader)
+    _, max_steps, _ = training_length(args, dataloader)
+    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, params, max_steps=max_steps,
+                                                              num_processes=accelerator.num_processes)
+    model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
+    if ema is not None:
+        ema.to(accelerator.device)
+
+    # Each rank draws its own levels (and ε); the schedule π is shared through the sampler's all-reduce.
+    draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
+    if args.seed is not None:
+        set_seed(args.seed, device_specific=True)
+    register_model_checkpointing(accelerator, model_cls=model_cls, subfolder=subfolder, ema=ema,
+                                 lora_pipeline_cls=pipeline_cls if args.use_lora else None, lora_prefix=subfolder)
+    register_sampler_checkpointing(accelerator, sampler, draw_gen)
+    if accelerator.is_main_process:
+        accelerator.init_trackers(tracker_project, config=tracker_config(args))
+    return model, optimizer, lr_scheduler, dataloader, (dataset, order), draw_gen
+
+
+def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: int, seed: int | None,
+                          num_inference_steps: int, guidance_scale: float | None = None, tag: str = "validation",
+                          output_dir: str | None = None, **pipeline_kwargs) -> torch.Tensor:
+    """One image per prompt from ``pipeline`` (seeded generator: the global random state is not
+    touched), logged to the trackers (tensorboard ``add_images``, wandb captioned images) and saved
+    as ``<output_dir>/<tag>_<step>.png``. Returns (N, 3, H, W) float32 in [0, 1] on the CPU."""
+    from contextlib import nullcontext
+
+    pipeline.set_progress_bar_config(disable=True)
+    generator = torch.Generator(device=accelerator.device).manual_seed(seed or 0)
+    kwargs = dict(pipeline_kwargs, num_inference_steps=num_inference_steps, generator=generator, output_type="pt")
+    if guidance_scale is not None:
+        kwargs["guidance_scale"] = guidance_scale
+    context = torch.autocast(accelerator.device.type) if accelerator.mixed_precision in ("fp16", "bf16") else nullcontext()
+    images = []
+    with torch.no_grad(), context:
+        for prompt in prompts:
+            images.append(pipeline(prompt, **kwargs).images[0].float().cpu())
+    images = torch.stack(images).clamp(0, 1)
+    for tracker in accelerator.trackers:
+        if tracker.name == "tensorboard":
+            tracker.writer.add_images(tag, images.numpy(), step, dataformats="NCHW")
+        elif tracker.name == "wandb":
+            import wandb
+
+            tracker.log({tag: [wandb.Image(img.permute(1, 2, 0).numpy(), caption=f"{i}: {p}")
+                               for i, (img, p) in enumerate(zip(images, prompts))]}, step=step)
+    if output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+        save_image_grid(images, os.path.join(output_dir, f"{tag}_{step:07d}.png"), nrow=len(images))
+    return images
+
+
+def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, noise_scheduler,
+                               sampler: TrainingTimestepSampler, ema=None, result: dict, card: dict) -> str:
+    """The end of a text-to-image run, on the main process; returns the output folder.
+
+    * ``noise_scheduler``, the *training* scheduler (its ``prediction_type`` as trained), gets the
+      learned schedule (:func:`store_learned_schedule`);
+    * full fine-tuning: ``pipeline`` (the trained ``model_key`` model with the EMA weights when
+      there is an EMA, the training scheduler) is saved with ``save_pretrained``; LoRA: the adapter
+      (``save_lora_weights``, ``<model_key>_lora_layers``) and ``scheduler/`` only;
+    * ``noise_schedule.png``, validation images of the final weights (``validation.png``), and
+      ``README.md`` from ``model_cards/text_to_image.md.j2`` (``card``: template variables the
+      script adds: ``base_model``, ``pipeline_class``, ``family``, ``license``, ``extra_tags``,
+      ``details``); pushed to the Hub with ``--push_to_hub``.
+    """
+    from ..diagnostics import plot_schedule
+
+    out = args.output_dir
+    model = accelerator.unwrap_model(getattr(pipeline, model_key))
+    learned = store_learned_schedule(noise_scheduler, sampler)
+    pipeline.scheduler = noise_scheduler
+    if ema is not None:
+        ema.copy_to(model.parameters())
+    if args.use_lora:
+        type(pipeline).save_lora_weights(out, **{f"{model_key}_lora_layers": lora_layers(model)}, safe_serialization=True)
+        noise_scheduler.save_pretrained(os.path.join(out, "scheduler"))
+    else:
+        pipeline.save_pretrained(out)
+    import matplotlib.pyplot as plt
+
+    fig = plot_schedule(sampler, title=f"{sampler.name} after {result['global_step']} steps")
+    fig.savefig(os.path.join(out, "noise_schedule.png"), dpi=100)
+    plt.close(fig)
+    validation_grid = None
+    if args.validation_prompts:
+        model.eval()
+        images = log_validation_images(accelerator, pipeline, args.validation_prompts, step=result["global_step"],
+                                       seed=args.seed, num_inference_steps=args.validation_inference_steps,
+                                       guidance_scale=args.validation_guidance_scale, tag="validation_final")
+        validation_grid = "validation.png"
+        save_image_grid(images, os.path.join(out, validation_grid), nrow=len(images))
+    desc = sampler.describe()
+    repo_id = args.hub_model_id or os.path.basename(os.path.abspath(out))
+    tags = ["text-to-image", "diffusers", "diffusers-training", "infonoise", *card.get("extra_tags", [])]
+    if args.use_lora:
+        tags.append("lora")
+    render_model_card(
+        "text_to_image.md.j2", os.path.join(out, "README.md"),
+        model_name=repo_id, repo_id=repo_id if args.push_to_hub else None, tags=tags,
+        base_model=card["base_model"], pipeline_class=card["pipeline_class"], family=card.get("family", ""),
+        license=card.get("license", "other"), details=card.get("details", {}),
+        dataset_name=args.dataset_name, use_lora=args.use_lora, lora_rank=args.lora_rank,
+        scheduler_class=type(noise_scheduler).__name__, prediction_type=sampler.prediction_type,
+        loss_weighting=desc["loss_weighting"], snr_gamma=desc.get("snr_gamma"), sampler_name=sampler.name,
+        learned_schedule=learned, hyperparameters=desc.get("hyperparameters", {}), global_step=result["global_step"],
+        allocation=desc.get("last_refresh"),
+        total_batch_size=result["total_batch_size"], learning_rate=args.learning_rate, resolution=args.resolution,
+        mixed_precision=args.mixed_precision or "no", validation_prompts=args.validation_prompts or [],
+        validation_grid=validation_grid, schedule_plot="noise_schedule.png",
+        num_inference_steps=args.validation_inference_steps,
+    )
+    if args.push_to_hub:
+        push_output_dir(out, repo_id=repo_id, token=args.hub_token, private=args.hub_private_repo)
+    return out
