@@ -36,7 +36,7 @@ import torch
 
 from . import densities as D
 from .estimator import GateResult, ProfileEstimator, apply_gate
-from .generation import EDM_TIMESTEP_SCALE
+from .generation import EDM_TIMESTEP_SCALE, call_model, model_output
 from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler, scheduler_kind
 from .samplers import (
     SAMPLER_NAMES,
@@ -439,40 +439,6 @@ def _per_sample(coeff: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return coeff.to(device=like.device, dtype=like.dtype).reshape(-1, *([1] * (like.ndim - 1)))
 
 
-def _model_output(out) -> torch.Tensor:
-    if hasattr(out, "sample"):
-        return out.sample
-    if isinstance(out, (tuple, list)):
-        return out[0]
-    return out
-
-
-def _model_dtype(model) -> torch.dtype | None:
-    dtype = getattr(model, "dtype", None)
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(model, torch.nn.Module):
-        for p in model.parameters():
-            return p.dtype
-    return None
-
-
-def call_model(model, sample: torch.Tensor, timestep: torch.Tensor, model_kwargs: dict | None = None) -> torch.Tensor:
-    """``model(sample, timestep=timestep, **model_kwargs)`` and its output tensor.
-
-    ``timestep`` goes by keyword, which every diffusers denoiser accepts (``UNet2DModel``,
-    ``UNet1DModel``, ``UNet2DConditionModel``: ``(sample, timestep, ...)``;
-    ``SD3Transformer2DModel``: ``(hidden_states, ..., timestep=...)``). The input is cast to the
-    model's dtype; the output is returned as float32. ``.sample`` of a diffusers output and the
-    first element of a tuple are unwrapped.
-    """
-    dtype = _model_dtype(model)
-    if dtype is not None and sample.is_floating_point():
-        sample = sample.to(dtype)
-    out = _model_output(model(sample, timestep=timestep, **(model_kwargs or {})))
-    return out.float()
-
-
 def make_denoise_fn(
     noise_scheduler,
     prediction_type: str | None = None,
@@ -517,9 +483,6 @@ def make_denoise_fn(
             raise ValueError(f"prediction_type: a VP model outputs epsilon, v_prediction or sample, got {prediction_type!r}")
         alphas_cumprod = path.alphas_cumprod.to(_F64)
 
-        def default_input(x, levels):
-            return x, levels.timesteps
-
         def to_x0(x, out, levels):
             ac = alphas_cumprod[levels.timesteps.detach().cpu().long()]
             a, b = _per_sample(ac.sqrt(), x), _per_sample((1 - ac).sqrt(), x)
@@ -533,9 +496,6 @@ def make_denoise_fn(
         if prediction_type not in ("flow", "sample"):
             raise ValueError(f"prediction_type: a flow model outputs flow (velocity) or sample, got {prediction_type!r}")
 
-        def default_input(x, levels):
-            return x, levels.timesteps
-
         def to_x0(x, out, levels):
             if prediction_type == "sample":
                 return out
@@ -546,19 +506,19 @@ def make_denoise_fn(
         if prediction_type not in ("sample", "edm_f", "epsilon"):
             raise ValueError(f"prediction_type: not a loss parameterization of an EDM model: {prediction_type!r}")
 
-        def default_input(x, levels):
-            sig = _per_sample(levels.sigmas.detach().to(_F64), x)
-            return noise_scheduler.precondition_inputs(x, sig), levels.timesteps * edm_timestep_scale
-
         def to_x0(x, out, levels):
+            if model_input_fn is None:  # model_output already returned D
+                return out
             sig = _per_sample(levels.sigmas.detach().to(_F64), x)
             return noise_scheduler.precondition_outputs(x, out, sig)
 
-    input_fn = model_input_fn or default_input
-
     def denoise_fn(model, x_noisy, levels, model_kwargs=None):
-        sample, timestep = input_fn(x_noisy, levels)
-        out = call_model(model, sample, timestep, model_kwargs)
+        if model_input_fn is None:  # the one model call (generation.model_output)
+            out = model_output(model, noise_scheduler, x_noisy, levels.timesteps, levels.sigmas, model_kwargs=model_kwargs,
+                               edm_timestep_scale=edm_timestep_scale)
+        else:
+            sample, timestep = model_input_fn(x_noisy, levels)
+            out = call_model(model, sample, timestep, model_kwargs)
         if out.shape != x_noisy.shape:
             raise ValueError(
                 f"model: its output has shape {tuple(out.shape)}, the noisy input {tuple(x_noisy.shape)}; "

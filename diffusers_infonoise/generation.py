@@ -1,7 +1,8 @@
 """How an unconditional diffusers model is called and sampled on each path, in one place.
 
-Training, sampling and the diagnostics all call the network through :func:`denoise`, so the EDM
-timestep scaling below can never differ between them (METHOD.md §7).
+Training (every script), sampling and the diagnostics call the network through :func:`model_output`
+(or, inside a scheduler's own sampling loop, :func:`call_model` with :func:`model_timesteps`), so the
+EDM timestep scaling and preconditioning below can never differ between them (METHOD.md §7).
 
 * VP (DDPM): ``unet(x_t, t)`` with integer t; the output is ε, v or x0 per ``prediction_type``.
 * Flow: ``unet(x_s, s·N)``; the output is the velocity ``ε − x0`` (diffusers' convention).
@@ -15,7 +16,7 @@ import torch
 
 from .paths import scheduler_kind
 
-__all__ = ["EDM_TIMESTEP_SCALE", "model_timesteps", "model_output", "generate_images", "is_1d_model"]
+__all__ = ["EDM_TIMESTEP_SCALE", "model_timesteps", "call_model", "model_output", "generate_images", "is_1d_model"]
 
 #: diffusers' positional time embedding barely separates EDM's c_noise = 0.25·ln σ (about −1.6..1.1);
 #: scaled by 250 it spans about −390..280, the range of DDPM timesteps the embedding was built for.
@@ -32,27 +33,73 @@ def model_timesteps(noise_scheduler, timesteps: torch.Tensor) -> torch.Tensor:
     return timesteps
 
 
-def model_output(unet, noise_scheduler, noisy: torch.Tensor, timesteps: torch.Tensor, sigmas: torch.Tensor | None = None, **kwargs):
-    """The network's prediction for a noisy (B, C, H, W) batch, in the parameterization it is trained in.
+def _model_dtype(model) -> torch.dtype | None:
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(model, torch.nn.Module):
+        for p in model.parameters():
+            return p.dtype
+    return None
+
+
+def call_model(model, sample: torch.Tensor, timestep: torch.Tensor, model_kwargs: dict | None = None) -> torch.Tensor:
+    """``model(sample, timestep=timestep, **model_kwargs)`` and its output tensor, as float32.
+
+    ``timestep`` goes by keyword, which every diffusers denoiser accepts (``UNet2DModel``,
+    ``UNet1DModel``, ``UNet2DConditionModel``: ``(sample, timestep, ...)``;
+    ``SD3Transformer2DModel``: ``(hidden_states, ..., timestep=...)``). The input is cast to the
+    model's dtype; ``.sample`` of a diffusers output and the first element of a tuple are unwrapped.
+    """
+    dtype = _model_dtype(model)
+    if dtype is not None and sample.is_floating_point():
+        sample = sample.to(dtype)
+    out = model(sample, timestep=timestep, **(model_kwargs or {}))
+    if hasattr(out, "sample"):
+        out = out.sample
+    elif isinstance(out, (tuple, list)):
+        out = out[0]
+    return out.float()
+
+
+def _fits(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if out.shape != like.shape:
+        raise ValueError(
+            f"model: its output has shape {tuple(out.shape)}, the noisy input {tuple(like.shape)}; "
+            "the model does not fit this data (channels or resolution)"
+        )
+    return out
+
+
+def model_output(model, noise_scheduler, noisy: torch.Tensor, timesteps: torch.Tensor, sigmas: torch.Tensor | None = None,
+                 *, model_kwargs: dict | None = None, edm_timestep_scale: float = EDM_TIMESTEP_SCALE) -> torch.Tensor:
+    """The network's prediction for a noisy (B, ...) batch, in the parameterization it is trained in:
+    the one model call of training, the text-to-image scripts and the diagnostics.
 
     Args:
+        model: a diffusers denoiser (UNet or transformer).
         noisy: the noisy sample ``x`` (EDM: ``x0 + σ·ε``, unscaled).
         timesteps: (B,) native timesteps (:class:`~diffusers_infonoise.samplers.NoiseLevels`).
         sigmas: (B,) VE σ; required on EDM, where the result is the denoiser ``D`` (an x0 estimate).
-        **kwargs: passed to the model (``encoder_hidden_states``, ...).
+        model_kwargs: passed to the model (``encoder_hidden_states``, ``pooled_projections``, ...).
+        edm_timestep_scale: the factor on EDM's ``c_noise`` (METHOD.md §7); it must be the training's.
 
     Returns:
-        A tensor shaped like ``noisy``: VP ε/v/x0, flow velocity, EDM ``D``.
+        float32, shaped like ``noisy``: VP ε/v/x0, flow velocity (or x0), EDM ``D``.
+
+    Raises:
+        ValueError: ``sigmas`` missing on an EDM scheduler, or an output shaped unlike ``noisy`` (a model
+            that does not fit the data's channels or resolution).
     """
     if scheduler_kind(noise_scheduler) != "ve":
-        return unet(noisy, model_timesteps(noise_scheduler, timesteps), **kwargs).sample
+        return _fits(call_model(model, noisy, timesteps, model_kwargs), noisy)
     if sigmas is None:
         raise ValueError("sigmas: required for EDM schedulers (the preconditioning depends on sigma)")
     shape = (-1,) + (1,) * (noisy.ndim - 1)
-    sig = sigmas.to(noisy.dtype).view(shape)
+    sig = sigmas.to(device=noisy.device, dtype=noisy.dtype).view(shape)
     x_in = noise_scheduler.precondition_inputs(noisy, sig)
-    f = unet(x_in, model_timesteps(noise_scheduler, timesteps), **kwargs).sample
-    return noise_scheduler.precondition_outputs(noisy, f, sig)
+    f = _fits(call_model(model, x_in, timesteps * edm_timestep_scale, model_kwargs), noisy)
+    return noise_scheduler.precondition_outputs(noisy, f.to(noisy.dtype), sig).float()
 
 
 @torch.no_grad()
@@ -101,6 +148,6 @@ def generate_images(
     for t in tqdm(scheduler.timesteps, disable=not progress, desc="sampling"):
         x_in = scheduler.scale_model_input(x, t) if hasattr(scheduler, "scale_model_input") else x
         t_batch = t.expand(batch_size) if torch.is_tensor(t) else torch.full((batch_size,), t, device=device)
-        out = unet(x_in, model_timesteps(scheduler, t_batch)).sample
+        out = call_model(unet, x_in, model_timesteps(scheduler, t_batch)).to(x.dtype)
         x = scheduler.step(out, t, x, generator=generator).prev_sample
     return (x.float() / 2 + 0.5).clamp(0, 1)

@@ -35,6 +35,7 @@ from accelerate.logging import get_logger
 from diffusers import AutoencoderKL, DDPMScheduler, StableDiffusionPipeline, UNet2DConditionModel
 from transformers import CLIPTextModel, CLIPTokenizer
 
+from diffusers_infonoise.generation import model_output
 from diffusers_infonoise.training import (
     UNET_LORA_TARGETS,
     add_text_to_image_args,
@@ -136,7 +137,7 @@ def main(argv=None) -> dict:
             noise = noise + args.noise_offset * torch.randn(latents.shape[:2] + (1, 1), device=device, dtype=latents.dtype)
         model_noise = noise + args.input_perturbation * torch.randn_like(noise) if args.input_perturbation else noise
         noisy = sampler.add_noise(latents, model_noise, levels)
-        pred = unet(noisy, levels.timesteps, encoder_hidden_states=prompt_embeds, return_dict=False)[0]
+        pred = model_output(unet, noise_scheduler, noisy, levels.timesteps, model_kwargs={"encoder_hidden_states": prompt_embeds})
         return per_sample_mse(pred, training_target(sampler, noise_scheduler, latents, noise, levels))
 
     def validate(step):

@@ -50,6 +50,7 @@ from accelerate.logging import get_logger
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
+from diffusers_infonoise.generation import model_output
 from diffusers_infonoise.paths import FlowPath
 from diffusers_infonoise.training import (
     SD3_LORA_TARGETS,
@@ -172,8 +173,8 @@ def main(argv=None) -> dict:
                 max_sequence_length=args.max_sequence_length)
         noise = torch.randn_like(latents)
         noisy = sampler.add_noise(latents, noise, levels)  # (1 − s)·x0 + s·ε
-        pred = transformer(hidden_states=noisy, timestep=levels.timesteps, encoder_hidden_states=prompt_embeds,
-                           pooled_projections=pooled_embeds, return_dict=False)[0]
+        pred = model_output(transformer, noise_scheduler, noisy, levels.timesteps,
+                            model_kwargs={"encoder_hidden_states": prompt_embeds, "pooled_projections": pooled_embeds})
         if args.precondition_outputs:  # x0 estimate x − s·v̂ (diffusers' preconditioning)
             s = FlowPath.sigma_to_s(levels.sigmas).to(pred.dtype).view(-1, *([1] * (pred.ndim - 1)))
             pred = noisy - s * pred
