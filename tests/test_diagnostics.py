@@ -17,6 +17,7 @@ from scipy import integrate, special
 
 from diffusers_infonoise import diagnostics as dg
 from diffusers_infonoise import make_sampler
+from diffusers_infonoise.diagnostics.empirical import _posterior_variance
 from diffusers_infonoise.estimator import apply_gate
 
 S_D = 0.7  # data standard deviation of the Gaussian tests
@@ -178,7 +179,7 @@ def test_dataset_profile_chunking_and_float64_exactness():
         w = torch.softmax(-((q[:, None, :] - x[None]) ** 2).sum(-1) / (2 * s * s), 1)
         brute = (w * (x**2).sum(1)).sum(1) - ((w @ x) ** 2).sum(1)
         for chunk in (1, 16, 1000):
-            got = dg._posterior_variance(q, x, x.pow(2).sum(1), s, chunk, torch.float64)
+            got = _posterior_variance(q, x, x.pow(2).sum(1), s, chunk, torch.float64)
             assert torch.allclose(got, brute.clamp_min(0), rtol=1e-9, atol=1e-12)
     # the whole function is chunk-invariant for the same generator
     a = dg.profile_from_dataset(x, num_levels=5, num_noise_draws=50, chunk_size=7, generator=torch.Generator().manual_seed(0))

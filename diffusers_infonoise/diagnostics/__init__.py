@@ -1,0 +1,95 @@
+"""Offline diagnostics: where a training-noise schedule spends compute (METHOD.md §2-§6).
+
+The paper's diagnostic compares two densities on one axis, ``log σ`` (VE σ; METHOD.md §1):
+
+* the **entropy-rate profile** ``ρ̂(log σ) ∝ gate(σ)·mmse(σ)/σ²`` (§2, §5.5), measured on a frozen
+  model (:func:`profile_from_model`), on a finite data set through its optimal empirical denoiser
+  (:func:`profile_from_dataset`), or known in closed form (:func:`analytic_mmse_gaussian`,
+  :func:`analytic_mmse_two_point`);
+* the **effective allocation** ``φ = π·w`` of a schedule (§4): how much weighted training signal each
+  noise level gets (:func:`allocation`). InfoNoise sets ``π ∝ ρ̂/w`` so that ``φ ∝ ρ̂``.
+
+Mass of φ outside ρ̂'s window is wasted compute (§6); :func:`window_mass`, :func:`total_variation`
+and :func:`wasted_mass` turn that into numbers. :func:`plot_schedule`, :func:`plot_level_histogram`
+and :func:`plot_profile` draw it (matplotlib's Agg canvas through :class:`matplotlib.figure.Figure`,
+never a display; callers save the returned figures, or pass ``path=``).
+
+Conventions: every ``log_sigma`` / ``sigmas`` here is the VE noise level (natural log), float64,
+increasing. Densities are **per unit log σ** and normalised on the grid they are given on: each
+grid point is the centre of a cell whose edges are the midpoints to its neighbours
+(:func:`grid_edges`); on a uniform grid of K points these are exactly the K bins of
+:class:`~diffusers_infonoise.estimator.ProfileEstimator`. ``mmse`` values are per element (the mean
+over the elements of one sample): a constant factor cancels in every normalised quantity (§3).
+
+Modules: :mod:`.grid` (grids, normalisation, the result types), :mod:`.profiles`, :mod:`.empirical`,
+:mod:`.allocations`,
+:mod:`.plotting`.
+
+matplotlib and tqdm are optional dependencies (extras ``train`` / ``benchmarks``): they are imported
+only by the functions that need them.
+"""
+
+from __future__ import annotations
+
+from ..generation import call_model  # noqa: F401  (kept here for callers of diagnostics.call_model)
+from .allocations import (  # noqa: F401
+    allocation,
+    compare_allocations,
+    profile_window,
+    total_variation,
+    wasted_mass,
+    window_mass,
+)
+from .empirical import profile_from_dataset  # noqa: F401
+from .grid import (  # noqa: F401
+    DEFAULT_SIGMA_RANGE,
+    Allocation,
+    Profile,
+    grid_edges,
+    log_sigma_grid,
+    normalize_density,
+)
+from .plotting import (  # noqa: F401
+    plot_allocations,
+    plot_level_histogram,
+    plot_profile,
+    plot_schedule,
+)
+from .profiles import (  # noqa: F401
+    analytic_mmse_gaussian,
+    analytic_mmse_two_point,
+    default_objective,
+    load_learned_sampler,
+    make_denoise_fn,
+    profile_from_errors,
+    profile_from_model,
+)
+
+__all__ = [
+    "profile_from_dataset",
+    "DEFAULT_SIGMA_RANGE",
+    "grid_edges",
+    "log_sigma_grid",
+    "normalize_density",
+    "Profile",
+    "Allocation",
+    "default_objective",
+    "load_learned_sampler",
+    "profile_from_errors",
+    "make_denoise_fn",
+    "profile_from_model",
+    "profile_from_dataset",
+    "analytic_mmse_gaussian",
+    "analytic_mmse_two_point",
+    "allocation",
+    "profile_window",
+    "window_mass",
+    "wasted_mass",
+    "total_variation",
+    "compare_allocations",
+    "plot_schedule",
+    "plot_level_histogram",
+    "plot_allocations",
+    "plot_profile",
+    "call_model",
+]
