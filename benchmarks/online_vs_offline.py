@@ -62,7 +62,7 @@ def main(argv=None):
 
     from diffusers_infonoise.data import load_builtin_arrays
     from diffusers_infonoise.diagnostics import profile_from_dataset, profile_from_model
-    from diffusers_infonoise.serialization import read_schedule
+    from diffusers_infonoise.schedule_io import read_schedule
 
     t0 = time.time()
     train_argv = [

@@ -16,7 +16,7 @@ from .samplers import (  # noqa: E402
     TrainingTimestepSampler,
     make_sampler,
 )
-from .serialization import ScheduleError, read_schedule, write_schedule  # noqa: E402
+from .schedule_io import ScheduleError, read_schedule, write_schedule  # noqa: E402
 from .weighting import x0_error_factor, x0_loss_weight  # noqa: E402
 
 __all__ = [

@@ -58,7 +58,7 @@ def _stored_and_grid(scheduler, args):
     points over the scheduler's path."""
     from .diagnostics import load_learned_sampler, log_sigma_grid
     from .paths import path_from_scheduler
-    from .serialization import read_schedule
+    from .schedule_io import read_schedule
 
     stored = read_schedule(scheduler)
     if stored is not None:
@@ -137,7 +137,7 @@ def _scheduler_from_config(config: dict, where: str):
     wrapped into the scheduler its path implies (EDM or flow; VP needs the real config)."""
     import diffusers
 
-    from .serialization import CONFIG_KEY, FORMAT
+    from .schedule_io import CONFIG_KEY, FORMAT
 
     if config.get("format") == FORMAT:  # a bare payload (e.g. written by a training script's logs)
         path = config.get("path") or {}
@@ -314,10 +314,10 @@ def _cmd_show(args) -> int:
 
     from . import densities as D
     from .diagnostics import allocation, load_learned_sampler, normalize_density, total_variation, window_mass
-    from .serialization import read_schedule
+    from .schedule_io import read_schedule
 
     config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
-    from .serialization import FORMAT
+    from .schedule_io import FORMAT
 
     if config.get("format") != FORMAT and read_schedule(config) is None:
         raise CLIError(

@@ -11,7 +11,7 @@ from diffusers import EDMEulerScheduler, UNet2DModel
 
 from diffusers_infonoise import make_sampler
 from diffusers_infonoise.cli import main
-from diffusers_infonoise.serialization import CONFIG_KEY
+from diffusers_infonoise.schedule_io import CONFIG_KEY
 
 
 @pytest.fixture(scope="module")

@@ -321,7 +321,7 @@ def _walk(obj, path=""):
 @pytest.mark.parametrize("kind", SCHEDULERS)
 @pytest.mark.parametrize("name", ADAPTIVE)
 def test_state_dict_round_trip_exact(name, kind, tmp_path):
-    from diffusers_infonoise.serialization import load_sampler_state, save_sampler_state
+    from diffusers_infonoise.schedule_io import load_sampler_state, save_sampler_state
 
     a = _adapt(_make(name, kind), steps=3)
     state = a.state_dict()

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from diffusers_infonoise import samplers as S
-from diffusers_infonoise.serialization import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, read_schedule
+from diffusers_infonoise.schedule_io import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, read_schedule
 
 from conftest import load_training_script
 

@@ -15,7 +15,7 @@ from ..samplers import (
     TrainingTimestepSampler,
     make_sampler,
 )
-from ..serialization import read_schedule
+from ..schedule_io import read_schedule
 from ..weighting import x0_loss_weight
 from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, log_sigma_grid, normalize_density
 from .profiles import _stored_mu, default_objective, load_learned_sampler

@@ -19,7 +19,7 @@ from ..samplers import (
     _check_path_prediction,
     default_prediction_type,
 )
-from ..serialization import read_schedule
+from ..schedule_io import read_schedule
 from ..weighting import validate_loss_weighting, validate_prediction_type, x0_loss_weight
 from .grid import _F64, Profile, grid_edges, log_sigma_grid, normalize_density
 

@@ -11,7 +11,7 @@ import shutil
 import torch
 
 from ..samplers import TrainingTimestepSampler
-from ..serialization import load_sampler_state, save_sampler_state
+from ..schedule_io import load_sampler_state, save_sampler_state
 from .lora import load_lora_layers, lora_layers
 
 logger = logging.getLogger(__name__)

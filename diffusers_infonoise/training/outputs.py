@@ -69,7 +69,7 @@ def push_output_dir(output_dir: str, *, repo_id: str, token: str | None = None, 
 def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) -> bool:
     """Write the InfoNoise schedule into ``noise_scheduler``'s config (True); for other samplers
     drop a payload inherited from the base model, which would no longer describe this training (False)."""
-    from ..serialization import CONFIG_KEY
+    from ..schedule_io import CONFIG_KEY
 
     if hasattr(sampler, "save_to_scheduler"):
         sampler.save_to_scheduler(noise_scheduler)

@@ -1,4 +1,5 @@
-"""The learned schedule as a small, versioned payload inside a diffusers scheduler config.
+"""The learned schedule as a small, versioned payload inside a diffusers scheduler config: the one
+reader and writer of it, in both directions (sampler → payload → sampler), and the checkpoint state.
 
 ``write_schedule(noise_scheduler, sampler)`` stores plain floats (grid, π, ρ̂, m̂), the path,
 prediction type, loss weighting, hyperparameters, optimizer steps and the package version under the
@@ -17,6 +18,9 @@ from typing import Any
 import torch
 
 __all__ = [
+    "SCHEDULE_SETTINGS",
+    "stored_settings",
+    "apply_payload",
     "CONFIG_KEY",
     "FORMAT",
     "VERSION",
@@ -132,6 +136,96 @@ def validate_payload(payload: Any) -> dict:
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ScheduleError(f"{CONFIG_KEY}: data.{key} must be null or a finite number >= 0, got {v!r}")
     return payload
+
+
+#: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
+#: schedule rebuilds its sampler with them (:func:`stored_settings`) and a sampler with other values
+#: rebuilds π from the stored m̂ (:func:`apply_payload`).
+SCHEDULE_SETTINGS = ("num_bins", "smoothing", "floor", "floor_space", "gate", "gate_fallback", "mmse_cap")
+
+
+def stored_settings(payload: dict) -> dict:
+    """The keyword arguments that rebuild the sampler of a (validated) payload: every
+    :data:`SCHEDULE_SETTINGS` entry, the statistics settings (``refresh_every``, ``ema_decay``,
+    ``min_count``) and the base density it records."""
+    hp = payload.get("hyperparameters") or {}
+    out = {k: hp[k] for k in (*SCHEDULE_SETTINGS, "refresh_every", "ema_decay", "min_count") if k in hp}
+    out["num_bins"] = len(payload["pi"])
+    base = payload.get("base")
+    if isinstance(base, dict) and isinstance(base.get("name"), str):
+        params = {k: v for k, v in base.items() if k != "name"}
+        out["base"] = (base["name"], params) if params else base["name"]
+    return out
+
+
+def _settings(sampler) -> dict:
+    hp = {k: sampler.hyperparameters.get(k) for k in SCHEDULE_SETTINGS if k != "num_bins"}
+    return {
+        "prediction_type": sampler.prediction_type,
+        "loss_weighting": sampler.loss_weighting if isinstance(sampler.loss_weighting, str) else "custom",
+        "snr_gamma": sampler.snr_gamma,
+        "base": sampler.base_description,
+        "hyperparameters": hp,
+    }
+
+
+def _payload_settings(payload: dict, keys) -> dict:
+    return {
+        "prediction_type": payload.get("prediction_type"),
+        "loss_weighting": payload.get("loss_weighting"),
+        "snr_gamma": payload.get("snr_gamma"),
+        "base": payload.get("base"),
+        "hyperparameters": {k: (payload.get("hyperparameters") or {}).get(k) for k in keys},
+    }
+
+
+def apply_payload(sampler, payload: dict) -> None:
+    """Start ``sampler`` (an InfoNoise sampler) from a validated payload: its m̂, data statistics and π,
+    without a warm-up.
+
+    If the payload's loss, weighting, base or any of :data:`SCHEDULE_SETTINGS` differ from the sampler's,
+    π is rebuilt from the stored m̂ with the sampler's settings (logged), so that π·w follows ρ̂ for the
+    loss actually trained; otherwise the stored π is taken bit for bit. A payload saved before its
+    warm-up ended keeps the base density and the warm-up.
+
+    Raises:
+        ValueError: when the payload's path or grid differs from the sampler's.
+    """
+    import logging
+
+    if payload["path"] != sampler.path.config():
+        raise ValueError(
+            f"noise_scheduler: the stored schedule was learned on path {payload['path']}, this sampler's is "
+            f"{sampler.path.config()}; pass use_stored_schedule=False to start from the base density"
+        )
+    edges = torch.tensor(payload["edges"], dtype=torch.float64)
+    if edges.shape != sampler.edges.shape or not torch.allclose(edges, sampler.edges, rtol=0, atol=1e-9):
+        raise ValueError(
+            f"num_bins: the stored schedule has {edges.numel() - 1} bins, this sampler {sampler.edges.numel() - 1}; "
+            "use the same num_bins or pass use_stored_schedule=False"
+        )
+    sampler.estimator.m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
+    data = payload.get("data") or {}
+    if data.get("min_gap") is not None and sampler.data.min_gap is None:
+        sampler.data.min_gap = float(data["min_gap"])
+    if data.get("variance") is not None and sampler.data.variance is None:
+        sampler.data.variance = float(data["variance"])
+    sampler._apply_data_statistics()
+    if payload.get("adapted") is False:
+        return
+    mine = _settings(sampler)
+    theirs = _payload_settings(payload, mine["hyperparameters"])
+    if mine == theirs or not sampler.estimator.is_ready:
+        sampler.probs = torch.tensor(payload["pi"], dtype=torch.float64)
+    else:
+        changed = sorted(k for k in mine if mine[k] != theirs[k])
+        logging.getLogger(__name__).info(
+            f"stored schedule: {', '.join(changed)} differ from this sampler's; rebuilding pi from the stored m_hat")
+        sampler.probs = sampler._build_probs()
+    sampler.num_updates = max(sampler.num_updates, 1)
+    sampler._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
+    sampler.warmup_steps = 0  # the stored π already is an adapted schedule
+    sampler.hyperparameters["warmup_steps"] = 0
 
 
 def write_schedule(noise_scheduler, sampler) -> dict:

@@ -24,7 +24,7 @@ from diffusers import (
 )
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, read_schedule
-from diffusers_infonoise.serialization import CONFIG_KEY, VERSION
+from diffusers_infonoise.schedule_io import CONFIG_KEY, VERSION
 
 from _reference import gauss_mmse
 

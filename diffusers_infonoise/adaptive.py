@@ -1,0 +1,346 @@
+"""What the adaptive samplers share (METHOD.md §5.2-§5.4): the binned estimator, the run-sized
+warm-up, the periodic refresh across processes, the data statistics and the exact-resume state."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import warnings
+
+import torch
+
+from . import densities as D
+from .baselines import _resolve_base
+from .data_statistics import DataStatistics
+from .estimator import ProfileEstimator
+from .paths import NoisePath
+from .sampler_base import NoiseLevels, TrainingTimestepSampler
+from .schedule_io import SCHEDULE_SETTINGS
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "default_warmup_steps",
+]
+
+
+_DEFAULT_WARMUP_STEPS = 500  # when the run's length is unknown (METHOD.md §5.2)
+
+
+
+
+#: every hyperparameter an adaptive sampler takes (the settings above plus how statistics are collected)
+_ADAPTIVE_KEYS = frozenset(SCHEDULE_SETTINGS) | {
+    "warmup_steps", "num_training_steps", "refresh_every", "ema_decay", "min_count", "base",
+}
+
+
+_FLOOR_SPACES = ("phi", "pi")
+
+
+def default_warmup_steps(num_training_steps: int | None, refresh_every: int) -> int:
+    """The warm-up sized to the run (METHOD.md §5.2, ours): a tenth of ``num_training_steps``, at
+    least one refresh and at most 500 optimizer steps; 500 when the run's length is unknown."""
+    if num_training_steps is None:
+        return _DEFAULT_WARMUP_STEPS
+    return int(min(_DEFAULT_WARMUP_STEPS, max(refresh_every, num_training_steps // 10)))
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class _AdaptiveSampler(TrainingTimestepSampler):
+    """Shared machinery: a binned estimator, warm-up in optimizer steps, periodic refresh, floor,
+    and the statistics of the data it sees (for the m̂ cap and the value-grid gate)."""
+
+    def __init__(
+        self,
+        path: NoisePath,
+        *,
+        prediction_type: str,
+        loss_weighting=None,
+        snr_gamma=None,
+        num_bins: int = 64,
+        warmup_steps: int | str = "auto",
+        num_training_steps: int | None = None,
+        refresh_every: int = 50,
+        ema_decay: float = 0.9,
+        min_count: int = 8,
+        smoothing: float = 1.0,
+        floor: float = 0.05,
+        floor_space: str = "phi",
+        base=None,
+        gate="auto",
+        gate_fallback: float = 0.2,
+        mmse_cap: float | str | None = None,
+    ):
+        super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
+        for arg, value, ok, accepted in (
+            ("num_bins", num_bins, _is_int(num_bins) and num_bins >= 4, "an int >= 4"),
+            ("warmup_steps", warmup_steps, warmup_steps == "auto" or (_is_int(warmup_steps) and warmup_steps >= 0),
+             "'auto' or an int >= 0"),
+            ("num_training_steps", num_training_steps, num_training_steps is None
+             or (_is_int(num_training_steps) and num_training_steps >= 1), "None or an int >= 1"),
+            ("refresh_every", refresh_every, _is_int(refresh_every) and refresh_every >= 1, "an int >= 1"),
+            ("floor", floor, isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0.0 <= floor <= 1.0,
+             "a float in [0, 1]"),
+            ("floor_space", floor_space, floor_space in _FLOOR_SPACES, "'phi' (METHOD.md §5.7) or 'pi' (the former "
+             "mixing, kept for comparison)"),
+            ("mmse_cap", mmse_cap, mmse_cap is None or mmse_cap == "auto" or (
+                isinstance(mmse_cap, (int, float)) and not isinstance(mmse_cap, bool) and math.isfinite(mmse_cap)
+                and mmse_cap > 0), "None, 'auto' (the data's per-dimension variance) or a finite float > 0"),
+        ):
+            if not ok:
+                raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
+        lo, hi = path.log_sigma_range
+        edges = torch.linspace(lo, hi, num_bins + 1, dtype=torch.float64)
+        self.estimator = ProfileEstimator(
+            edges, ema_decay=ema_decay, min_count=min_count, smoothing=smoothing, gate=gate, gate_fallback=gate_fallback,
+            mmse_cap=None if mmse_cap in (None, "auto") else float(mmse_cap),
+        )
+        self.refresh_every, self.floor, self.floor_space = refresh_every, float(floor), floor_space
+        self.num_training_steps = num_training_steps
+        self._warmup_setting = warmup_steps
+        self.base, self.base_description = _resolve_base(path, base)
+        self.base_masses = D.bin_masses(self.base, edges)
+        self.base_masses = self.base_masses / self.base_masses.sum()
+        self.hyperparameters = {
+            "num_bins": num_bins,
+            "warmup_steps": warmup_steps,
+            "refresh_every": refresh_every,
+            "ema_decay": ema_decay,
+            "min_count": min_count,
+            "smoothing": smoothing,
+            "floor": floor,
+            "floor_space": floor_space,
+            "gate": gate,
+            "gate_fallback": gate_fallback,
+            "mmse_cap": mmse_cap if mmse_cap in (None, "auto") else float(mmse_cap),
+        }
+        self.warmup_steps = self._resolved_warmup()
+        self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
+        self.num_updates = 0
+        self.last_refresh: dict = {}
+        self._warned: set[str] = set()
+        self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
+
+    # -- run length and warm-up -------------------------------------------------------------
+    def _resolved_warmup(self) -> int:
+        if self._warmup_setting == "auto":
+            return default_warmup_steps(self.num_training_steps, self.refresh_every)
+        return int(self._warmup_setting)
+
+    def set_num_training_steps(self, num_training_steps: int) -> None:
+        """Tell the sampler how many optimizer steps the run has: an ``"auto"`` warm-up is sized to it
+        (:func:`default_warmup_steps`), and a run shorter than its warm-up is warned about.
+
+        Raises:
+            ValueError: ``num_training_steps`` is not an int >= 1.
+        """
+        if not (_is_int(num_training_steps) and num_training_steps >= 1):
+            raise ValueError(f"num_training_steps: must be an int >= 1, got {num_training_steps!r}")
+        self.num_training_steps = num_training_steps
+        if not self.is_adapted:
+            self.warmup_steps = self._resolved_warmup()
+        if self.warmup_steps >= num_training_steps and not self.is_adapted:
+            self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the "
+                                     f"warm-up {self.warmup_steps}; pi never leaves the base density. Pass "
+                                     "warmup_steps='auto' or a smaller warmup_steps")
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, UserWarning, stacklevel=3)
+
+    @property
+    def edges(self) -> torch.Tensor:
+        """(K+1,) log-σ bin edges (VE σ)."""
+        return self.estimator.edges
+
+    # -- the data the sampler sees -----------------------------------------------------------
+    def set_mmse_cap(self, value: float | str | None) -> None:
+        """Set the cap on m̂ (METHOD.md §5.4): a value (the per-dimension x0 variance of the training
+        data, in the units of the data given to :meth:`add_noise`), ``"auto"`` (measured from that
+        data) or ``None`` (no cap); it applies from the next refresh.
+
+        Raises:
+            ValueError: ``value`` is not None, ``"auto"`` or a finite float > 0.
+        """
+        if not (value is None or value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                                     and math.isfinite(value) and value > 0)):
+            raise ValueError(f"mmse_cap: must be None, 'auto' or a finite float > 0 (per-dimension x0 variance), got {value!r}")
+        if value == "auto":
+            self.estimator.mmse_cap = self.data.variance
+            self.hyperparameters["mmse_cap"] = "auto" if self.data.variance is None else self.data.variance
+        else:
+            self.estimator.mmse_cap = None if value is None else float(value)
+            self.hyperparameters["mmse_cap"] = self.estimator.mmse_cap
+
+    def observe_data(self, x0: torch.Tensor) -> None:
+        """Record statistics of a (B, ...) batch of clean training data: its per-dimension variance
+        (V of the ``"auto"`` m̂ cap, METHOD.md §5.4) and the smallest gap between its values (the
+        ``"auto"`` gate, §5.5); :class:`~diffusers_infonoise.data_statistics.DataStatistics`.
+        :meth:`add_noise` calls it, so a loop that noises through the sampler needs nothing else; a loop
+        that noises by itself calls this once per batch. The statistics stay on ``x0``'s device (no
+        synchronisation) and are reduced over processes at refreshes, until about 4096 samples are seen.
+
+        Raises:
+            ValueError: ``x0`` is not a floating-point tensor with a batch dimension.
+        """
+        self.data.observe(x0)
+
+    @property
+    def data_variance(self) -> float | None:
+        """V = mean_i Var(x0_i) of the data seen (x0 units squared), once resolved at a refresh."""
+        return self.data.variance
+
+    def _resolve_data_statistics(self) -> None:
+        """At a refresh (every rank at the same steps): resolve the data statistics and apply them to
+        the m̂ cap (when ``"auto"``) and the value-grid gate; frozen once the warm-up is over."""
+        if self.data.frozen:
+            return
+        self.data.resolve(freeze=self.optimizer_step >= self.warmup_steps)
+        self._apply_data_statistics()
+
+    def _apply_data_statistics(self) -> None:
+        if self.data.variance is not None and self.data.variance > 0 and self.hyperparameters["mmse_cap"] == "auto":
+            self.estimator.mmse_cap = self.data.variance
+            if self.data.frozen:
+                self.hyperparameters["mmse_cap"] = self.data.variance
+        if self.data.min_gap is not None:
+            self.estimator.set_data_grid(self.data.min_gap)
+
+    def add_noise(self, x0, noise, levels):
+        self.observe_data(x0)
+        return super().add_noise(x0, noise, levels)
+
+    @property
+    def is_adapted(self) -> bool:
+        """True once a learned density replaced the base one."""
+        return self.probs is not None
+
+    @property
+    def density(self):
+        if self.probs is None:
+            return self.base
+        return D.Piecewise(self.edges, self.probs)
+
+    def _density_version(self):
+        return self.num_updates
+
+    def _statistic(self, levels: NoiseLevels, errors: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _build_probs(self) -> torch.Tensor:
+        """(K,) bin masses of the new π, floor included, from the current estimate."""
+        raise NotImplementedError
+
+    def update(self, levels, per_sample_loss):
+        errors = self._validated_errors(levels, per_sample_loss)
+        if errors.numel():
+            self.estimator.accumulate(torch.log(levels.sigmas.detach().cpu().to(torch.float64)), self._statistic(levels, errors))
+
+    @property
+    def num_nonfinite(self) -> int:
+        """How many per-sample losses were NaN/inf and left out of the statistics (this process)."""
+        return self.estimator.num_nonfinite
+
+    def step(self):
+        """Count one optimizer step; refresh the estimate and the density when due (METHOD.md §5.3-4).
+
+        Statistics are folded in every ``refresh_every`` steps from step 0; the density leaves the
+        base at ``warmup_steps`` and is rebuilt at every refresh after that (each refresh is
+        described in :attr:`last_refresh` and logged). Under data parallelism every process must
+        call this at the same steps: the refresh sums statistics across ranks.
+
+        Warns (``UserWarning``, once) when the warm-up ended with no bin filled.
+        """
+        self.optimizer_step += 1
+        due = self.optimizer_step % self.refresh_every == 0 or self.optimizer_step == self.warmup_steps
+        if not due:
+            return
+        self._resolve_data_statistics()
+        self.estimator.refresh()
+        if self.optimizer_step < self.warmup_steps:
+            return
+        if not self.estimator.is_ready:
+            self._warn_once("unfilled", f"noise sampler: step {self.optimizer_step}, warm-up over, but only "
+                                        f"{self.estimator.num_filled} of {self.estimator.num_bins} bins have "
+                                        f"{self.estimator.min_count} samples yet; pi stays on the base density "
+                                        "until two do (lower min_count, or call update() every step)")
+            return
+        self.probs = self._build_probs()
+        self.num_updates += 1
+        self.last_refresh = self._describe_refresh()
+        logger.info(f"noise sampler: step {self.optimizer_step}: pi refreshed; " + ", ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step"))
+
+    def _describe_refresh(self) -> dict:
+        return {"step": self.optimizer_step, "filled_bins": self.estimator.num_filled}
+
+    def pi_hash(self) -> str:
+        """Short SHA-256 of the current bin masses: equal on every rank under data parallelism."""
+        data = (self.probs if self.probs is not None else self.base_masses).numpy().tobytes()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    def state_dict(self):
+        state = super().state_dict()
+        state.update(
+            {
+                "estimator": self.estimator.state_dict(),
+                "probs": None if self.probs is None else self.probs.clone(),
+                "num_updates": self.num_updates,
+                "edges": self.edges.clone(),
+                "warmup_steps": self.warmup_steps,
+                "data": {**self.data.state_dict(), "mmse_cap": self.estimator.mmse_cap,
+                         "mmse_cap_auto": self.hyperparameters["mmse_cap"] == "auto"},
+            }
+        )
+        return state
+
+    def load_state_dict(self, state):
+        """Restore :meth:`state_dict` output (exact resume).
+
+        Raises:
+            ValueError: a state of another sampler or grid, missing keys, or invalid π.
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"state_dict: expected the dict returned by state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("name", "optimizer_step", "estimator", "probs", "num_updates", "edges") if k not in state]
+        if missing:
+            raise ValueError(f"state_dict: missing key(s) {missing}")
+        if state["name"] != self.name:
+            raise ValueError(f"state_dict: saved by a {state['name']!r} sampler, this is a {self.name!r} sampler")
+        edges = torch.as_tensor(state["edges"], dtype=torch.float64)
+        if edges.shape != self.edges.shape or not torch.allclose(edges, self.edges, rtol=0, atol=1e-12):
+            raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
+        if state["probs"] is not None:
+            p = torch.as_tensor(state["probs"], dtype=torch.float64)
+            if p.shape != (self.edges.numel() - 1,) or not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
+                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses")
+        super().load_state_dict(state)
+        self.estimator.load_state_dict(state["estimator"])
+        self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
+        self.num_updates = int(state["num_updates"])
+        self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
+        if "warmup_steps" in state:  # states written before the run-sized warm-up have none
+            self.warmup_steps = int(state["warmup_steps"])
+        data = state.get("data")
+        if isinstance(data, dict):  # states written before the data statistics have none
+            self.data.load_state_dict(data)
+            self.estimator.set_data_grid(self.data.min_gap)
+            self.estimator.mmse_cap = data.get("mmse_cap")
+            self.hyperparameters["mmse_cap"] = "auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap
+
+    def describe(self):
+        return {
+            **super().describe(),
+            "base": self.base_description,
+            "hyperparameters": dict(self.hyperparameters),
+            "adapted": self.is_adapted,
+            "optimizer_steps": self.optimizer_step,
+            "warmup_steps_resolved": self.warmup_steps,
+            "last_refresh": dict(self.last_refresh),
+        }

@@ -1,0 +1,110 @@
+"""The fixed training densities InfoNoise is compared with, by name (:func:`base_density`), and the
+sampler that draws from one (:class:`FixedDensitySampler`); also the warm-up and floor densities."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from . import densities as D
+from .paths import FlowPath, NoisePath, VEPath, VPPath
+from .sampler_base import TrainingTimestepSampler
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FixedDensitySampler",
+    "base_density",
+]
+
+
+class FixedDensitySampler(TrainingTimestepSampler):
+    """Draws from a fixed density of log σ (a baseline). ``density`` is truncated to the path's range."""
+
+    def __init__(self, path: NoisePath, density: D.Density, *, name: str = "fixed", **kwargs):
+        super().__init__(path, **kwargs)
+        lo, hi = path.log_sigma_range
+        self.name = name
+        self._density = density if isinstance(density, D.Piecewise) else D.Truncated(density, lo, hi)
+
+    @property
+    def density(self):
+        return self._density
+
+    def describe(self):
+        return {**super().describe(), "density": self._density.describe()}
+
+
+def _flow_offset(path: NoisePath) -> float:
+    return math.log(path.shift) if isinstance(path, FlowPath) else 0.0
+
+
+def base_density(name: str, path: NoisePath, **params) -> D.Density:
+    """The fixed density of a baseline sampler on ``path``, per unit log σ (VE σ).
+
+    ``uniform``: uniform t on VP (every integer step has mass 1/N), uniform flow level s (shifted),
+    uniform position on EDM's ρ-ramp on VE. ``edm_lognormal`` (``P_mean=-1.2, P_std=1.2``).
+    ``logit_normal`` (``mean=0, std=1``) on the flow level s in the SD3 paper's convention: a
+    positive ``mean`` means *more* noise; since ``logit(s) = log σ`` it is a normal density in log σ,
+    translated by ``log(shift)`` on a shifted flow path. ``mode`` (``scale=1.29``, SD3).
+    ``log_uniform``: uniform log σ over the path's range. ``cosine`` (``sigma_data``, default the
+    path's σ_data on VE, else 1): ``σ = σ_data·tan(πu/2)``.
+
+    Raises:
+        ValueError: unknown name or parameter.
+    """
+    def take(**defaults):
+        unknown = set(params) - set(defaults)
+        if unknown:
+            raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(defaults) or 'none'}")
+        return {**defaults, **params}
+
+    off = _flow_offset(path)
+    lo, hi = path.log_sigma_range
+    if name == "uniform":
+        take()
+        if isinstance(path, VPPath):
+            return D.Piecewise(path.cell_edges(), torch.ones(path.num_train_timesteps, dtype=torch.float64))
+        if isinstance(path, FlowPath):
+            return D.Shifted(D.Logistic(0.0), off)
+        return D.KarrasRamp(path.sigma_min, path.sigma_max)
+    if name == "edm_lognormal":
+        p = take(P_mean=-1.2, P_std=1.2)
+        return D.Normal(p["P_mean"], p["P_std"])
+    if name == "logit_normal":
+        p = take(mean=0.0, std=1.0)
+        return D.Shifted(D.Normal(p["mean"], p["std"]), off)
+    if name == "mode":
+        p = take(scale=1.29)
+        return D.Shifted(D.Mode(p["scale"]), off)
+    if name == "log_uniform":
+        take()
+        return D.Uniform(lo, hi)
+    if name == "cosine":
+        p = take(sigma_data=path.sigma_data if isinstance(path, VEPath) else 1.0)
+        return D.Cosine(p["sigma_data"])
+    raise ValueError(f"name: unknown base density {name!r}; accepted: {', '.join(_FIXED_NAMES)}")
+
+
+_FIXED_NAMES = ("uniform", "edm_lognormal", "logit_normal", "mode", "log_uniform", "cosine")
+
+
+_PATH_DEFAULT_BASE = {"ve": "edm_lognormal", "vp": "uniform", "flow": "logit_normal"}
+
+
+def _resolve_base(path: NoisePath, base) -> tuple[D.Density, dict]:
+    """``base`` may be None (the path's conventional density, METHOD.md §5.2), a name, a
+    ``(name, params)`` pair, or a Density."""
+    if base is None:
+        base = _PATH_DEFAULT_BASE[path.kind]
+    if isinstance(base, D.Density):
+        density, desc = base, {"density": base.describe()}
+    else:
+        name, params = (base, {}) if isinstance(base, str) else base
+        density, desc = base_density(name, path, **params), {"name": name, **params}
+    lo, hi = path.log_sigma_range
+    if not isinstance(density, D.Piecewise):
+        density = D.Truncated(density, lo, hi)
+    return density, desc

@@ -1,0 +1,279 @@
+"""The training-noise sampler interface (METHOD.md §1, §3, §5.8): :class:`NoiseLevels` and
+:class:`TrainingTimestepSampler` (draws on the log-σ axis, exact noising on every path, loss
+conversion to the x0 error, densities, state), and the defaults of each path's loss."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import densities as D
+from .paths import NoisePath, VEPath, VPPath, scheduler_kind
+from .weighting import (
+    loss_weight,
+    validate_loss_weighting,
+    validate_prediction_type,
+    x0_error_factor,
+    x0_loss_weight,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NoiseLevels",
+    "default_prediction_type",
+    "default_loss_weighting",
+    "TrainingTimestepSampler",
+]
+
+
+@dataclass
+class NoiseLevels:
+    """One batch of training noise levels.
+
+    Attributes:
+        timesteps: (B,) what the model and scheduler take: int64 t for VP (DDPM), float32
+            ``c_noise = 0.25·ln σ`` for VE/EDM, float32 ``s·num_train_timesteps`` for flow.
+        sigmas: (B,) float32 VE σ (``inf`` at a zero-terminal-SNR VP step).
+        log_snr: (B,) float32 λ = −2·log σ.
+        loss_weights: (B,) float32 importance weights to multiply the per-sample loss with
+            (Kingma-Gao only), else ``None``.
+    """
+
+    timesteps: torch.Tensor
+    sigmas: torch.Tensor
+    log_snr: torch.Tensor
+    loss_weights: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.sigmas.shape[0]
+
+    def to(self, device) -> "NoiseLevels":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return NoiseLevels(move(self.timesteps), move(self.sigmas), move(self.log_snr), move(self.loss_weights))
+
+
+def default_prediction_type(noise_scheduler) -> str:
+    """The loss parameterization a script most likely uses with ``noise_scheduler``.
+
+    VP: the scheduler's ``prediction_type``. Flow: ``"flow"`` (velocity). EDM: ``"sample"`` — the
+    network is trained through the denoiser D; the EDM scheduler's ``prediction_type`` only picks
+    the sign of ``c_out`` and is *not* a loss parameterization (METHOD.md §3, trap).
+    """
+    kind = scheduler_kind(noise_scheduler)
+    if kind == "ve":
+        return "sample"
+    if kind == "flow":
+        return "flow"
+    return noise_scheduler.config.prediction_type
+
+
+def default_loss_weighting(path: NoisePath, prediction_type: str) -> str:
+    """The loss weighting a user of ``path`` trains with by default (METHOD.md §4): the EDM recipe
+    (``"edm"``, λ(σ) on the denoiser error) for the x0/D loss on VE paths, an unweighted loss
+    (``"none"``) everywhere else (an unweighted F loss on VE already *is* the EDM weighting)."""
+    return "edm" if path.kind == "ve" and prediction_type == "sample" else "none"
+
+
+def _check_path_prediction(path: NoisePath, prediction_type: str) -> None:
+    allowed = {
+        "ve": ("sample", "edm_f", "epsilon"),
+        "vp": ("epsilon", "v_prediction", "sample"),
+        "flow": ("flow", "sample"),
+    }[path.kind]
+    if prediction_type not in allowed:
+        raise ValueError(
+            f"prediction_type: {prediction_type!r} is not a loss parameterization of the {path.kind} path; "
+            f"accepted: {', '.join(allowed)}"
+        )
+
+
+class TrainingTimestepSampler:
+    """Common interface: draws, noising, loss conversion, densities and state (see module docstring).
+
+    Args:
+        path: the corruption path (:func:`~diffusers_infonoise.paths.path_from_scheduler`).
+        prediction_type: what the per-sample loss given to :meth:`update` measures
+            (:data:`~diffusers_infonoise.weighting.PREDICTION_TYPES`).
+        loss_weighting: the weight the user's loss applies in its own parameterization
+            (``"none"``, ``"edm"``, ``"min_snr"``, ``"sigma_sqrt"``, ``"cosmap"`` or a callable of VE σ).
+            ``None`` (default): :func:`default_loss_weighting` (``"edm"`` for the D loss on VE paths).
+        snr_gamma: γ of Min-SNR (``loss_weighting="min_snr"`` only).
+    """
+
+    name = "fixed"
+
+    def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma: float | None = None):
+        if not isinstance(path, NoisePath):
+            raise TypeError(f"path: expected a NoisePath, got {type(path).__name__}")
+        self.path = path
+        self.prediction_type = validate_prediction_type(prediction_type)
+        _check_path_prediction(path, prediction_type)
+        if loss_weighting is None:
+            loss_weighting = default_loss_weighting(path, prediction_type)
+        self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
+        self.snr_gamma = snr_gamma
+        self.sigma_data = path.sigma_data if isinstance(path, VEPath) else 0.5
+        self.optimizer_step = 0
+        self._cell_cache: tuple[int, torch.Tensor] | None = None
+
+    # -- the density ------------------------------------------------------------------------
+    @property
+    def density(self) -> D.Density:
+        """The current training density of log σ (VE σ), truncated to the path's range."""
+        raise NotImplementedError
+
+    def _density_version(self) -> int:
+        return 0
+
+    def log_prob(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """log π per unit log σ at VE ``sigmas`` (any shape; float64; ``-inf`` outside the range)."""
+        return self.density.log_prob(torch.log(torch.as_tensor(sigmas, dtype=torch.float64).cpu()))
+
+    def timestep_probabilities(self) -> torch.Tensor:
+        """VP paths: (num_train_timesteps,) float64 probability of each integer t, summing to 1.
+
+        The probability of step t is the π-mass of t's cell on the log-σ axis (METHOD.md §5.8).
+
+        Raises:
+            ValueError: on a continuous path (VE or flow), which has no integer timesteps.
+        """
+        if not isinstance(self.path, VPPath):
+            raise ValueError(f"timestep_probabilities: only defined for integer-timestep (vp) paths, this path is {self.path.kind!r}")
+        version = self._density_version()
+        if self._cell_cache is None or self._cell_cache[0] != version:
+            masses = D.bin_masses(self.density, self.path.cell_edges())
+            self._cell_cache = (version, masses / masses.sum())
+        return self._cell_cache[1]
+
+    def x0_loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """w(σ): the weight the configured loss puts on the x0-space error (METHOD.md §4)."""
+        return x0_loss_weight(
+            self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data
+        )
+
+    def loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """u(σ): the weight the configured loss puts on its own per-sample error (float64)."""
+        return loss_weight(
+            self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data
+        )
+
+    # -- drawing ----------------------------------------------------------------------------
+    def sample(self, batch_size: int, *, device=None, generator: torch.Generator | None = None) -> NoiseLevels:
+        """Draw ``batch_size`` noise levels from the current density.
+
+        Args:
+            batch_size: number of levels (0 allowed).
+            device: where the returned tensors live (default: the generator's device, else CPU).
+            generator: a ``torch.Generator`` for reproducible draws; the uniforms are drawn on its device.
+
+        Returns:
+            :class:`NoiseLevels` with (batch_size,) tensors.
+
+        Raises:
+            ValueError: negative or non-integer ``batch_size``.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"batch_size: must be a non-negative int, got {batch_size!r}")
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        out_device = torch.device(device) if device is not None else gen_device
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64, device=gen_device).cpu()
+        if isinstance(self.path, VPPath):
+            cum = torch.cumsum(self.timestep_probabilities(), 0)
+            t = D.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
+            sigmas = self.path.sigmas_table[t]
+            timesteps = t.to(torch.int64)
+        else:
+            log_sigmas = self.density.icdf(u)
+            sigmas = torch.exp(log_sigmas)
+            timesteps = self.path.sigma_to_timesteps(sigmas).to(torch.float32)
+        levels = NoiseLevels(
+            timesteps=timesteps.to(out_device),
+            sigmas=sigmas.to(torch.float32).to(out_device),
+            log_snr=(-2.0 * torch.log(sigmas)).to(torch.float32).to(out_device),
+        )
+        levels.loss_weights = self._importance_weights(sigmas, levels)
+        return levels
+
+    def _importance_weights(self, sigmas: torch.Tensor, levels: NoiseLevels):
+        return None
+
+    def add_noise(self, x0: torch.Tensor, noise: torch.Tensor, levels: NoiseLevels) -> torch.Tensor:
+        """Noisy sample ``a·x0 + b·noise`` for (B, ...) ``x0`` and ``noise`` at ``levels``; x0's dtype.
+
+        Correct on all three paths without grid lookups: EDM ``x0 + σ·ε``, VP
+        ``sqrt(ᾱ_t)·x0 + sqrt(1 − ᾱ_t)·ε``, flow ``(1 − s)·x0 + s·ε``.
+
+        Raises:
+            ValueError: when shapes of ``x0``, ``noise`` and ``levels`` disagree.
+        """
+        if x0.shape != noise.shape:
+            raise ValueError(f"noise: shape {tuple(noise.shape)} differs from x0's {tuple(x0.shape)}")
+        if x0.shape[0] != len(levels):
+            raise ValueError(f"levels: {len(levels)} levels for a batch of {x0.shape[0]} samples")
+        if isinstance(self.path, VPPath):
+            # exact table values, not the float32-rounded sigmas
+            ac = self.path.alphas_cumprod.to(torch.float64)[levels.timesteps.cpu()]
+            a, b = ac.sqrt(), (1 - ac).sqrt()
+            shape = (-1,) + (1,) * (x0.ndim - 1)
+            return a.to(x0).view(shape) * x0 + b.to(x0).view(shape) * noise
+        return self.path.add_noise(x0, noise, levels.sigmas.to(torch.float64))
+
+    # -- statistics -------------------------------------------------------------------------
+    def _validated_errors(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> torch.Tensor:
+        """Check a (B,) loss against ``levels`` and convert it to the x0-space error (float64)."""
+        if not isinstance(levels, NoiseLevels):
+            raise TypeError(f"levels: expected the NoiseLevels returned by sample(), got {type(levels).__name__}")
+        if not torch.is_tensor(per_sample_loss) or not per_sample_loss.is_floating_point():
+            raise TypeError("per_sample_loss: expected a floating-point tensor of shape (batch_size,)")
+        if per_sample_loss.ndim != 1:
+            raise ValueError(
+                f"per_sample_loss: expected shape (batch_size,), got {tuple(per_sample_loss.shape)}; "
+                "reduce over all but the batch dimension first (e.g. loss.mean(dim=list(range(1, loss.ndim))))"
+            )
+        if per_sample_loss.shape[0] != len(levels):
+            raise ValueError(f"per_sample_loss: {per_sample_loss.shape[0]} losses for {len(levels)} levels")
+        loss = per_sample_loss.detach().to("cpu", torch.float64)
+        if bool((loss < 0).any()):
+            raise ValueError("per_sample_loss: squared errors must be >= 0, got a negative value")
+        factor = x0_error_factor(self.prediction_type, levels.sigmas.detach().cpu().to(torch.float64), sigma_data=self.sigma_data)
+        with torch.no_grad():
+            # 0·inf (an exact ε error at σ = inf) must count as non-finite, not as a value
+            return torch.where(torch.isfinite(factor), factor * loss, torch.full_like(loss, math.inf))
+
+    def update(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> None:
+        """Record the (B,) unweighted per-sample loss in the model's own parameterization.
+
+        Fixed-density samplers only validate it. Raises ``ValueError``/``TypeError`` on a loss that
+        is negative, of the wrong shape or not matching ``levels``. NaN/inf losses are ignored
+        (adaptive samplers count them).
+        """
+        self._validated_errors(levels, per_sample_loss)
+
+    def step(self) -> None:
+        """Call once per optimizer step (not per micro-batch)."""
+        self.optimizer_step += 1
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Tensors, numbers, strings and None for an exact resume; written without pickle by
+        :func:`~diffusers_infonoise.schedule_io.save_sampler_state` (safetensors + JSON)."""
+        return {"name": self.name, "optimizer_step": self.optimizer_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("name") != self.name:
+            raise ValueError(f"state_dict: saved by a {state.get('name')!r} sampler, this is a {self.name!r} sampler")
+        self.optimizer_step = int(state["optimizer_step"])
+
+    def describe(self) -> dict:
+        """Plain-JSON summary (name, path, parameterization, density) for logs and model cards."""
+        return {
+            "name": self.name,
+            "path": self.path.config(),
+            "prediction_type": self.prediction_type,
+            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
+            "snr_gamma": self.snr_gamma,
+        }
