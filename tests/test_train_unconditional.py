@@ -468,7 +468,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
         acc.Reload()
         for kind in tags:
             tags[kind] |= set(acc.Tags()[kind])
-    assert {"loss", "lr", "infonoise/num_updates"} <= tags["scalars"], tags
+    assert {"train_loss", "lr", "step_time_s", "infonoise/num_updates"} <= tags["scalars"], tags  # the keys of every script
     assert any(t.startswith("loss_q") for t in tags["scalars"]), tags
     assert {"infonoise/schedule", "infonoise/drawn_levels", "samples"} <= tags["images"], tags
     # (plots at the first refresh, then at most every --schedule_plot_steps 2 steps: 2 and 4, not 3)

@@ -32,34 +32,26 @@ from diffusers import (
     UNet2DModel,
 )
 from diffusers.training_utils import EMAModel
-from tqdm.auto import tqdm
 
 from diffusers_infonoise.data import decode_sequences, one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
     AugmentedImageDataset,
     EpochShuffleSampler,
-    ScheduleMonitor,
     add_common_training_args,
     add_noise_sampler_args,
-    backward_and_step,
     build_noise_sampler,
-    finish_micro_batch,
     load_image_dataset,
     make_optimizer_and_lr_scheduler,
-    maybe_save_checkpoint,
-    optimizer_steps_per_epoch,
     per_sample_mse,
     push_output_dir,
     register_sampler_checkpointing,
     render_model_card,
-    resume_training_state,
+    run_training_loop,
     save_image_grid,
     show_noise_schedule,
-    size_warmup_to_run,
     tracker_config,
     training_target,
-    weighted_loss,
 )
 
 logger = get_logger(__name__, log_level="INFO")
@@ -244,14 +236,9 @@ def main(argv=None):
                        power=args.ema_power, model_cls=model_cls, model_config=model.config)
     steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
     max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
-    num_epochs = math.ceil(max_steps / max(1, steps_per_epoch))
     optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, model.parameters(), max_steps=max_steps,
                                                               num_processes=accelerator.num_processes)
     model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
-    # The prepared loader's per-process length can differ from the estimate above (uneven sharding):
-    # size the epoch loop from it so that max_steps is always reached.
-    num_epochs = math.ceil(max_steps / optimizer_steps_per_epoch(args, dataloader))
-    size_warmup_to_run(sampler, max_steps)
     if ema is not None:
         ema.to(accelerator.device)
 
@@ -259,65 +246,36 @@ def main(argv=None):
     draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
     register_sampler_checkpointing(accelerator, sampler, draw_gen)
     _register_model_hooks(accelerator, ema, model_cls)
-
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
-    total_batch = args.train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
-    logger.info(f"***** Running training: {len(dataset)} examples, {num_epochs} epochs, {max_steps} optimizer steps, "
-                f"total batch {total_batch}, sampler {sampler.name}, path {sampler.path.kind} *****")
-
-    global_step, first_epoch, skip_batches = resume_training_state(accelerator, args, sampler, dataloader)
-
-    monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
-    progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
     num_inference_steps = args.num_inference_steps or {"ddpm": args.ddpm_num_inference_steps, "edm": 40, "flow": 50}[args.diffusion]
 
-    for epoch in range(first_epoch, num_epochs):
-        model.train()
-        order.set_epoch(epoch)
-        if hasattr(dataset, "set_epoch"):
-            dataset.set_epoch(epoch)
-        loader = accelerator.skip_first_batches(dataloader, skip_batches) if epoch == first_epoch and skip_batches else dataloader
-        for x0 in loader:
-            with accelerator.accumulate(model):
-                levels = sampler.sample(x0.shape[0], generator=draw_gen, device=x0.device)
-                noise = torch.randn_like(x0)
-                noisy = sampler.add_noise(x0, noise, levels)
-                pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
-                per_sample = per_sample_mse(pred, training_target(sampler, noise_scheduler, x0, noise, levels))
-                loss = weighted_loss(sampler, levels, per_sample)
-                backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                                  params=model.parameters())
-            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=model.parameters()):
-                continue
-            global_step += 1
-            progress.update(1)
-            logs = {"loss": loss.detach().item(), "lr": lr_scheduler.get_last_lr()[0], "step": global_step}
-            if ema is not None:
-                logs["ema_decay"] = ema.cur_decay_value
-            logs.update(monitor.after_step(accelerator, global_step))
-            progress.set_postfix(loss=f"{logs['loss']:.4f}", step=global_step)
-            accelerator.log(logs, step=global_step)
-            maybe_save_checkpoint(accelerator, args, global_step)
-            if global_step >= max_steps:
-                break
-        skip_batches = 0
-        last = global_step >= max_steps or epoch == num_epochs - 1
-        if accelerator.is_main_process and (epoch + 1) % args.save_model_epochs == 0 and not last:
+    def compute_loss(x0, levels):
+        noise = torch.randn_like(x0)
+        noisy = sampler.add_noise(x0, noise, levels)
+        pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
+        return per_sample_mse(pred, training_target(sampler, noise_scheduler, x0, noise, levels))
+
+    def on_epoch_end(epoch, global_step, last):
+        if not accelerator.is_main_process:
+            return
+        if (epoch + 1) % args.save_model_epochs == 0 and not last:
             _save_pipeline(accelerator.unwrap_model(model), ema, noise_scheduler, sampler, args.output_dir)
-        if accelerator.is_main_process and ((epoch + 1) % args.save_images_epochs == 0 or last):
+        if (epoch + 1) % args.save_images_epochs == 0 or last:
             grid = _sample_grid(accelerator.unwrap_model(model), ema, noise_scheduler, args, num_inference_steps,
                                 os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}"))
             if not args.sequence_column:
                 _log_samples(accelerator, grid, global_step)
-        if last:
-            break
 
+    epoch_setters = [order] + ([dataset] if hasattr(dataset, "set_epoch") else [])
+    result = run_training_loop(accelerator, args, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                               dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler, draw_gen=draw_gen,
+                               compute_loss=compute_loss, params_to_clip=list(model.parameters()), ema=ema,
+                               on_epoch_end=on_epoch_end)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        _save_final(args, accelerator.unwrap_model(model), ema, noise_scheduler, sampler, global_step, total_batch,
-                    channels, num_inference_steps)
-    progress.close()
+        _save_final(args, accelerator.unwrap_model(model), ema, noise_scheduler, sampler, result["global_step"],
+                    result["total_batch_size"], channels, num_inference_steps)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

@@ -148,24 +148,44 @@ def training_length(args, dataloader) -> tuple[int, int, int]:
     """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
     (:func:`optimizer_steps_per_epoch`)."""
     steps_per_epoch = optimizer_steps_per_epoch(args, dataloader)
-    max_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
+    # diffusers' names: --num_train_epochs in the text-to-image scripts, --num_epochs in train_unconditional
+    epochs = args.num_train_epochs if hasattr(args, "num_train_epochs") else args.num_epochs
+    max_steps = args.max_train_steps or epochs * steps_per_epoch
     return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
+
+
+def _batch_size(batch) -> int:
+    if torch.is_tensor(batch):
+        return batch.shape[0]
+    if isinstance(batch, dict):
+        return next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
+    return _batch_size(batch[0])
 
 
 def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
                       sampler: TrainingTimestepSampler, draw_gen: torch.Generator, compute_loss: Callable,
-                      params_to_clip, ema=None, validate: Callable | None = None) -> dict:
-    """The text-to-image training loop, resume included; returns ``{"global_step", "step_times"}``.
+                      params_to_clip, ema=None, validate: Callable | None = None,
+                      on_epoch_end: Callable | None = None) -> dict:
+    """The one training loop of every script, resume included.
 
     Per micro-batch: levels from ``sampler`` → ``compute_loss(batch, levels)`` gives the (B,)
     unweighted per-sample loss in the sampler's parameterization → the user's loss weighting
     (:func:`weighted_loss`) → backward, clip, optimizer. The sampler then gets the unweighted loss
-    (``sampler.update``) and, once per optimizer step, ``sampler.step()``. ``validate(step)`` runs on
-    the main process every ``--validation_epochs`` epochs (with the EMA weights when there is an EMA).
-    ``step_times`` holds the wall time of each optimizer step (data loading included).
+    (``sampler.update``) and, once per optimizer step, ``sampler.step()``. Logged every optimizer
+    step: ``train_loss`` (mean over processes and accumulation), ``lr``, ``step_time_s``,
+    ``ema_decay`` with an EMA, the loss per noise-level quartile and the schedule's scalars.
 
     Args:
+        batch: a tensor, a tuple whose first item is one, or a dict of them (the batch size is read from it).
         epoch_setters: objects with ``set_epoch`` (dataset and batch order), called at each epoch.
+        validate: ``validate(step)`` on the main process every ``--validation_epochs`` epochs, with the EMA
+            weights when there is an EMA (text-to-image).
+        on_epoch_end: ``on_epoch_end(epoch, global_step, last)`` on every process after each epoch
+            (``last``: the run ends after it).
+
+    Returns:
+        ``{"global_step", "step_times", "total_batch_size", "max_steps"}``; ``step_times`` holds the wall
+        time of each optimizer step (data loading included).
     """
     import time
 
@@ -196,7 +216,7 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
             obj.set_epoch(epoch)
         for batch in loader:
             with accelerator.accumulate(model):
-                levels = sampler.sample(batch["pixel_values"].shape[0], generator=draw_gen, device=accelerator.device)
+                levels = sampler.sample(_batch_size(batch), generator=draw_gen, device=accelerator.device)
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
                 train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / args.gradient_accumulation_steps
@@ -207,6 +227,8 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
             global_step += 1
             progress.update(1)
             logs = {"train_loss": train_loss, "lr": lr_scheduler.get_last_lr()[0]}
+            if ema is not None:
+                logs["ema_decay"] = ema.cur_decay_value
             train_loss = 0.0
             logs.update(monitor.after_step(accelerator, global_step))
             now = time.perf_counter()
@@ -223,10 +245,14 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
             with ema_weights(ema, params_to_clip):
                 validate(global_step)
             last = time.perf_counter()
-        if global_step >= max_steps:
+        done = global_step >= max_steps or epoch == num_epochs - 1
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, global_step, done)
+            last = time.perf_counter()
+        if done:
             break
     progress.close()
-    return {"global_step": global_step, "step_times": step_times, "total_batch_size": total_batch}
+    return {"global_step": global_step, "step_times": step_times, "total_batch_size": total_batch, "max_steps": max_steps}
 
 
 class ema_weights:
