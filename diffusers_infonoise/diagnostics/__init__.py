@@ -32,64 +32,11 @@ only by the functions that need them.
 from __future__ import annotations
 
 from ..generation import call_model  # noqa: F401  (kept here for callers of diagnostics.call_model)
-from .allocations import (  # noqa: F401
-    allocation,
-    compare_allocations,
-    profile_window,
-    total_variation,
-    wasted_mass,
-    window_mass,
-)
-from .empirical import profile_from_dataset  # noqa: F401
-from .grid import (  # noqa: F401
-    DEFAULT_SIGMA_RANGE,
-    Allocation,
-    Profile,
-    grid_edges,
-    log_sigma_grid,
-    normalize_density,
-)
-from .plotting import (  # noqa: F401
-    plot_allocations,
-    plot_level_histogram,
-    plot_profile,
-    plot_schedule,
-)
-from .profiles import (  # noqa: F401
-    analytic_mmse_gaussian,
-    analytic_mmse_two_point,
-    default_objective,
-    load_learned_sampler,
-    make_denoise_fn,
-    profile_from_errors,
-    profile_from_model,
-)
+from . import allocations, empirical, grid, plotting, profiles
+from .allocations import *  # noqa: F401,F403
+from .empirical import *  # noqa: F401,F403
+from .grid import *  # noqa: F401,F403
+from .plotting import *  # noqa: F401,F403
+from .profiles import *  # noqa: F401,F403
 
-__all__ = [
-    "profile_from_dataset",
-    "DEFAULT_SIGMA_RANGE",
-    "grid_edges",
-    "log_sigma_grid",
-    "normalize_density",
-    "Profile",
-    "Allocation",
-    "default_objective",
-    "load_learned_sampler",
-    "profile_from_errors",
-    "make_denoise_fn",
-    "profile_from_model",
-    "profile_from_dataset",
-    "analytic_mmse_gaussian",
-    "analytic_mmse_two_point",
-    "allocation",
-    "profile_window",
-    "window_mass",
-    "wasted_mass",
-    "total_variation",
-    "compare_allocations",
-    "plot_schedule",
-    "plot_level_histogram",
-    "plot_allocations",
-    "plot_profile",
-    "call_model",
-]
+__all__ = [*grid.__all__, *profiles.__all__, *empirical.__all__, *allocations.__all__, *plotting.__all__, "call_model"]
