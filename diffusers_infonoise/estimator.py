@@ -33,6 +33,7 @@ __all__ = [
     "ProfileEstimator",
     "GateResult",
     "GATE_RULES",
+    "parse_gate",
     "automatic_gate_pivot",
     "profile_gate_pivot",
     "data_grid_pivot",
@@ -62,6 +63,26 @@ class GateResult:
     source: str
     reason: str = ""
     auto_pivot: float | None = None
+
+
+def parse_gate(text: str) -> str | float | None:
+    """A ``gate`` value from text (command lines): a rule of :data:`GATE_RULES`, ``none``/``off`` (no
+    gate) or a positive float pivot (VE σ).
+
+    Raises:
+        ValueError: anything else, naming the accepted values.
+    """
+    if text.lower() in ("none", "off"):
+        return None
+    if text in GATE_RULES:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"accepted values: {', '.join(GATE_RULES)}, none, or a positive float pivot (VE sigma); got {text!r}")
+    return value
 
 
 def automatic_gate_pivot(sigmas: torch.Tensor, m_hat: torch.Tensor, threshold: float = AUTO_GATE_THRESHOLD) -> float:

@@ -7,6 +7,7 @@ import argparse
 import logging
 import math
 
+from ..estimator import parse_gate
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
 from .datasets import DEFAULT_CAPTIONED_DATASET
 
@@ -24,20 +25,10 @@ __all__ = [
 
 
 def _gate_arg(value: str):
-    from ..estimator import GATE_RULES
-
-    if value.lower() in ("none", "off"):
-        return None
-    if value in GATE_RULES:
-        return value
     try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"accepted values: {', '.join(GATE_RULES)}, none, or a positive float pivot (VE sigma); got {value!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"the pivot must be > 0, got {value}")
-    return v
+        return parse_gate(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _cap_arg(value: str):

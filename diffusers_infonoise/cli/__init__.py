@@ -1,0 +1,179 @@
+"""The ``infonoise`` command: inspect learned schedules and see where a schedule spends compute.
+
+Subcommands (``infonoise SUBCOMMAND --help`` for each):
+
+* ``show PATH_OR_REPO``: the learned InfoNoise schedule stored in a scheduler config (a pipeline
+  directory, a scheduler directory, a ``scheduler_config.json`` or payload JSON file, or a Hub
+  repository id read through ``huggingface_hub``, which serves cached repositories offline).
+* ``profile --model PATH --dataset NAME_OR_PATH``: the entropy-rate profile of a saved pipeline's
+  model on probe data, with named schedules' effective allocations overlaid (the paper's Figure 4);
+  writes ``profile.png`` and ``profile.json``.
+* ``dataset-profile --dataset NAME_OR_PATH``: the optimal-empirical-denoiser profile of a data set.
+* ``compare --samplers a,b --scheduler PATH``: effective allocations side by side, no data needed.
+
+All noise levels are VE σ (METHOD.md §1). Errors a user can fix (a path without a learned schedule,
+an unknown sampler name, a model that does not fit the data or scheduler, an uncached Hub repo while
+offline) print one line ``infonoise SUBCOMMAND: error: ...`` and exit with status 2; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from ..generation import EDM_TIMESTEP_SCALE
+from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_profile, _cmd_show
+from .loading import _DEFAULT_SAMPLERS, CLIError, _gate_arg, _one_line
+
+__all__ = ["main", "CLIError"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def _add_objective_args(p: argparse.ArgumentParser) -> None:
+    from ..weighting import LOSS_WEIGHTINGS, PREDICTION_TYPES
+
+    p.add_argument(
+        "--loss-weighting",
+        default="auto",
+        choices=("auto",) + tuple(LOSS_WEIGHTINGS),
+        help="the training loss's weighting, for w(sigma) in phi = pi*w (METHOD.md section 4). auto: a stored "
+        "schedule's, else edm on EDM schedulers and none on VP/flow (default: auto)",
+    )
+    p.add_argument("--prediction-type", default=None, choices=tuple(PREDICTION_TYPES),
+                   help="the loss parameterization (default: the scheduler's convention)")
+    p.add_argument("--snr-gamma", type=_positive_float, default=None, help="gamma of --loss-weighting min_snr")
+    p.add_argument("--mu", type=float, default=None,
+                   help="flow schedulers with use_dynamic_shifting: the mu of set_timesteps (a static shift of exp(mu)); "
+                   "default: the stored schedule's shift")
+
+
+def _add_hub_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) for a repo id")
+    p.add_argument("--cache-dir", default=None, help="Hugging Face cache directory (default: the hub's own)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..samplers import SAMPLER_NAMES
+
+    parser = argparse.ArgumentParser(
+        prog="infonoise",
+        description="Inspect InfoNoise schedules and see where a training-noise schedule spends compute. "
+        "Noise levels are VE sigma throughout.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    sub.required = True
+    samplers_help = f"comma-separated sampler names; accepted: {', '.join(SAMPLER_NAMES)}"
+
+    p = sub.add_parser("show", help="print (and plot) the learned schedule stored in a scheduler config",
+                       description="Print the learned InfoNoise schedule of a pipeline directory (scheduler/scheduler_config.json), "
+                       "a scheduler directory, a JSON file (scheduler config or schedule payload) or a Hub repo id "
+                       "(read through huggingface_hub; cached repos work offline).")
+    p.add_argument("path", metavar="PATH_OR_REPO")
+    p.add_argument("--plot", metavar="FILE", default=None, help="also draw the schedule (pi, base, rho_hat, phi) to FILE (PNG/PDF/SVG)")
+    p.add_argument("--rows", type=_positive_int, default=16, help="rows of the per-bin table (default 16)")
+    _add_hub_args(p)
+    p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("profile", help="entropy-rate profile of a saved pipeline's model on data (paper Figure 4)",
+                       description="Measure the unweighted x0-space error of a saved pipeline's model on a log-sigma grid, form the "
+                       "entropy-rate profile rho_hat and overlay the effective allocations phi = pi*w of named schedules. "
+                       "Writes OUTPUT/profile.png and OUTPUT/profile.json. Probe images are scaled to [-1, 1].")
+    p.add_argument("--model", required=True, metavar="PATH", help="pipeline directory saved with save_pretrained (unet/ + scheduler/)")
+    p.add_argument("--model-subfolder", default=None, help="model subfolder (default: unet or transformer, whichever exists)")
+    p.add_argument("--scheduler", default=None, metavar="PATH", help="scheduler config to use instead of the pipeline's")
+    p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
+    p.add_argument("--split", default="test", help="data split (default: test)")
+    p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
+    p.add_argument("--num-samples", type=_positive_int, default=256, help="probe samples (default 256)")
+    p.add_argument("--samplers", default=_DEFAULT_SAMPLERS,
+                   help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)")
+    p.add_argument("--output", default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)")
+    p.add_argument("--num-levels", type=_positive_int, default=32,
+                   help="grid points in log sigma (default 32; a stored schedule's bins when present)")
+    p.add_argument("--num-noise-draws", type=_positive_int, default=2, help="noise draws per probe sample and level (default 2)")
+    p.add_argument("--batch-size", type=_positive_int, default=128, help="model batch size (default 128)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
+    p.add_argument("--edm-timestep-scale", type=_positive_float, default=EDM_TIMESTEP_SCALE,
+                   help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
+                   f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
+                   "1 for models trained on raw c_noise)")
+    p.add_argument("--gate", type=_gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_objective_args(p)
+    p.set_defaults(func=_cmd_profile)
+
+    p = sub.add_parser("dataset-profile", help="optimal-empirical-denoiser profile of a data set (no network)",
+                       description="The entropy-rate profile of the optimal empirical denoiser of a finite data set (METHOD.md "
+                       "section 2). Pixels are scaled to [-1, 1]. For small data sets it describes memorisation.")
+    p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
+    p.add_argument("--split", default="train", help="data split (default: train)")
+    p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
+    p.add_argument("--max-samples", type=_positive_int, default=None, help="use a random subset of this many samples")
+    p.add_argument("--num-levels", type=_positive_int, default=32, help="grid points in log sigma (default 32)")
+    p.add_argument("--sigma-min", type=_positive_float, default=0.002, help="smallest VE sigma (default 0.002)")
+    p.add_argument("--sigma-max", type=_positive_float, default=80.0, help="largest VE sigma (default 80)")
+    p.add_argument("--num-noise-draws", type=_positive_int, default=256, help="Monte Carlo queries per level (default 256)")
+    p.add_argument("--chunk-size", type=_positive_int, default=4096, help="data points per block of the streaming pass (default 4096)")
+    p.add_argument("--device", default=None, help="torch device (default cpu)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--gate", type=_gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (default auto)")
+    p.add_argument("--output", default=None, metavar="DIR", help="write DIR/dataset_profile.json and .png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_dataset_profile)
+
+    p = sub.add_parser("compare", help="effective allocations of named schedules side by side (no data)",
+                       description="Effective allocations phi = pi*w of named schedules on one scheduler's path; compared with "
+                       "the stored profile rho_hat when the scheduler carries a learned schedule.")
+    p.add_argument("--samplers", required=True, help=samplers_help)
+    p.add_argument("--scheduler", required=True, metavar="PATH",
+                   help="pipeline or scheduler directory, scheduler JSON, Hub repo id, or edm / ddpm / flow (default configs)")
+    p.add_argument("--num-levels", type=_positive_int, default=64, help="grid points (default 64; a stored schedule's bins when present)")
+    p.add_argument("--plot", metavar="FILE", default=None, help="draw the allocations to FILE")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the allocations to FILE")
+    _add_objective_args(p)
+    _add_hub_args(p)
+    p.set_defaults(func=_cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``infonoise`` command; returns the exit status (0 success, 2 user error).
+
+    ``--help`` and argument-parsing errors exit through argparse (``SystemExit`` with 0 or 2).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.debug:
+        return args.func(args)
+    try:
+        return args.func(args)
+    except CLIError as err:
+        msg = str(err)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
+        # library errors name the argument and the accepted values; keep them to one line
+        msg = _one_line(err)
+    print(f"infonoise {args.command}: error: {msg}", file=sys.stderr)
+    return 2

@@ -1,0 +1,312 @@
+"""The ``infonoise`` subcommands: show, compare, dataset-profile, profile."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from .loading import (
+    CLIError,
+    _load_config,
+    _load_images,
+    _load_pipeline_parts,
+    _load_scheduler,
+    _objective,
+    _one_line,
+    _parse_samplers,
+    _scheduler_from_config,
+    _stored_and_grid,
+)
+
+
+def _fmt(v: float) -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    return f"{v:.3g}"
+
+
+def _window_text(density, log_sigma, central=0.9) -> str:
+    from ..diagnostics import profile_window
+
+    lo, hi = profile_window(density, log_sigma, central)
+    return f"{math.exp(lo):.3g}..{math.exp(hi):.3g}"
+
+
+def _mode_sigma(density, log_sigma) -> float:
+    import torch
+
+    return math.exp(float(log_sigma[int(torch.argmax(density))]))
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+
+
+def _cmd_show(args) -> int:
+    import torch
+
+    from .. import densities as D
+    from ..diagnostics import allocation, load_learned_sampler, normalize_density, total_variation, window_mass
+    from ..schedule_io import read_schedule
+
+    config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
+    from ..schedule_io import FORMAT
+
+    if config.get("format") != FORMAT and read_schedule(config) is None:
+        raise CLIError(
+            f"{where}: no learned InfoNoise schedule in this scheduler config (no '_infonoise_schedule' entry); "
+            "it was not saved by a run with an InfoNoise sampler"
+        )
+    scheduler = _scheduler_from_config(config, where)
+    payload = read_schedule(scheduler)
+    sampler = load_learned_sampler(scheduler)
+    x = sampler.estimator.centers
+    edges = sampler.edges
+    widths = edges[1:] - edges[:-1]
+    pi = normalize_density(D.bin_masses(sampler.density, edges) / widths, x)
+    base = normalize_density(D.bin_masses(sampler.base, edges) / widths, x)
+    phi = allocation(sampler, log_sigma=x).phi
+    rho = None
+    if payload.get("rho_hat") is not None and all(v is not None for v in payload["rho_hat"]):
+        rho = normalize_density(torch.tensor(payload["rho_hat"], dtype=torch.float64), x)
+    elif sampler.estimator.is_ready:
+        rho = sampler.profile()["rho_hat"]
+    path_cfg = payload["path"]
+    gate = payload.get("gate") or {}
+    hyper = payload.get("hyperparameters") or {}
+    out = [
+        f"InfoNoise schedule in {where}",
+        f"  scheduler        {type(scheduler).__name__}; path {path_cfg.get('kind')}, "
+        f"sigma {_fmt(path_cfg.get('sigma_min'))}..{_fmt(path_cfg.get('sigma_max'))} (VE)"
+        + (f", sigma_data {path_cfg['sigma_data']}" if "sigma_data" in path_cfg else "")
+        + (f", shift {path_cfg['shift']:.4g}" if "shift" in path_cfg else ""),
+        f"  loss             prediction_type={payload['prediction_type']}, loss_weighting={payload['loss_weighting']}"
+        + (f", snr_gamma={payload['snr_gamma']}" if payload.get("snr_gamma") is not None else ""),
+        f"  training         {payload['optimizer_steps']} optimizer steps, {payload.get('num_updates', '?')} schedule updates, "
+        f"adapted: {'yes' if payload.get('adapted', True) else 'no (still the base density)'}",
+        f"  gate             pivot {_fmt(gate.get('pivot'))} "
+        f"({gate.get('source', '?')}{': ' + gate['reason'] if gate.get('reason') else ''})",
+        "  hyperparameters  " + ", ".join(f"{k}={v}" for k, v in hyper.items()),
+        f"  base density     {json.dumps(payload.get('base'))}",
+        f"  package version  {payload.get('package_version', '?')}",
+        "",
+        "  densities per unit log sigma on the schedule's grid (mode sigma, central 90% window in sigma):",
+    ]
+    rows = [("pi (learned)", pi), ("base", base), ("phi = pi*w", phi)] + ([("rho_hat", rho)] if rho is not None else [])
+    for label, dens in rows:
+        out.append(f"    {label:<14} mode {_fmt(_mode_sigma(dens, x)):>8}   window {_window_text(dens, x)}")
+    if rho is not None:
+        out.append(
+            f"  phi vs rho_hat   {window_mass(phi, rho, x):.1%} of phi inside rho_hat's central 90% window; "
+            f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f} (floor {sampler.floor:g} in "
+            f"{sampler.floor_space}-space; METHOD.md section 5 wants <= floor + 0.02)"
+        )
+    out += ["", f"  {'log_sigma':>9} {'sigma':>9} {'pi':>9} {'base':>9} {'phi':>9}" + (f" {'rho_hat':>9}" if rho is not None else "")]
+    k = x.numel()
+    step = max(1, math.ceil(k / args.rows))
+    for i in range(0, k, step):
+        line = f"  {float(x[i]):9.3f} {math.exp(float(x[i])):9.3g} {float(pi[i]):9.4f} {float(base[i]):9.4f} {float(phi[i]):9.4f}"
+        if rho is not None:
+            line += f" {float(rho[i]):9.4f}"
+        out.append(line)
+    print("\n".join(out))
+    if args.plot:
+        from ..diagnostics import plot_schedule
+
+        plot_schedule(sampler, args.plot, title=f"learned schedule: {where}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    import torch
+
+    from ..diagnostics import allocation, normalize_density, total_variation, window_mass
+
+    names = _parse_samplers(args.samplers)
+    scheduler, where = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
+    pt, lw, sg = _objective(args, scheduler)
+    stored, x = _stored_and_grid(scheduler, args)
+    allocs = []
+    for name in names:
+        try:
+            allocs.append(allocation(name, scheduler, log_sigma=x, loss_weighting=lw, prediction_type=pt, snr_gamma=sg, mu=args.mu))
+        except ValueError as err:
+            raise CLIError(f"{name}: {_one_line(err)}") from None
+    rho = None
+    if stored is not None and stored.get("rho_hat") is not None and all(v is not None for v in stored["rho_hat"]):
+        rho = normalize_density(torch.tensor(stored["rho_hat"], dtype=torch.float64), x)
+    print(f"effective allocations phi = pi*w on {where} ({type(scheduler).__name__}); prediction_type={pt}, loss_weighting={lw}")
+    header = f"  {'sampler':<16} {'mode sigma':>10} {'phi 90% window (sigma)':>24}"
+    if rho is not None:
+        header += f" {'in rho_hat window':>18} {'TV to rho_hat':>14}"
+    print(header)
+    for a in allocs:
+        line = f"  {a.name:<16} {_fmt(_mode_sigma(a.phi, x)):>10} {_window_text(a.phi, x):>24}"
+        if rho is not None:
+            line += f" {window_mass(a.phi, rho, x):>18.1%} {total_variation(a.phi, rho, x):>14.3f}"
+        print(line)
+    if len(allocs) > 1:
+        print("  total variation between allocations:")
+        for i, a in enumerate(allocs):
+            for b in allocs[i + 1 :]:
+                print(f"    {a.name} vs {b.name}: {total_variation(a.phi, b.phi, x):.3f}")
+    if args.plot:
+        from ..diagnostics import plot_allocations
+
+        plot_allocations(allocs, args.plot, rho=rho, title=f"effective allocations · {type(scheduler).__name__} · weighting {lw}")
+        print(f"wrote {args.plot}")
+    if args.json:
+        _write_json(Path(args.json), {"scheduler": where, "allocations": {a.name: a.to_dict() for a in allocs}})
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_dataset_profile(args) -> int:
+    import torch
+
+    from ..diagnostics import plot_profile, profile_from_dataset
+
+    x, _ = _load_images(args.dataset, split=args.split, max_samples=args.max_samples, seed=args.seed, image_column=args.image_column)
+    gen = torch.Generator().manual_seed(args.seed)
+    prof = profile_from_dataset(
+        x,
+        num_levels=args.num_levels,
+        sigma_min=args.sigma_min,
+        sigma_max=args.sigma_max,
+        num_noise_draws=args.num_noise_draws,
+        chunk_size=args.chunk_size,
+        generator=gen,
+        device=args.device,
+        progress=not args.no_progress,
+        gate=args.gate,
+    )
+    prof.meta.update({"dataset": args.dataset, "split": args.split, "pixel_range": [-1.0, 1.0]})
+    _print_profile(prof, f"optimal-empirical-denoiser profile of {args.dataset} ({args.split}, {x.shape[0]} samples, pixels in [-1, 1])")
+    print(
+        "  note: the empirical denoiser knows every training point, so this profile describes memorisation of this finite "
+        "data set (METHOD.md section 7); it approaches the population profile only as the data set grows"
+    )
+    if args.output:
+        out = Path(args.output)
+        _write_json(out / "dataset_profile.json", {"profile": prof.to_dict()})
+        plot_profile(prof, (), out / "dataset_profile.png", title=f"empirical-denoiser profile · {args.dataset} ({x.shape[0]} samples)")
+        print(f"wrote {out / 'dataset_profile.json'} and {out / 'dataset_profile.png'}")
+    return 0
+
+
+def _print_profile(prof, title: str) -> None:
+    x = prof.log_sigma
+    print(title)
+    print(
+        f"  gate pivot {_fmt(prof.gate.pivot)} ({prof.gate.source}{': ' + prof.gate.reason if prof.gate.reason else ''}); "
+        f"rho_hat mode sigma {_fmt(_mode_sigma(prof.rho_hat, x))}, central 90% window {_window_text(prof.rho_hat, x)}"
+    )
+    print(f"  {'sigma':>9} {'mmse':>10} {'+-se':>9} {'mmse/s^2':>9} {'rho_hat':>9}")
+    for i in range(x.numel()):
+        se = float(prof.mmse_se[i]) if prof.mmse_se is not None else math.nan
+        print(f"  {math.exp(float(x[i])):9.4g} {float(prof.mmse[i]):10.4g} {_fmt(se):>9} {float(prof.q[i]):9.4f} "
+              f"{float(prof.rho_hat[i]):9.4f}")
+
+
+def _cmd_profile(args) -> int:
+    import torch
+
+    from ..diagnostics import (
+        allocation,
+        compare_allocations,
+        plot_profile,
+        profile_from_model,
+    )
+    from ..paths import scheduler_kind
+
+    names = _parse_samplers(args.samplers)
+    model, scheduler, where, subfolder = _load_pipeline_parts(args.model, args.model_subfolder, args.scheduler)
+    try:
+        scheduler_kind(scheduler)
+    except TypeError as err:
+        raise CLIError(f"model/scheduler mismatch: {_one_line(err)}") from None
+    cfg = model.config
+    if type(model).__name__ != "UNet2DModel":
+        raise CLIError(
+            f"--model: the command profiles pixel-space UNet2DModel pipelines; {type(model).__name__} needs conditioning "
+            "inputs: use diffusers_infonoise.diagnostics.profile_from_model with model_kwargs from Python"
+        )
+    x0, labels = _load_images(args.dataset, split=args.split, max_samples=args.num_samples, seed=args.seed, image_column=args.image_column)
+    in_ch = getattr(cfg, "in_channels", None)
+    if in_ch is not None and in_ch != x0.shape[1]:
+        raise CLIError(f"model/data mismatch: the model takes {in_ch} channel(s), the data set {args.dataset!r} has {x0.shape[1]}")
+    size = getattr(cfg, "sample_size", None)
+    size = tuple(size) if isinstance(size, (list, tuple)) else (size, size) if size else None
+    if size is not None and tuple(x0.shape[-2:]) != size:
+        print(f"note: resizing probe images from {tuple(x0.shape[-2:])} to the model's sample_size {size} (bilinear, antialiased)",
+              file=sys.stderr)
+        x0 = torch.nn.functional.interpolate(x0, size=size, mode="bilinear", antialias=True, align_corners=False).clamp(-1, 1)
+    model_kwargs = {}
+    if getattr(cfg, "num_class_embeds", None):
+        if labels is None:
+            raise CLIError("model/data mismatch: the model is class-conditional (num_class_embeds) but the data set has no 'label' column")
+        model_kwargs["class_labels"] = labels
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(device).eval()
+    pt, lw, sg = _objective(args, scheduler)
+    stored, x_grid = _stored_and_grid(scheduler, args)
+    gen = torch.Generator().manual_seed(args.seed)
+    try:
+        prof = profile_from_model(
+            model,
+            scheduler,
+            x0,
+            sigmas=torch.exp(x_grid),
+            prediction_type=pt,
+            loss_weighting=lw,
+            snr_gamma=sg,
+            model_kwargs=model_kwargs,
+            batch_size=args.batch_size,
+            num_noise_draws=args.num_noise_draws,
+            generator=gen,
+            device=device,
+            progress=not args.no_progress,
+            edm_timestep_scale=args.edm_timestep_scale,
+            mu=args.mu,
+            gate=args.gate,
+        )
+    except RuntimeError as err:
+        raise CLIError(f"model/scheduler mismatch: the model failed on a probe batch: {_one_line(err)}") from None
+    if stored is not None and "infonoise" not in names:
+        names.append("infonoise")
+    allocs = []
+    for name in names:
+        try:
+            allocs.append(allocation(name, scheduler, log_sigma=prof.log_sigma, loss_weighting=lw, prediction_type=pt, snr_gamma=sg,
+                                     mu=args.mu))
+        except ValueError as err:
+            raise CLIError(f"{name}: {_one_line(err)}") from None
+    summary = compare_allocations(prof, allocs)
+    prof.meta.update({"model_path": str(args.model), "model_subfolder": subfolder, "scheduler_source": where, "dataset": args.dataset,
+                      "split": args.split})
+    _print_profile(prof, f"entropy-rate profile of {args.model} ({type(model).__name__}, {type(scheduler).__name__}) on {args.dataset} "
+                         f"({x0.shape[0]} probe samples)")
+    print(f"  allocations (prediction_type={pt}, loss_weighting={lw}): share of phi inside rho_hat's 90% window, TV, "
+          "share where rho_hat < 1% of peak")
+    for a in allocs:
+        s = summary[a.name]
+        print(f"    {a.name:<16} {s['window_mass']:7.1%}   TV {s['total_variation']:.3f}   wasted {s['wasted_mass']:.1%}")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(
+        out / "profile.json",
+        {
+            "profile": prof.to_dict(),
+            "allocations": {a.name: a.to_dict() for a in allocs},
+            "summary": summary,
+            "settings": {k: v for k, v in vars(args).items() if k != "func"},
+        },
+    )
+    plot_profile(prof, allocs, out / "profile.png", title=f"profile of {Path(args.model).name} on {args.dataset} · weighting {lw}")
+    print(f"wrote {out / 'profile.json'} and {out / 'profile.png'}")
+    return 0

@@ -1,0 +1,281 @@
+"""Where the ``infonoise`` command finds things: scheduler configs (folders, files, Hub repos), the
+stored schedule, probe images, pipeline parts; and the arguments it parses into library values."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+_PIPELINE_SCHEDULER = ("scheduler", "scheduler_config.json")
+
+
+_SCHEDULER_FILE = "scheduler_config.json"
+
+
+#: scheduler shortcuts accepted by ``compare --scheduler`` (default diffusers configs)
+_SCHEDULER_SHORTCUTS = {
+    "edm": ("EDMEulerScheduler", {}),
+    "ddpm": ("DDPMScheduler", {}),
+    "flow": ("FlowMatchEulerDiscreteScheduler", {}),
+}
+
+
+_DEFAULT_SAMPLERS = "edm_lognormal,logit_normal,uniform,log_uniform"
+
+
+#: what is tried on the Hub when a spec is not a local path: "name" or "owner/name"
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _stored_and_grid(scheduler, args):
+    """``(payload or None, log-σ grid)``: a learned schedule's bin centres, else ``--num-levels``
+    points over the scheduler's path."""
+    from ..diagnostics import load_learned_sampler, log_sigma_grid
+    from ..paths import path_from_scheduler
+    from ..schedule_io import read_schedule
+
+    stored = read_schedule(scheduler)
+    if stored is not None:
+        return stored, load_learned_sampler(scheduler).estimator.centers
+    return stored, log_sigma_grid(path_from_scheduler(scheduler, mu=args.mu), args.num_levels)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as err:
+        raise CLIError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(data, dict):
+        raise CLIError(f"{path}: expected a JSON object")
+    return data
+
+
+def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> tuple[dict, str]:
+    """``scheduler/scheduler_config.json`` (a pipeline) or ``scheduler_config.json`` of a Hub repo."""
+    try:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            HFValidationError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        raise CLIError(f"{repo_id}: not a local path, and huggingface_hub is not installed to read it from the Hub") from None
+    offline_hint = False
+    for filename in ("/".join(_PIPELINE_SCHEDULER), _SCHEDULER_FILE):
+        try:
+            local = hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir)
+            return _read_json(Path(local)), f"{repo_id}:{filename}"
+        except HFValidationError:
+            raise CLIError(f"{repo_id}: no such local file or directory, and not a valid Hub repo id") from None
+        except LocalEntryNotFoundError:
+            # raised offline (HF_HUB_OFFLINE=1 or no connection) when the file is not in the cache
+            offline_hint = True
+            continue
+        except EntryNotFoundError:
+            continue
+        except RepositoryNotFoundError:
+            raise CLIError(f"{repo_id}: no such local path, and no such Hub repository (or it is private or gated)") from None
+        except RevisionNotFoundError:
+            raise CLIError(f"{repo_id}: revision {revision!r} not found on the Hub") from None
+        except OSError as err:  # network errors and other hub failures
+            raise CLIError(f"{repo_id}: could not read it from the Hub: {_one_line(err)}") from None
+    if offline_hint:
+        raise CLIError(
+            f"{repo_id}: not a local path, and not available offline: {'/'.join(_PIPELINE_SCHEDULER)} or {_SCHEDULER_FILE} "
+            "of this Hub repo is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE=1 or "
+            "no network); download it once online, or pass a local directory"
+        )
+    raise CLIError(f"{repo_id}: the Hub repo has no scheduler config (looked for {'/'.join(_PIPELINE_SCHEDULER)} and {_SCHEDULER_FILE})")
+
+
+def _load_config(spec: str, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
+    """``(config, where)`` for a pipeline dir, scheduler dir, JSON file or Hub repo id."""
+    p = Path(spec).expanduser()
+    if p.is_file():
+        return _read_json(p), str(p)
+    if p.is_dir():
+        for candidate in (p.joinpath(*_PIPELINE_SCHEDULER), p / _SCHEDULER_FILE):
+            if candidate.is_file():
+                return _read_json(candidate), str(candidate)
+        raise CLIError(f"{p}: no scheduler config in this directory (looked for {'/'.join(_PIPELINE_SCHEDULER)} and {_SCHEDULER_FILE})")
+    if spec.startswith((".", "/", "~")) or not _REPO_ID.fullmatch(spec):
+        raise CLIError(f"{spec}: no such file or directory")
+    return _hub_download(spec, revision, cache_dir)
+
+
+def _scheduler_from_config(config: dict, where: str):
+    """A diffusers scheduler instance from its config (``_class_name``); a bare InfoNoise payload is
+    wrapped into the scheduler its path implies (EDM or flow; VP needs the real config)."""
+    import diffusers
+
+    from ..schedule_io import CONFIG_KEY, FORMAT
+
+    if config.get("format") == FORMAT:  # a bare payload (e.g. written by a training script's logs)
+        path = config.get("path") or {}
+        kind = path.get("kind")
+        if kind == "ve":
+            sched = diffusers.EDMEulerScheduler(
+                sigma_min=path["sigma_min"], sigma_max=path["sigma_max"], sigma_data=path.get("sigma_data", 0.5)
+            )
+        elif kind == "flow":
+            sched = diffusers.FlowMatchEulerDiscreteScheduler(
+                num_train_timesteps=path.get("num_train_timesteps", 1000), shift=path.get("shift", 1.0)
+            )
+        else:
+            raise CLIError(
+                f"{where}: a bare schedule payload on a {kind!r} path cannot be shown without its scheduler's config "
+                "(the VP alphas_cumprod table is not stored); pass the scheduler directory or pipeline instead"
+            )
+        sched.register_to_config(**{CONFIG_KEY: config})
+        return sched
+    name = config.get("_class_name")
+    if not name:
+        raise CLIError(f"{where}: not a diffusers scheduler config (no _class_name) and not an InfoNoise schedule payload")
+    cls = getattr(diffusers, name, None)
+    if cls is None or not hasattr(cls, "from_config"):
+        raise CLIError(f"{where}: unknown scheduler class {name!r} (not in diffusers {diffusers.__version__})")
+    return cls.from_config(config)
+
+
+def _load_scheduler(spec: str, *, revision=None, cache_dir=None):
+    if spec.lower() in _SCHEDULER_SHORTCUTS:
+        import diffusers
+
+        name, kwargs = _SCHEDULER_SHORTCUTS[spec.lower()]
+        return getattr(diffusers, name)(**kwargs), f"default {name}"
+    config, where = _load_config(spec, revision=revision, cache_dir=cache_dir)
+    return _scheduler_from_config(config, where), where
+
+
+def _parse_samplers(text: str | None) -> list[str]:
+    from ..samplers import SAMPLER_NAMES
+
+    names = [s.strip() for s in (text or "").split(",") if s.strip()]
+    if not names:
+        raise CLIError("--samplers: give at least one sampler name")
+    unknown = [n for n in names if n not in SAMPLER_NAMES]
+    if unknown:
+        raise CLIError(f"--samplers: unknown sampler name(s) {', '.join(unknown)}; accepted: {', '.join(SAMPLER_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def _gate_arg(text: str):
+    from ..estimator import parse_gate
+
+    try:
+        return parse_gate(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _objective(args, scheduler) -> tuple[str, object, float | None]:
+    """Resolve ``--prediction-type``, ``--loss-weighting`` (``auto``) and ``--snr-gamma``."""
+    from ..diagnostics import default_objective
+
+    d_pred, d_weight, d_gamma = default_objective(scheduler)
+    pt = args.prediction_type or d_pred
+    if args.loss_weighting == "auto":
+        lw, sg = d_weight, (args.snr_gamma if args.snr_gamma is not None else d_gamma)
+    else:
+        lw, sg = args.loss_weighting, args.snr_gamma
+    return pt, lw, sg
+
+
+def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int, image_column: str = "image"):
+    """(N, C, H, W) float32 images scaled to [−1, 1] and (N,) int64 labels (or None)."""
+    import numpy as np
+    import torch
+
+    from ..data import is_builtin_dataset, load_builtin_arrays
+
+    if is_builtin_dataset(dataset):
+        images, labels = load_builtin_arrays(dataset, split, max_samples=max_samples, seed=seed)
+        x = torch.from_numpy(images.astype(np.float32))[:, None] / 127.5 - 1.0
+        return x, torch.from_numpy(labels)
+    p = Path(dataset).expanduser()
+    if not p.exists():
+        from ..data import BUILTIN_DATASETS
+
+        raise CLIError(f"--dataset: {dataset!r} is neither a built-in data set ({', '.join(BUILTIN_DATASETS)}) nor a local path")
+    try:
+        import datasets
+    except ImportError:
+        raise CLIError("--dataset: reading a local data set needs the 'datasets' package (pip install datasets)") from None
+    try:
+        ds = datasets.load_from_disk(str(p))
+    except (FileNotFoundError, ValueError) as err:
+        raise CLIError(f"--dataset: {p} is not a data set saved with datasets' save_to_disk ({_one_line(err)})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise CLIError(f"--split: {split!r} not in the data set; it has {', '.join(ds)}")
+        ds = ds[split]
+    if image_column not in ds.column_names:
+        raise CLIError(f"--image-column: {image_column!r} is not a column of {p}; columns: {', '.join(ds.column_names)}")
+    n = len(ds)
+    if max_samples is not None and max_samples < n:
+        idx = np.sort(np.random.default_rng(seed).permutation(n)[:max_samples])
+        ds = ds.select(idx.tolist())
+    arrays = []
+    for item in ds[image_column]:
+        a = np.asarray(item, dtype=np.float32)
+        if a.ndim == 2:
+            a = a[None]
+        elif a.ndim == 3 and a.shape[-1] in (1, 3, 4) and a.shape[0] not in (1, 3):
+            a = np.moveaxis(a, -1, 0)
+        arrays.append(a)
+    shapes = {a.shape for a in arrays}
+    if len(shapes) != 1:
+        raise CLIError(f"--dataset: images of different shapes {sorted(shapes)[:3]}...; resize them to one size first")
+    x = torch.from_numpy(np.stack(arrays))
+    if float(x.max()) > 1.5:  # uint8-like pixels
+        x = x / 127.5 - 1.0
+    labels = None
+    if "label" in ds.column_names:
+        labels = torch.as_tensor(ds["label"], dtype=torch.int64)
+    return x.float(), labels
+
+
+def _one_line(err) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _load_pipeline_parts(model_path: str, model_subfolder: str | None, scheduler_spec: str | None):
+    import diffusers
+
+    p = Path(model_path).expanduser()
+    if not p.exists():
+        raise CLIError(f"--model: {model_path}: no such directory (give a pipeline saved with save_pretrained)")
+    subfolder = model_subfolder
+    if subfolder is None:
+        for cand in ("unet", "transformer"):
+            if (p / cand / "config.json").is_file():
+                subfolder = cand
+                break
+    model_dir = p / subfolder if subfolder else p
+    if not (model_dir / "config.json").is_file():
+        raise CLIError(f"--model: no model config.json under {p} (looked in unet/, transformer/ and the directory itself)")
+    cfg = _read_json(model_dir / "config.json")
+    cls = getattr(diffusers, cfg.get("_class_name", ""), None)
+    if cls is None:
+        raise CLIError(f"--model: unknown model class {cfg.get('_class_name')!r} in {model_dir / 'config.json'}")
+    try:
+        model = cls.from_pretrained(str(model_dir))
+    except (OSError, ValueError, RuntimeError) as err:
+        raise CLIError(f"--model: could not load {cls.__name__} from {model_dir}: {_one_line(err)}") from None
+    if scheduler_spec is None:
+        if not p.joinpath(*_PIPELINE_SCHEDULER).is_file():
+            raise CLIError(f"--model: {p} has no scheduler/scheduler_config.json; pass --scheduler")
+        scheduler_spec = str(p)
+    scheduler, where = _load_scheduler(scheduler_spec)
+    return model, scheduler, where, subfolder
