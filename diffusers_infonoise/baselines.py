@@ -4,12 +4,9 @@ sampler that draws from one (:class:`FixedDensitySampler`); also the warm-up and
 from __future__ import annotations
 
 import logging
-import math
-
-import torch
 
 from . import densities as D
-from .paths import FlowPath, NoisePath, VEPath, VPPath
+from .paths import NoisePath
 from .sampler_base import TrainingTimestepSampler
 
 logger = logging.getLogger(__name__)
@@ -37,10 +34,6 @@ class FixedDensitySampler(TrainingTimestepSampler):
         return {**super().describe(), "density": self._density.describe()}
 
 
-def _flow_offset(path: NoisePath) -> float:
-    return math.log(path.shift) if isinstance(path, FlowPath) else 0.0
-
-
 def base_density(name: str, path: NoisePath, **params) -> D.Density:
     """The fixed density of a baseline sampler on ``path``, per unit log σ (VE σ).
 
@@ -61,15 +54,11 @@ def base_density(name: str, path: NoisePath, **params) -> D.Density:
             raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(defaults) or 'none'}")
         return {**defaults, **params}
 
-    off = _flow_offset(path)
+    off = path.log_shift
     lo, hi = path.log_sigma_range
     if name == "uniform":
         take()
-        if isinstance(path, VPPath):
-            return D.Piecewise(path.cell_edges(), torch.ones(path.num_train_timesteps, dtype=torch.float64))
-        if isinstance(path, FlowPath):
-            return D.Shifted(D.Logistic(0.0), off)
-        return D.KarrasRamp(path.sigma_min, path.sigma_max)
+        return path.uniform_density()
     if name == "edm_lognormal":
         p = take(P_mean=-1.2, P_std=1.2)
         return D.Normal(p["P_mean"], p["P_std"])
@@ -83,7 +72,7 @@ def base_density(name: str, path: NoisePath, **params) -> D.Density:
         take()
         return D.Uniform(lo, hi)
     if name == "cosine":
-        p = take(sigma_data=path.sigma_data if isinstance(path, VEPath) else 1.0)
+        p = take(sigma_data=path.data_scale or 1.0)
         return D.Cosine(p["sigma_data"])
     raise ValueError(f"name: unknown base density {name!r}; accepted: {', '.join(_FIXED_NAMES)}")
 

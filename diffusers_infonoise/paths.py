@@ -82,6 +82,35 @@ class NoisePath:
         """True when the model takes integer timesteps (VP), so draws are cell masses (§5.8)."""
         return False
 
+    @property
+    def data_scale(self) -> float | None:
+        """σ_data of the path's preconditioning (EDM), ``None`` where the path has none."""
+        return None
+
+    @property
+    def log_shift(self) -> float:
+        """``log(shift)``: how far the path translates base densities on the log-σ axis (flow's shift; 0 elsewhere)."""
+        return 0.0
+
+    def uniform_density(self):
+        """The path's "uniform" training density per unit log σ (``make_sampler("uniform")``)."""
+        raise NotImplementedError
+
+    def exact_scale_factors(self, timesteps: torch.Tensor, sigmas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, b)`` (float64, CPU) at drawn levels from the exact native values (VP: the ᾱ table at the
+        integer ``timesteps``, not the float32-rounded ``sigmas``)."""
+        return self.scale_factors(_as_f64(sigmas).detach().cpu())
+
+    def exact_add_noise(self, x0: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor, sigmas: torch.Tensor) -> torch.Tensor:
+        """``a·x0 + b·noise`` at drawn levels (:meth:`exact_scale_factors`); output has x0's dtype."""
+        a, b = self.exact_scale_factors(timesteps, sigmas)
+        return _broadcast_to(a.to(x0.device), x0) * x0 + _broadcast_to(b.to(x0.device), x0) * noise.to(x0.dtype)
+
+    def grid_levels(self, sigmas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The levels of a requested (K,) VE σ grid that the path can take: ``(sigmas, timesteps)``,
+        float64 σ and native timesteps (VP: snapped to the distinct finite table steps, sorted)."""
+        return _as_f64(sigmas).clone(), self.sigma_to_timesteps(sigmas).to(torch.float32)
+
     def scale_factors(self, sigmas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(a, b)`` of ``x = a·x0 + b·ε`` at VE σ; shapes as ``sigmas``; safe at σ = inf."""
         raise NotImplementedError
@@ -131,6 +160,15 @@ class VEPath(NoisePath):
     def config(self):
         return {**super().config(), "sigma_data": float(self.sigma_data)}
 
+    @property
+    def data_scale(self) -> float:
+        return float(self.sigma_data)
+
+    def uniform_density(self):
+        from .densities import KarrasRamp
+
+        return KarrasRamp(self.sigma_min, self.sigma_max)  # uniform position on EDM's ρ = 7 ramp
+
 
 @dataclass(frozen=True)
 class FlowPath(NoisePath):
@@ -147,6 +185,15 @@ class FlowPath(NoisePath):
     def scale_factors(self, sigmas):
         s = self.sigma_to_s(sigmas)
         return 1.0 - s, s
+
+    @property
+    def log_shift(self) -> float:
+        return math.log(self.shift)
+
+    def uniform_density(self):
+        from .densities import Logistic, Shifted
+
+        return Shifted(Logistic(0.0), self.log_shift)  # uniform s: logit(s) = log σ is logistic
 
     @staticmethod
     def sigma_to_s(sigmas: torch.Tensor) -> torch.Tensor:
@@ -185,6 +232,22 @@ class VPPath(NoisePath):
     @property
     def is_discrete(self):
         return True
+
+    def uniform_density(self):
+        from .densities import Piecewise
+
+        return Piecewise(self.cell_edges(), torch.ones(self.num_train_timesteps, dtype=torch.float64))  # uniform t
+
+    def exact_scale_factors(self, timesteps, sigmas):
+        ac = self.alphas_cumprod.to(torch.float64)[timesteps.detach().cpu().long()]
+        return ac.sqrt(), (1 - ac).sqrt()
+
+    def grid_levels(self, sigmas):
+        table = self.sigmas_table
+        finite_t = torch.nonzero(torch.isfinite(table)).flatten()
+        t = self.sigma_to_timesteps(sigmas).clamp(int(finite_t.min()), int(finite_t.max()))
+        t = torch.unique(t)  # sorted; σ_t increases with t
+        return table[t].clone(), t.to(torch.int64)
 
     @property
     def num_train_timesteps(self) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from . import densities as D
-from .paths import NoisePath, VEPath, VPPath, scheduler_kind
+from .paths import NoisePath, scheduler_kind
 from .weighting import (
     loss_weight,
     validate_loss_weighting,
@@ -116,7 +116,7 @@ class TrainingTimestepSampler:
             loss_weighting = default_loss_weighting(path, prediction_type)
         self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
         self.snr_gamma = snr_gamma
-        self.sigma_data = path.sigma_data if isinstance(path, VEPath) else 0.5
+        self.sigma_data = path.data_scale or 0.5
         self.optimizer_step = 0
         self._cell_cache: tuple[int, torch.Tensor] | None = None
 
@@ -141,7 +141,7 @@ class TrainingTimestepSampler:
         Raises:
             ValueError: on a continuous path (VE or flow), which has no integer timesteps.
         """
-        if not isinstance(self.path, VPPath):
+        if not self.path.is_discrete:
             raise ValueError(f"timestep_probabilities: only defined for integer-timestep (vp) paths, this path is {self.path.kind!r}")
         version = self._density_version()
         if self._cell_cache is None or self._cell_cache[0] != version:
@@ -181,7 +181,7 @@ class TrainingTimestepSampler:
         gen_device = generator.device if generator is not None else torch.device("cpu")
         out_device = torch.device(device) if device is not None else gen_device
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64, device=gen_device).cpu()
-        if isinstance(self.path, VPPath):
+        if self.path.is_discrete:
             cum = torch.cumsum(self.timestep_probabilities(), 0)
             t = D.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
             sigmas = self.path.sigmas_table[t]
@@ -214,13 +214,7 @@ class TrainingTimestepSampler:
             raise ValueError(f"noise: shape {tuple(noise.shape)} differs from x0's {tuple(x0.shape)}")
         if x0.shape[0] != len(levels):
             raise ValueError(f"levels: {len(levels)} levels for a batch of {x0.shape[0]} samples")
-        if isinstance(self.path, VPPath):
-            # exact table values, not the float32-rounded sigmas
-            ac = self.path.alphas_cumprod.to(torch.float64)[levels.timesteps.cpu()]
-            a, b = ac.sqrt(), (1 - ac).sqrt()
-            shape = (-1,) + (1,) * (x0.ndim - 1)
-            return a.to(x0).view(shape) * x0 + b.to(x0).view(shape) * noise
-        return self.path.add_noise(x0, noise, levels.sigmas.to(torch.float64))
+        return self.path.exact_add_noise(x0, noise, levels.timesteps, levels.sigmas)
 
     # -- statistics -------------------------------------------------------------------------
     def _validated_errors(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ import torch
 from . import densities as D
 from .adaptive import _ADAPTIVE_KEYS, _AdaptiveSampler, default_warmup_steps  # noqa: F401
 from .baselines import FixedDensitySampler, _resolve_base, base_density  # noqa: F401
-from .paths import NoisePath, VPPath, path_from_scheduler
+from .paths import NoisePath, path_from_scheduler
 from .sampler_base import (  # noqa: F401
     NoiseLevels,
     TrainingTimestepSampler,
@@ -295,7 +295,7 @@ class KingmaGaoSampler(_AdaptiveSampler):
 
     def _importance_weights(self, sigmas, levels):
         sig = sigmas.to(torch.float64)
-        if isinstance(self.path, VPPath):
+        if self.path.is_discrete:
             base_p = D.bin_masses(self.base, self.path.cell_edges())
             base_p = base_p / base_p.sum()
             ratio = base_p / self.timestep_probabilities().clamp_min(1e-300)

@@ -28,6 +28,7 @@ __all__ = [
     "loss_weight",
     "x0_loss_weight",
     "validate_prediction_type",
+    "x0_from_output",
     "validate_loss_weighting",
 ]
 
@@ -43,6 +44,30 @@ PREDICTION_TYPES = {
 LOSS_WEIGHTINGS = ("none", "edm", "min_snr", "sigma_sqrt", "cosmap")
 
 LossWeighting = Union[str, Callable[[torch.Tensor], torch.Tensor]]
+
+
+def x0_from_output(prediction_type: str, x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The x0 estimate a prediction implies on a path ``x = a·x0 + b·ε`` (METHOD.md §1, §3).
+
+    ``epsilon``: ``(x − b·ε̂)/a``; ``v_prediction`` (VP, ``a² + b² = 1``): ``a·x − b·v̂``; ``flow``
+    (velocity ``ε − x0``, ``a = 1 − s``, ``b = s``): ``x − b·v̂``; ``sample``: the output itself. ``a`` and
+    ``b`` are per sample (B,) and broadcast over the other dimensions; an EDM denoiser's D is a ``sample``.
+
+    Raises:
+        ValueError: ``edm_f`` (the raw EDM output needs the scheduler's preconditioning) or an unknown type.
+    """
+    shape = (-1,) + (1,) * (x.ndim - 1)
+    a, b = a.to(device=x.device, dtype=x.dtype).view(shape), b.to(device=x.device, dtype=x.dtype).view(shape)
+    if prediction_type == "epsilon":
+        return (x - b * out) / a
+    if prediction_type == "v_prediction":
+        return a * x - b * out
+    if prediction_type == "flow":
+        return x - b * out
+    if prediction_type == "sample":
+        return out
+    raise ValueError(f"prediction_type: {prediction_type!r} has no x0 form without the scheduler's preconditioning; "
+                     "accepted: epsilon, v_prediction, flow, sample")
 
 
 def validate_prediction_type(prediction_type: str) -> str:

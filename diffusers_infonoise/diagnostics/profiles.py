@@ -12,7 +12,7 @@ import torch
 
 from ..estimator import ProfileEstimator, apply_gate
 from ..generation import EDM_TIMESTEP_SCALE, call_model, model_output
-from ..paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler, scheduler_kind
+from ..paths import NoisePath, path_from_scheduler, scheduler_kind
 from ..samplers import (
     InfoNoiseTrainingTimestepSampler,
     NoiseLevels,
@@ -20,7 +20,7 @@ from ..samplers import (
     default_prediction_type,
 )
 from ..schedule_io import read_schedule
-from ..weighting import validate_loss_weighting, validate_prediction_type, x0_loss_weight
+from ..weighting import validate_loss_weighting, validate_prediction_type, x0_from_output, x0_loss_weight
 from .grid import _F64, Profile, grid_edges, log_sigma_grid, normalize_density
 
 __all__ = [
@@ -215,39 +215,19 @@ def make_denoise_fn(
     if not (isinstance(edm_timestep_scale, (int, float)) and math.isfinite(edm_timestep_scale) and edm_timestep_scale > 0):
         raise ValueError(f"edm_timestep_scale: must be a finite float > 0, got {edm_timestep_scale!r}")
 
-    if isinstance(path, VPPath):
-        if prediction_type not in ("epsilon", "v_prediction", "sample"):
-            raise ValueError(f"prediction_type: a VP model outputs epsilon, v_prediction or sample, got {prediction_type!r}")
-        alphas_cumprod = path.alphas_cumprod.to(_F64)
+    try:
+        _check_path_prediction(path, prediction_type)
+    except ValueError:
+        raise ValueError(f"prediction_type: a {path.kind} model does not output {prediction_type!r}") from None
 
-        def to_x0(x, out, levels):
-            ac = alphas_cumprod[levels.timesteps.detach().cpu().long()]
-            a, b = _per_sample(ac.sqrt(), x), _per_sample((1 - ac).sqrt(), x)
-            if prediction_type == "epsilon":
-                return (x - b * out) / a
-            if prediction_type == "v_prediction":
-                return a * x - b * out
-            return out
-
-    elif isinstance(path, FlowPath):
-        if prediction_type not in ("flow", "sample"):
-            raise ValueError(f"prediction_type: a flow model outputs flow (velocity) or sample, got {prediction_type!r}")
-
-        def to_x0(x, out, levels):
-            if prediction_type == "sample":
-                return out
-            s = FlowPath.sigma_to_s(levels.sigmas.detach().cpu())
-            return x - _per_sample(s, x) * out
-
-    else:
-        if prediction_type not in ("sample", "edm_f", "epsilon"):
-            raise ValueError(f"prediction_type: not a loss parameterization of an EDM model: {prediction_type!r}")
-
-        def to_x0(x, out, levels):
+    def to_x0(x, out, levels):
+        if path.kind == "ve":
             if model_input_fn is None:  # model_output already returned D
                 return out
             sig = _per_sample(levels.sigmas.detach().to(_F64), x)
             return noise_scheduler.precondition_outputs(x, out, sig)
+        a, b = path.exact_scale_factors(levels.timesteps, levels.sigmas)
+        return x0_from_output(prediction_type, x, out, a, b)
 
     def denoise_fn(model, x_noisy, levels, model_kwargs=None):
         if model_input_fn is None:  # the one model call (generation.model_output)
@@ -270,13 +250,7 @@ def make_denoise_fn(
 
 def _levels_on_path(path: NoisePath, sigmas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact VE σ (float64) and native timesteps of a requested σ grid on ``path``."""
-    if isinstance(path, VPPath):
-        table = path.sigmas_table
-        finite_t = torch.nonzero(torch.isfinite(table)).flatten()
-        t = path.sigma_to_timesteps(sigmas).clamp(int(finite_t.min()), int(finite_t.max()))
-        t = torch.unique(t)  # sorted; σ_t increases with t
-        return table[t].clone(), t.to(torch.int64)
-    return sigmas.clone(), path.sigma_to_timesteps(sigmas).to(torch.float32)
+    return path.grid_levels(sigmas)
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -472,7 +446,7 @@ def profile_from_model(
         loss_weighting=loss_weighting,
         prediction_type=prediction_type,
         snr_gamma=snr_gamma,
-        sigma_data=path.sigma_data if isinstance(path, VEPath) else 0.5,
+        sigma_data=path.data_scale or 0.5,
         timesteps=timesteps,
         num_samples=n * d,
         meta=meta,
