@@ -24,7 +24,6 @@ from accelerate import Accelerator
 from accelerate.logging import get_logger
 from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers import (
-    DDPMPipeline,
     DDPMScheduler,
     EDMEulerScheduler,
     FlowMatchEulerDiscreteScheduler,
@@ -33,22 +32,26 @@ from diffusers import (
 )
 from diffusers.training_utils import EMAModel
 
-from diffusers_infonoise.data import decode_sequences, one_hot_sequences
+from diffusers_infonoise.data import one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
     AugmentedImageDataset,
     EpochShuffleSampler,
+    HubTarget,
     add_common_training_args,
     add_noise_sampler_args,
     build_noise_sampler,
+    ema_weights,
     load_image_dataset,
+    log_images,
     make_optimizer_and_lr_scheduler,
     per_sample_mse,
-    push_output_dir,
+    register_model_checkpointing,
     register_sampler_checkpointing,
-    render_model_card,
     run_training_loop,
-    save_image_grid,
+    save_samples,
+    save_unconditional_outputs,
+    save_unconditional_pipeline,
     show_noise_schedule,
     tracker_config,
     training_target,
@@ -245,7 +248,7 @@ def main(argv=None):
     # Each rank draws its own levels; the schedule (π) is shared through the sampler's all-reduce.
     draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
     register_sampler_checkpointing(accelerator, sampler, draw_gen)
-    _register_model_hooks(accelerator, ema, model_cls)
+    register_model_checkpointing(accelerator, model_cls=model_cls, subfolder="unet", ema=ema)
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
     num_inference_steps = args.num_inference_steps or {"ddpm": args.ddpm_num_inference_steps, "edm": 40, "flow": 50}[args.diffusion]
@@ -256,16 +259,23 @@ def main(argv=None):
         pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
         return per_sample_mse(pred, training_target(sampler, noise_scheduler, x0, noise, levels))
 
+    alphabet = args.alphabet if args.sequence_column else None
+
     def on_epoch_end(epoch, global_step, last):
         if not accelerator.is_main_process:
             return
+        unet = accelerator.unwrap_model(model)
         if (epoch + 1) % args.save_model_epochs == 0 and not last:
-            _save_pipeline(accelerator.unwrap_model(model), ema, noise_scheduler, sampler, args.output_dir)
+            save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, args.output_dir)
         if (epoch + 1) % args.save_images_epochs == 0 or last:
-            grid = _sample_grid(accelerator.unwrap_model(model), ema, noise_scheduler, args, num_inference_steps,
-                                os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}"))
-            if not args.sequence_column:
-                _log_samples(accelerator, grid, global_step)
+            with ema_weights(ema, unet.parameters()):
+                images = generate_images(unet.eval(), noise_scheduler, args.eval_batch_size,
+                                         num_inference_steps=num_inference_steps,
+                                         generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
+            unet.train()
+            save_samples(images, os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}"), alphabet=alphabet)
+            if alphabet is None:
+                log_images(accelerator, "samples", images, global_step)
 
     epoch_setters = [order] + ([dataset] if hasattr(dataset, "set_epoch") else [])
     result = run_training_loop(accelerator, args, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
@@ -274,8 +284,15 @@ def main(argv=None):
                                on_epoch_end=on_epoch_end)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        _save_final(args, accelerator.unwrap_model(model), ema, noise_scheduler, sampler, result["global_step"],
-                    result["total_batch_size"], channels, num_inference_steps)
+        unet = accelerator.unwrap_model(model)
+        save_unconditional_outputs(
+            args.output_dir, unet=unet, ema=ema, noise_scheduler=noise_scheduler, sampler=sampler,
+            global_step=result["global_step"], num_samples=args.eval_batch_size, num_inference_steps=num_inference_steps,
+            seed=args.seed or 0, alphabet=alphabet, hub=HubTarget.from_args(args),
+            card=dict(dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
+                      resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
+                      prediction_type=args.prediction_type, total_batch_size=result["total_batch_size"]),
+        )
     accelerator.wait_for_everyone()
     accelerator.end_training()
 
@@ -295,105 +312,6 @@ def _check_1d_config(config, channels: int, length: int) -> None:
                         f"{factor}, got {length}")
     if problems:
         raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
-
-
-def _register_model_hooks(accelerator, ema, model_cls):
-    """diffusers' convention: the UNet (and EMA UNet) in diffusers format inside each checkpoint."""
-
-    def save_hook(models, weights, output_dir):
-        if accelerator.is_main_process:
-            if ema is not None:
-                ema.save_pretrained(os.path.join(output_dir, "unet_ema"))
-            for m in models:
-                m.save_pretrained(os.path.join(output_dir, "unet"))
-        while weights:  # the UNet is saved above, in diffusers format
-            weights.pop()
-
-    def load_hook(models, input_dir):
-        if ema is not None:
-            loaded = EMAModel.from_pretrained(os.path.join(input_dir, "unet_ema"), model_cls)
-            ema.load_state_dict(loaded.state_dict())
-            ema.to(accelerator.device)
-        while models:
-            m = models.pop()
-            loaded = model_cls.from_pretrained(input_dir, subfolder="unet")
-            m.register_to_config(**loaded.config)
-            m.load_state_dict(loaded.state_dict())
-
-    accelerator.register_save_state_pre_hook(save_hook)
-    accelerator.register_load_state_pre_hook(load_hook)
-
-
-def _sample_grid(unet, ema, noise_scheduler, args, num_inference_steps, path):
-    if ema is not None:
-        ema.store(unet.parameters())
-        ema.copy_to(unet.parameters())
-    unet.eval()
-    images = generate_images(unet, noise_scheduler, args.eval_batch_size, num_inference_steps=num_inference_steps,
-                             generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
-    if ema is not None:
-        ema.restore(unet.parameters())
-    unet.train()
-    _save_samples(images, args, path)
-    return images
-
-
-def _save_samples(samples, args, stem):
-    """``stem.png`` (image grid) or, for sequences, ``stem.fa`` (FASTA, argmax over the one-hot channels)."""
-    if args.sequence_column:
-        with open(stem + ".fa", "w") as fh:
-            fh.writelines(f">sample_{i}\n{s}\n" for i, s in enumerate(decode_sequences(samples, args.alphabet)))
-    else:
-        save_image_grid(samples, stem + ".png")
-
-
-def _log_samples(accelerator, images, step):
-    for tracker in accelerator.trackers:
-        if tracker.name == "tensorboard":
-            tracker.writer.add_images("samples", images.cpu().numpy(), step)
-
-
-def _save_pipeline(unet, ema, noise_scheduler, sampler, output_dir):
-    """A DDPMPipeline (EMA weights, the training scheduler carrying the learned schedule) that stock diffusers loads."""
-    if ema is not None:
-        ema.store(unet.parameters())
-        ema.copy_to(unet.parameters())
-    if hasattr(sampler, "save_to_scheduler"):
-        sampler.save_to_scheduler(noise_scheduler)
-    DDPMPipeline(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
-    if ema is not None:
-        ema.restore(unet.parameters())
-
-
-def _save_final(args, unet, ema, noise_scheduler, sampler, global_step, total_batch, channels, num_inference_steps):
-    from diffusers_infonoise.diagnostics import plot_schedule
-
-    _save_pipeline(unet, ema, noise_scheduler, sampler, args.output_dir)
-    if ema is not None:
-        ema.copy_to(unet.parameters())
-    plot_schedule(sampler, title=f"{sampler.name} after {global_step} steps").savefig(
-        os.path.join(args.output_dir, "noise_schedule.png"), dpi=100)
-    images = generate_images(unet.eval(), noise_scheduler, args.eval_batch_size, num_inference_steps=num_inference_steps,
-                             generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
-    _save_samples(images, args, os.path.join(args.output_dir, "samples"))
-    desc = sampler.describe()
-    repo_id = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
-    render_model_card(
-        "unconditional.md.j2", os.path.join(args.output_dir, "README.md"),
-        model_name=repo_id, repo_id=repo_id if args.push_to_hub else None,
-        dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
-        resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
-        sequence_length=unet.config.sample_size if args.sequence_column else None, alphabet=args.alphabet,
-        scheduler_class=type(noise_scheduler).__name__, prediction_type=args.prediction_type,
-        loss_weighting=desc["loss_weighting"], sampler_name=sampler.name,
-        hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, total_batch_size=total_batch,
-        allocation=desc.get("last_refresh"),
-        schedule_plot="noise_schedule.png", sample_grid=None if args.sequence_column else "samples.png",
-        sample_fasta="samples.fa" if args.sequence_column else None, num_inference_steps=num_inference_steps,
-        extra_tags=[f"diffusion-{args.diffusion}"],
-    )
-    if args.push_to_hub:
-        push_output_dir(args.output_dir, repo_id=repo_id, token=args.hub_token, private=args.hub_private_repo)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -14,6 +15,11 @@ from ..samplers import TrainingTimestepSampler
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "HubTarget",
+    "save_samples",
+    "log_images",
+    "save_unconditional_pipeline",
+    "save_unconditional_outputs",
     "save_image_grid",
     "render_model_card",
     "push_output_dir",
@@ -77,3 +83,82 @@ def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) ->
     if noise_scheduler.config.get(CONFIG_KEY) is not None:
         noise_scheduler.register_to_config(**{CONFIG_KEY: None})
     return False
+
+
+@dataclass(frozen=True)
+class HubTarget:
+    """Where a finished run goes on the Hub (diffusers' ``--push_to_hub --hub_model_id --hub_token
+    --hub_private_repo``); ``push=False`` keeps it local. ``repo_id=None``: the output folder's name."""
+
+    push: bool = False
+    repo_id: str | None = None
+    token: str | None = None
+    private: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> "HubTarget":
+        return cls(push=bool(args.push_to_hub), repo_id=args.hub_model_id, token=args.hub_token,
+                   private=bool(args.hub_private_repo))
+
+
+def save_samples(samples: torch.Tensor, stem: str, *, alphabet: str | None = None) -> str:
+    """``stem.png`` (an image grid of (B, C, H, W) samples in [0, 1]) or, with ``alphabet``, ``stem.fa``
+    (FASTA of (B, len(alphabet), L) one-hot samples, argmax over the channels). Returns the path."""
+    if alphabet is None:
+        return save_image_grid(samples, stem + ".png")
+    from ..data import decode_sequences
+
+    with open(stem + ".fa", "w") as fh:
+        fh.writelines(f">sample_{i}\n{s}\n" for i, s in enumerate(decode_sequences(samples, alphabet)))
+    return stem + ".fa"
+
+
+def log_images(accelerator, tag: str, images: torch.Tensor, step: int) -> None:
+    """(B, C, H, W) images in [0, 1] to the tensorboard tracker, if there is one."""
+    for tracker in accelerator.trackers:
+        if tracker.name == "tensorboard":
+            tracker.writer.add_images(tag, images.cpu().numpy(), step)
+
+
+def save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir: str) -> None:
+    """A ``DDPMPipeline`` with the EMA weights (when there is an EMA) and the training scheduler, which
+    carries the learned schedule; stock diffusers loads it."""
+    from diffusers import DDPMPipeline
+
+    from .loop import ema_weights
+
+    store_learned_schedule(noise_scheduler, sampler)
+    with ema_weights(ema, unet.parameters()):
+        DDPMPipeline(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
+
+
+def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, sampler, global_step: int, num_samples: int,
+                               num_inference_steps: int, seed: int, alphabet: str | None, hub: HubTarget, card: dict) -> None:
+    """What an unconditional run leaves in ``output_dir``: the pipeline (:func:`save_unconditional_pipeline`),
+    ``noise_schedule.png`` (φ and ρ̂), ``samples.png`` or ``samples.fa`` from the EMA weights, the model card
+    (``card``: its run-specific fields) and, with ``hub.push``, the Hub upload."""
+    from ..diagnostics import plot_schedule
+    from ..generation import generate_images
+    from .loop import ema_weights
+
+    save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir)
+    plot_schedule(sampler, title=f"{sampler.name} after {global_step} steps").savefig(
+        os.path.join(output_dir, "noise_schedule.png"), dpi=100)
+    with ema_weights(ema, unet.parameters()):
+        images = generate_images(unet.eval(), noise_scheduler, num_samples, num_inference_steps=num_inference_steps,
+                                 generator=torch.Generator(device=unet.device).manual_seed(seed))
+    save_samples(images, os.path.join(output_dir, "samples"), alphabet=alphabet)
+    desc = sampler.describe()
+    repo_id = hub.repo_id or os.path.basename(os.path.abspath(output_dir))
+    render_model_card(
+        "unconditional.md.j2", os.path.join(output_dir, "README.md"),
+        model_name=repo_id, repo_id=repo_id if hub.push else None,
+        sequence_length=unet.config.sample_size if alphabet else None, alphabet=alphabet or "",
+        scheduler_class=type(noise_scheduler).__name__, loss_weighting=desc["loss_weighting"], sampler_name=sampler.name,
+        hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, allocation=desc.get("last_refresh"),
+        schedule_plot="noise_schedule.png", sample_grid=None if alphabet else "samples.png",
+        sample_fasta="samples.fa" if alphabet else None, num_inference_steps=num_inference_steps,
+        extra_tags=[f"diffusion-{card['diffusion']}"], **card,
+    )
+    if hub.push:
+        push_output_dir(output_dir, repo_id=repo_id, token=hub.token, private=hub.private)
