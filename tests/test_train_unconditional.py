@@ -675,3 +675,12 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
     draws.clear()
     script.main(base_args(unet_config, tmp_path / "e", "--diffusion", "edm", "--max_train_steps", 4))
     assert draws[-1]["sampler"].hyperparameters["mmse_cap"] is None
+
+
+def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):
+    # -1: no per-refresh figures (the quality race's setting); the refresh history is still written
+    out = tmp_path / "noplots"
+    script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 4, "--schedule_plot_steps", -1))
+    assert not list((out / "schedule").glob("*.png"))
+    history = (out / "schedule" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 2 and all(json.loads(line)["tv_phi_rho"] is not None for line in history)

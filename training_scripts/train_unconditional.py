@@ -104,10 +104,6 @@ def parse_args(argv=None):
     a("--sigma_max", type=float, default=80.0)
     a("--flow_shift", type=float, default=1.0, help="Static shift of the flow scheduler.")
     a("--logger", type=str, default="tensorboard", choices=["tensorboard", "wandb", "none"])
-    a("--schedule_plot_steps", type=int, default=500,
-      help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most every this "
-           "many optimizer steps (the first refresh always; rendering takes about a second of CPU, more than the "
-           "sampler itself); 0: at every refresh.")
     add_common_training_args(parser, defaults={"unconditional": True, "output_dir": "ddpm-model-16"})
     add_noise_sampler_args(parser)
     args = parser.parse_args(argv)

@@ -95,6 +95,11 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
     g.add_argument("--snr_gamma", type=float, default=None,
                    help="Min-SNR-gamma loss weighting (Hang et al. 2023); the sampler is told about it.")
+    g.add_argument("--schedule_plot_steps", type=int, default=500,
+                   help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
+                        "every this many optimizer steps (the first refresh always; rendering takes about a second of "
+                        "CPU, more than the sampler itself); 0: at every refresh; -1: never (the logged scalars and "
+                        "the cross-rank check stay).")
     g.add_argument("--show_noise_schedule", action="store_true",
                    help="Print and plot the training-noise density these options produce, then exit.")
 
@@ -218,9 +223,6 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g.add_argument("--use_ema", action="store_true", help="Keep an EMA of the trained model and save it (full fine-tuning).")
     g.add_argument("--allow_tf32", action="store_true", help="Allow TF32 matmuls on Ampere and newer GPUs.")
     g.add_argument("--report_to", type=str, default="tensorboard", help='"tensorboard", "wandb" or "none".')
-    g.add_argument("--schedule_plot_steps", type=int, default=500,
-                   help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
-                        "every this many optimizer steps (rendering takes about a second of CPU); 0: at every refresh.")
     g = parser.add_argument_group("LoRA (peft)")
     g.add_argument("--use_lora", action="store_true", help="Train LoRA adapters on the attention projections only.")
     g.add_argument("--lora_rank", type=int, default=4, help="LoRA rank r.")

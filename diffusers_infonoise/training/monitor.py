@@ -139,7 +139,8 @@ class ScheduleMonitor:
                 f.write(json.dumps({"step": global_step, "probs": self.sampler.probs.tolist(),
                                     "gate_pivot": gate.pivot, "gate_source": gate.source,
                                     "tv_phi_rho": refresh.get("tv_phi_rho")}) + "\n")
-        if self.plot_every is not None and self._last_plot is not None and global_step - self._last_plot < self.plot_every:
+        never = self.plot_every is not None and self.plot_every < 0
+        if never or (self.plot_every is not None and self._last_plot is not None and global_step - self._last_plot < self.plot_every):
             if len(self._drawn) > 10_000:
                 self._drawn = self._drawn[-1000:]
             return logs
