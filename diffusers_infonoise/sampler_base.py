@@ -71,6 +71,11 @@ def default_prediction_type(noise_scheduler) -> str:
     return noise_scheduler.config.prediction_type
 
 
+#: weightings that only mean something on some paths (SD3's are functions of the flow level s;
+#: EDM's λ(σ) is a VE/VP quantity); the others apply everywhere
+_WEIGHTING_PATHS = {"sigma_sqrt": ("flow",), "cosmap": ("flow",), "edm": ("ve", "vp")}
+
+
 def default_loss_weighting(path: NoisePath, prediction_type: str) -> str:
     """The loss weighting a user of ``path`` trains with by default (METHOD.md §4): the EDM recipe
     (``"edm"``, λ(σ) on the denoiser error) for the x0/D loss on VE paths, an unweighted loss
@@ -114,6 +119,13 @@ class TrainingTimestepSampler:
         _check_path_prediction(path, prediction_type)
         if loss_weighting is None:
             loss_weighting = default_loss_weighting(path, prediction_type)
+        if isinstance(loss_weighting, str) and path.kind not in _WEIGHTING_PATHS.get(loss_weighting, (path.kind,)):
+            raise ValueError(
+                f"loss_weighting: {loss_weighting!r} is defined on the {' / '.join(_WEIGHTING_PATHS[loss_weighting])} path, "
+                f"this is a {path.kind} path; accepted here: "
+                + ", ".join(w for w, kinds in (("none", ()), ("edm", ("ve", "vp")), ("min_snr", ()), ("sigma_sqrt", ("flow",)),
+                                              ("cosmap", ("flow",))) if not kinds or path.kind in kinds)
+            )
         self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
         self.snr_gamma = snr_gamma
         self.sigma_data = path.data_scale or 0.5

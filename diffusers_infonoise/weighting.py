@@ -155,6 +155,8 @@ def loss_weight(
       then implied by ``c_out``.
     * ``"min_snr"``: diffusers' ``--snr_gamma`` (Hang et al. 2023): ``min(SNR, γ)/SNR`` on ε,
       ``min(SNR, γ)/(SNR + 1)`` on v, ``min(SNR, γ)`` on x0. Each equals ``w = min(SNR, γ)`` on x0.
+      At SNR = 0 (σ = inf, a ``rescale_betas_zero_snr`` scheduler's last step) the weight is 1, as in
+      diffusers' scripts (``mse_loss_weights[snr == 0] = 1``), where the formula is 0·inf.
     * ``"sigma_sqrt"``: SD3's ``s⁻²`` (diffusers ``compute_loss_weighting_for_sd3``).
     * ``"cosmap"``: SD3's ``2/(π·(1 − 2s + 2s²))``.
     * a callable: ``f(sigmas) → u`` (VE σ in, weight on the user's own error out), same shape.
@@ -169,7 +171,8 @@ def loss_weight(
     if loss_weighting == "none":
         return torch.ones_like(sigmas)
     if loss_weighting == "edm":
-        lam = (sigmas**2 + sigma_data**2) / (sigmas * sigma_data) ** 2
+        # (σ² + σ_d²)/(σ·σ_d)² written as 1/σ_d² + 1/σ²: finite (→ 1/σ_d²) at σ = inf
+        lam = 1.0 / sigma_data**2 + 1.0 / sigmas**2
         # On F the EDM objective is unweighted; on x0/D it is λ(σ).
         # u = w·c so that the x0-space weight w = u/c is λ(σ) (on D/x0 itself c = 1, u = λ).
         if prediction_type == "edm_f":
@@ -180,7 +183,9 @@ def loss_weight(
         clipped = torch.minimum(snr, torch.full_like(snr, float(snr_gamma)))
         # Written as u = w·c so that the x0-space weight w = u/c is min(SNR, γ) for every prediction
         # type (ε: c = 1/SNR, u = min(SNR, γ)/SNR; v: c = 1/(SNR + 1), u = min(SNR, γ)/(SNR + 1)).
-        return clipped * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
+        u = clipped * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
+        # diffusers' convention at zero SNR (a zero-terminal-SNR step, σ = inf): weight 1, not 0·inf
+        return torch.where(snr == 0, torch.ones_like(u), u)
     s = _flow_s(sigmas)
     if loss_weighting == "sigma_sqrt":
         return s ** (-2.0)

@@ -207,3 +207,42 @@ def test_bad_names_raise_naming_the_argument(call, exc, name):
         call()
     if exc is ValueError and name in ("prediction_type", "loss_weighting"):
         assert "accepted" in str(info.value)
+
+
+def test_zero_terminal_snr_weights_are_finite():
+    """σ = inf (the last step of a rescale_betas_zero_snr scheduler): Min-SNR's min(SNR, γ)·σ² is 0·inf;
+    diffusers' scripts set that weight to 1 (mse_loss_weights[snr == 0] = 1), and EDM's λ(σ) tends to
+    1/σ_d² (by hand: 4 for σ_d = 0.5)."""
+    from diffusers_infonoise.weighting import loss_weight
+
+    sig = torch.tensor([0.5, math.inf], dtype=torch.float64)
+    for pred in ("epsilon", "v_prediction", "sample"):
+        u = loss_weight("min_snr", pred, sig, snr_gamma=5.0)
+        assert torch.isfinite(u).all() and u[1] == 1.0, (pred, u)
+    lam = loss_weight("edm", "sample", sig, sigma_data=0.5)
+    assert lam[1] == pytest.approx(4.0) and lam[0] == pytest.approx((0.25 + 0.25) / (0.5 * 0.5) ** 2)
+
+
+def test_zero_snr_scheduler_trains_on_finite_weighted_losses():
+    from diffusers import DDPMScheduler
+
+    from diffusers_infonoise import make_sampler
+    from diffusers_infonoise.training import weighted_loss
+
+    sched = DDPMScheduler(rescale_betas_zero_snr=True, prediction_type="v_prediction")
+    for weighting, gamma in (("min_snr", 5.0), ("none", None)):
+        s = make_sampler("uniform", sched, loss_weighting=weighting, snr_gamma=gamma)
+        levels = s.sample(4000, generator=torch.Generator().manual_seed(0))
+        assert bool(torch.isinf(levels.sigmas).any())  # the σ = inf step is drawn
+        assert torch.isfinite(weighted_loss(s, levels, torch.ones(4000)))
+
+
+@pytest.mark.parametrize("scheduler,weighting", [("ddpm", "cosmap"), ("ddpm", "sigma_sqrt"), ("edm", "cosmap"), ("flow", "edm")])
+def test_weightings_that_mean_nothing_on_a_path_are_refused(scheduler, weighting):
+    from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
+
+    from diffusers_infonoise import make_sampler
+
+    sched = {"ddpm": DDPMScheduler, "edm": EDMEulerScheduler, "flow": FlowMatchEulerDiscreteScheduler}[scheduler]()
+    with pytest.raises(ValueError, match=f"loss_weighting: '{weighting}' is defined on the"):
+        make_sampler("infonoise", sched, loss_weighting=weighting)
