@@ -684,3 +684,33 @@ def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):
     assert not list((out / "schedule").glob("*.png"))
     history = (out / "schedule" / "history.jsonl").read_text().splitlines()
     assert len(history) == 2 and all(json.loads(line)["tv_phi_rho"] is not None for line in history)
+
+
+def test_a_nonfinite_loss_never_reaches_the_weights(script, unet_config, tmp_path, monkeypatch, caplog):
+    """NaN injected into the loss: the step is not applied (weights and EMA stay finite, the run goes on);
+    three in a row stop the run with an error naming the step, and nothing is saved."""
+    real = script.per_sample_mse
+    calls = {"n": 0}
+
+    def sometimes_nan(pred, target):
+        calls["n"] += 1
+        out = real(pred, target)
+        return out * float("nan") if calls["n"] in poisoned else out
+
+    monkeypatch.setattr(script, "per_sample_mse", sometimes_nan)
+    poisoned = {2}  # one bad micro-batch (= optimizer step 2)
+    out = tmp_path / "one_nan"
+    with caplog.at_level(logging.WARNING):
+        script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 4, "--use_ema"))
+    assert any("step 2: non-finite loss or gradient" in r.getMessage() for r in caplog.records), caplog.text
+    from diffusers import UNet2DModel
+
+    unet = UNet2DModel.from_pretrained(out / "unet")
+    assert all(bool(torch.isfinite(p).all()) for p in unet.parameters())
+
+    calls["n"] = 0
+    poisoned = set(range(1, 100))  # every step
+    out = tmp_path / "all_nan"
+    with pytest.raises(RuntimeError, match=r"step 3: 3 optimizer steps in a row had a non-finite loss"):
+        script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 6))
+    assert not (out / "unet").exists() and not (out / "README.md").exists()

@@ -17,6 +17,8 @@ from .monitor import ScheduleMonitor
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_NONFINITE_STEPS",
+    "NonFiniteSteps",
     "per_sample_mse",
     "training_target",
     "tracker_config",
@@ -93,21 +95,60 @@ def make_optimizer_and_lr_scheduler(args, params, *, max_steps: int, num_process
     return optimizer, lr_scheduler
 
 
-def backward_and_step(accelerator, args, loss: torch.Tensor, *, optimizer, lr_scheduler, params) -> None:
+#: optimizer steps in a row with a non-finite loss or gradient before the run stops with an error
+MAX_NONFINITE_STEPS = 3
+
+
+def backward_and_step(accelerator, args, loss: torch.Tensor, *, optimizer, lr_scheduler, params) -> bool:
     """The update of one micro-batch, inside ``accelerator.accumulate(model)``: backpropagate
     ``loss``; when the gradients are synchronized (an optimizer step) clip those of ``params`` to
     ``--max_grad_norm`` (0 or None: no clipping); step the optimizer and the LR schedule and zero the
-    gradients (the prepared optimizer and schedule skip the steps between accumulation boundaries)."""
+    gradients (the prepared optimizer and schedule skip the steps between accumulation boundaries).
+
+    Returns False when this optimizer step was *not* applied because its gradient norm was not finite
+    (a NaN/inf loss in any micro-batch, or an fp16 overflow): the gradients are dropped instead, so
+    no non-finite value reaches the weights. The norm is the all-reduced one, so every process decides alike.
+    """
     accelerator.backward(loss)
-    if accelerator.sync_gradients and args.max_grad_norm:
-        accelerator.clip_grad_norm_(params, args.max_grad_norm)
-    optimizer.step()
-    lr_scheduler.step()
+    if not accelerator.sync_gradients:
+        optimizer.step()  # the prepared optimizer skips it between accumulation boundaries
+        lr_scheduler.step()
+        optimizer.zero_grad()
+        return True
+    norm = accelerator.clip_grad_norm_(params, args.max_grad_norm or math.inf)
+    finite = norm is None or bool(torch.isfinite(torch.as_tensor(norm)).all())
+    if finite:
+        optimizer.step()
+        lr_scheduler.step()
     optimizer.zero_grad()
+    return finite
+
+
+class NonFiniteSteps:
+    """Counts optimizer steps that were not applied (:func:`backward_and_step` returned False) and stops
+    the run, naming the step and the likely causes, after ``limit`` in a row."""
+
+    def __init__(self, limit: int = MAX_NONFINITE_STEPS):
+        self.limit, self.total, self.in_a_row = limit, 0, 0
+
+    def record(self, applied: bool, step: int) -> None:
+        if applied:
+            self.in_a_row = 0
+            return
+        self.total += 1
+        self.in_a_row += 1
+        logger.warning(f"step {step}: non-finite loss or gradient; the update was not applied ({self.total} so far)")
+        if self.in_a_row >= self.limit:
+            raise RuntimeError(
+                f"step {step}: {self.in_a_row} optimizer steps in a row had a non-finite loss or gradient and none was "
+                "applied; the weights are those of the last finite step. Likely causes: a loss weight that is infinite "
+                "at some noise level, --sigma_data <= 0, an fp16 overflow (try --mixed_precision bf16 or no), or a "
+                "learning rate that is too high"
+            )
 
 
 def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: ScheduleMonitor, levels: NoiseLevels,
-                       per_sample: torch.Tensor, *, ema=None, params=None) -> bool:
+                       per_sample: torch.Tensor, *, ema=None, params=None, applied: bool = True) -> bool:
     """After :func:`backward_and_step`, outside ``accelerate.accumulate``: the sampler and the
     ``monitor`` get the micro-batch's unweighted per-sample loss; at an optimizer step (synchronized
     gradients) the sampler then counts the step (``sampler.step()``, which may refresh π) and the
@@ -117,7 +158,7 @@ def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: S
     if not accelerator.sync_gradients:
         return False
     sampler.step()
-    if ema is not None:
+    if ema is not None and applied:  # a step that was not applied leaves the weights, and their EMA, as they are
         ema.step(params)
     return True
 
@@ -201,6 +242,7 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
                 f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
                 f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
     progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
+    nonfinite = NonFiniteSteps()
     step_times: list[float] = []
     train_loss = 0.0
     last = time.perf_counter()
@@ -220,15 +262,19 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
                 train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / args.gradient_accumulation_steps
-                backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                                  params=params_to_clip)
-            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip):
+                applied = backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                                            params=params_to_clip)
+            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip,
+                                      applied=applied):
                 continue
             global_step += 1
+            nonfinite.record(applied, global_step)
             progress.update(1)
             logs = {"train_loss": train_loss, "lr": lr_scheduler.get_last_lr()[0]}
             if ema is not None:
                 logs["ema_decay"] = ema.cur_decay_value
+            if nonfinite.total:
+                logs["nonfinite_steps"] = float(nonfinite.total)
             train_loss = 0.0
             logs.update(monitor.after_step(accelerator, global_step))
             now = time.perf_counter()

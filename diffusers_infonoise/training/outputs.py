@@ -15,6 +15,7 @@ from ..samplers import TrainingTimestepSampler
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "check_finite_weights",
     "HubTarget",
     "save_samples",
     "log_images",
@@ -101,6 +102,17 @@ class HubTarget:
                    private=bool(args.hub_private_repo))
 
 
+def check_finite_weights(model, what: str = "model") -> None:
+    """Refuse to save, card or push a model with NaN/inf weights.
+
+    Raises:
+        RuntimeError: naming how many of ``model``'s tensors are not finite.
+    """
+    bad = [name for name, p in model.state_dict().items() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    if bad:
+        raise RuntimeError(f"{what}: {len(bad)} of its tensors hold NaN or inf values (first: {bad[0]}); it is not saved")
+
+
 def save_samples(samples: torch.Tensor, stem: str, *, alphabet: str | None = None) -> str:
     """``stem.png`` (an image grid of (B, C, H, W) samples in [0, 1]) or, with ``alphabet``, ``stem.fa``
     (FASTA of (B, len(alphabet), L) one-hot samples, argmax over the channels). Returns the path."""
@@ -129,6 +141,7 @@ def save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir:
 
     store_learned_schedule(noise_scheduler, sampler)
     with ema_weights(ema, unet.parameters()):
+        check_finite_weights(unet, "the trained UNet" + (" (EMA weights)" if ema is not None else ""))
         DDPMPipeline(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
 
 

@@ -15,7 +15,7 @@ from .datasets import captioned_dataloader
 from .loop import make_accelerator, make_optimizer_and_lr_scheduler, tracker_config, training_length
 from .lora import add_lora_adapter, lora_layers
 from .monitor import show_noise_schedule
-from .outputs import push_output_dir, render_model_card, save_image_grid, store_learned_schedule
+from .outputs import check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +204,7 @@ def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, n
     pipeline.scheduler = noise_scheduler
     if ema is not None:
         ema.copy_to(model.parameters())
+    check_finite_weights(model, f"the trained {model_key}")
     if args.use_lora:
         type(pipeline).save_lora_weights(out, **{f"{model_key}_lora_layers": lora_layers(model)}, safe_serialization=True)
         noise_scheduler.save_pretrained(os.path.join(out, "scheduler"))
