@@ -714,3 +714,68 @@ def test_a_nonfinite_loss_never_reaches_the_weights(script, unet_config, tmp_pat
     with pytest.raises(RuntimeError, match=r"step 3: 3 optimizer steps in a row had a non-finite loss"):
         script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 6))
     assert not (out / "unet").exists() and not (out / "README.md").exists()
+
+
+def test_an_interrupted_checkpoint_save_leaves_the_last_complete_one(script, unet_config, tmp_path, monkeypatch, caplog):
+    """A failure in the middle of writing checkpoint-4 (here: the sampler state raises) leaves checkpoint-2
+    intact and visible (checkpoints are written under a temporary name, renamed when complete, pruned
+    after); `latest` resumes from it, and a folder that lost its completion marker is skipped with a warning."""
+    from diffusers_infonoise.training import checkpoints as C
+
+    out = tmp_path / "interrupted"
+    args = base_args(unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 2, "--checkpoints_total_limit", 1)
+    real = C.save_sampler_state
+    calls = {"n": 0}
+
+    def fail_on_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed while writing checkpoint-4")
+        return real(*a, **k)
+
+    monkeypatch.setattr(C, "save_sampler_state", fail_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        script.main(args + ["--max_train_steps", "6"])
+    monkeypatch.setattr(C, "save_sampler_state", real)
+    assert (out / "checkpoint-2" / C.COMPLETE_MARKER).is_file() and not (out / "checkpoint-4").exists()
+    assert C.resolve_resume_checkpoint(str(out), "latest") == str(out / "checkpoint-2")
+    script.main(args + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"])
+    assert scheduler_payload(out)["optimizer_steps"] == 6
+    assert sorted(p.name for p in out.glob("*checkpoint-*")) == ["checkpoint-6"]  # pruned after the save, tmp gone
+    # an old-style folder without the marker (a save interrupted before this scheme) is skipped
+    (out / "checkpoint-8").mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert C.resolve_resume_checkpoint(str(out), "latest") == str(out / "checkpoint-6")
+    assert any("skipping" in r.getMessage() and "checkpoint-8" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="not a complete checkpoint"):
+        C.resolve_resume_checkpoint(str(out), str(out / "checkpoint-8"))
+
+
+def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_path):
+    """SIGKILL the script at several moments while it checkpoints every step; each time `latest` is a complete
+    checkpoint that resumes."""
+    import signal
+    import time
+
+    from diffusers_infonoise.training.checkpoints import is_complete_checkpoint, resolve_resume_checkpoint
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    out = tmp_path / "killed"
+    cmd = [sys.executable, str(SCRIPT), *base_args(unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 1,
+                                                    "--checkpoints_total_limit", 1, "--max_train_steps", 400)]
+    for delay in (0.0, 0.4, 1.1):
+        proc = subprocess.Popen(cmd + (["--resume_from_checkpoint", "latest"] if out.exists() else []), cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        start = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) if out.exists() and list(out.glob("checkpoint-*")) else 0
+        while time.time() < deadline and not any(int(p.name.split("-")[1]) > start + 1 for p in out.glob("checkpoint-*")):
+            time.sleep(0.05)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        latest = resolve_resume_checkpoint(str(out), "latest")
+        assert latest is not None and is_complete_checkpoint(latest), sorted(p.name for p in out.iterdir())
+    proc = subprocess.run(cmd[:-2] + ["--max_train_steps", str(int(Path(latest).name.split("-")[1]) + 2),
+                                      "--resume_from_checkpoint", "latest"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -17,6 +18,8 @@ from .lora import load_lora_layers, lora_layers
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "COMPLETE_MARKER",
+    "is_complete_checkpoint",
     "SAMPLER_SUBDIR",
     "register_sampler_checkpointing",
     "resolve_resume_checkpoint",
@@ -61,20 +64,46 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
     accelerator.register_load_state_pre_hook(load_hook)
 
 
+#: written last into a checkpoint folder, before it gets its final name: a folder without it is incomplete
+COMPLETE_MARKER = "infonoise_checkpoint.json"
+
+
+def is_complete_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a ``checkpoint-N`` folder whose save finished (:data:`COMPLETE_MARKER`)."""
+    return os.path.isfile(os.path.join(path, COMPLETE_MARKER))
+
+
+def _checkpoints(output_dir: str) -> list[str]:
+    """``checkpoint-N`` folder names in ``output_dir``, oldest first."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [d for d in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", d)]
+    return sorted(found, key=lambda d: int(d.split("-")[1]))
+
+
 def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | None) -> str | None:
-    """The checkpoint folder ``--resume_from_checkpoint`` names (``"latest"``: the newest
-    ``checkpoint-N`` in ``output_dir``), or None when there is none."""
+    """The checkpoint folder ``--resume_from_checkpoint`` names (``"latest"``: the newest complete
+    ``checkpoint-N`` in ``output_dir``, skipping incomplete ones with a warning), or None when there is none.
+
+    Raises:
+        ValueError: a named folder that does not exist or is not a complete checkpoint.
+    """
     if not resume_from_checkpoint:
         return None
     if resume_from_checkpoint != "latest":
         path = resume_from_checkpoint if os.path.isdir(resume_from_checkpoint) else os.path.join(output_dir, resume_from_checkpoint)
         if not os.path.isdir(path):
             raise ValueError(f"--resume_from_checkpoint: {resume_from_checkpoint!r} is neither 'latest' nor a checkpoint folder")
+        if not is_complete_checkpoint(path):
+            raise ValueError(f"--resume_from_checkpoint: {path} is not a complete checkpoint of this package (no "
+                             f"{COMPLETE_MARKER}: its save was interrupted, or it is another kind of folder)")
         return path
-    found = [d for d in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", d)] if os.path.isdir(output_dir) else []
-    if not found:
-        return None
-    return os.path.join(output_dir, max(found, key=lambda d: int(d.split("-")[1])))
+    for name in reversed(_checkpoints(output_dir)):
+        path = os.path.join(output_dir, name)
+        if is_complete_checkpoint(path):
+            return path
+        logger.warning(f"--resume_from_checkpoint latest: skipping {path}, an incomplete checkpoint (interrupted save)")
+    return None
 
 
 def optimizer_steps_per_epoch(args, dataloader) -> int:
@@ -111,22 +140,35 @@ def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, d
 
 
 def maybe_save_checkpoint(accelerator, args, global_step: int) -> None:
-    """Every ``--checkpointing_steps`` optimizer steps: prune to ``--checkpoints_total_limit`` (main
-    process) and ``accelerator.save_state`` into ``output_dir/checkpoint-<step>`` (all processes)."""
+    """Every ``--checkpointing_steps`` optimizer steps, a checkpoint that a kill at any moment cannot
+    spoil: ``accelerator.save_state`` (all processes) writes ``output_dir/.checkpoint-<step>.tmp``, the
+    main process adds :data:`COMPLETE_MARKER` and renames it to ``checkpoint-<step>`` (complete before
+    visible), and only then prunes to ``--checkpoints_total_limit``."""
     if global_step % args.checkpointing_steps:
         return
+    final = os.path.join(args.output_dir, f"checkpoint-{global_step}")
+    tmp = os.path.join(args.output_dir, f".checkpoint-{global_step}.tmp")
+    if accelerator.is_main_process and os.path.isdir(tmp):
+        shutil.rmtree(tmp)  # left by an interrupted save of this step
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp)
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        with open(os.path.join(tmp, COMPLETE_MARKER), "w") as f:
+            json.dump({"step": global_step, "num_processes": accelerator.num_processes}, f)
+        if os.path.isdir(final):  # a resumed run saving the same step again
+            shutil.rmtree(final)
+        os.replace(tmp, final)
         prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
     accelerator.wait_for_everyone()
-    accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
 
 
 def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
-    """Delete the oldest ``checkpoint-N`` folders so that at most ``total_limit − 1`` remain before a save."""
+    """Delete the oldest ``checkpoint-N`` folders so that at most ``total_limit`` remain (after a save)."""
     if not total_limit:
         return
-    found = sorted((d for d in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", d)), key=lambda d: int(d.split("-")[1]))
-    for d in found[: max(0, len(found) - total_limit + 1)]:
+    found = _checkpoints(output_dir)
+    for d in found[: max(0, len(found) - total_limit)]:
         shutil.rmtree(os.path.join(output_dir, d))
 
 
