@@ -779,3 +779,23 @@ def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_pat
                                       "--resume_from_checkpoint", "latest"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--sigma_data", "0"], "--sigma_data"), (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps"),
+    (["--checkpointing_steps", "0"], "--checkpointing_steps"), (["--eval_batch_size", "0"], "--eval_batch_size"),
+    (["--max_train_steps", "0"], "--max_train_steps"), (["--max_train_steps", "-3"], "--max_train_steps"),
+    (["--num_epochs", "0"], "--num_epochs"), (["--num_inference_steps", "0"], "--num_inference_steps"),
+    (["--learning_rate", "nan"], "--learning_rate"), (["--snr_gamma", "-1"], "--snr_gamma"),
+    (["--sigma_min", "1", "--sigma_max", "0.5"], "--sigma_min"), (["--infonoise_num_bins", "0"], "--infonoise_num_bins"),
+])
+def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match, capsys):
+    with pytest.raises(SystemExit):
+        script.parse_args(argv)
+    assert match in capsys.readouterr().err
+
+
+def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_config, tmp_path):
+    # the tiny config is 8x8, one channel: training it at 16 would save a pipeline that samples 8x8
+    with pytest.raises(ValueError, match=r"--model_config_name_or_path: sample_size 8, but --resolution is 16"):
+        script.main(base_args(unet_config, tmp_path / "r16", "--resolution", 16, "--max_train_steps", 1))

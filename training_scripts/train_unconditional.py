@@ -46,6 +46,8 @@ from diffusers_infonoise.training import (
     log_images,
     make_optimizer_and_lr_scheduler,
     per_sample_mse,
+    positive_float,
+    positive_int,
     register_model_checkpointing,
     register_sampler_checkpointing,
     run_training_loop,
@@ -75,16 +77,16 @@ def parse_args(argv=None):
       help="Train on sequences instead of images: a column of equal-length strings over --alphabet (e.g. DNA), "
            "one-hot in {-1, 1}, with a 1-D UNet (UNet1DModel); samples are written as FASTA.")
     a("--alphabet", type=str, default="ACGT", help="Letters of --sequence_column; channel k is the k-th letter.")
-    a("--max_train_samples", type=int, default=None, help="Truncate the training set (debugging, quick runs).")
-    a("--resolution", type=int, default=16)
+    a("--max_train_samples", type=positive_int, default=None, help="Truncate the training set (debugging, quick runs).")
+    a("--resolution", type=positive_int, default=16)
     a("--center_crop", action="store_true")
     a("--random_flip", action="store_true")
     a("--model_config_name_or_path", type=str, default=None,
       help="A UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.")
-    a("--eval_batch_size", type=int, default=16, help="Images in each sample grid.")
-    a("--num_epochs", type=int, default=100)
-    a("--save_images_epochs", type=int, default=10)
-    a("--save_model_epochs", type=int, default=10)
+    a("--eval_batch_size", type=positive_int, default=16, help="Images in each sample grid.")
+    a("--num_epochs", type=positive_int, default=100)
+    a("--save_images_epochs", type=positive_int, default=10)
+    a("--save_model_epochs", type=positive_int, default=10)
     a("--use_ema", action="store_true")
     a("--ema_inv_gamma", type=float, default=1.0)
     a("--ema_power", type=float, default=3 / 4)
@@ -95,14 +97,14 @@ def parse_args(argv=None):
     a("--prediction_type", type=str, default=None,
       help="ddpm: epsilon (default), v_prediction or sample. edm: epsilon (default) or v_prediction, which only pick "
            "the sign of c_out (the network is trained through the denoiser D). flow: flow (velocity).")
-    a("--ddpm_num_steps", type=int, default=1000)
+    a("--ddpm_num_steps", type=positive_int, default=1000)
     a("--ddpm_beta_schedule", type=str, default="linear")
-    a("--ddpm_num_inference_steps", type=int, default=100)
-    a("--num_inference_steps", type=int, default=None, help="Sampling steps for edm (default 40) and flow (default 50).")
-    a("--sigma_data", type=float, default=0.5, help="EDM sigma_data (data in [-1, 1]).")
-    a("--sigma_min", type=float, default=0.002)
-    a("--sigma_max", type=float, default=80.0)
-    a("--flow_shift", type=float, default=1.0, help="Static shift of the flow scheduler.")
+    a("--ddpm_num_inference_steps", type=positive_int, default=100)
+    a("--num_inference_steps", type=positive_int, default=None, help="Sampling steps for edm (default 40) and flow (default 50).")
+    a("--sigma_data", type=positive_float, default=0.5, help="EDM sigma_data (data in [-1, 1]).")
+    a("--sigma_min", type=positive_float, default=0.002)
+    a("--sigma_max", type=positive_float, default=80.0)
+    a("--flow_shift", type=positive_float, default=1.0, help="Static shift of the flow scheduler.")
     a("--logger", type=str, default="tensorboard", choices=["tensorboard", "wandb", "none"])
     add_common_training_args(parser, defaults={"unconditional": True, "output_dir": "ddpm-model-16"})
     add_noise_sampler_args(parser)
@@ -114,6 +116,8 @@ def parse_args(argv=None):
     elif args.prediction_type not in allowed:
         parser.error(f"--prediction_type {args.prediction_type} is not valid with --diffusion {args.diffusion}; "
                      f"accepted: {', '.join(allowed)}")
+    if args.sigma_min >= args.sigma_max:
+        parser.error(f"--sigma_min {args.sigma_min} must be below --sigma_max {args.sigma_max}")
     if args.snr_gamma is not None and args.diffusion != "ddpm":
         parser.error("--snr_gamma (Min-SNR) applies to --diffusion ddpm only")
     if args.dataset_name and args.train_data_dir:
@@ -151,6 +155,8 @@ def build_unet(args, channels: int, length: int | None = None):
         model = cls.from_config(config)
         if length is not None:
             _check_1d_config(model.config, channels, length)
+        else:
+            _check_2d_config(model.config, channels, args.resolution)
         return model
     if length is not None:
         # the temporal-ResNet blocks of UNet1DModel take the time embedding in every block (the
@@ -291,6 +297,19 @@ def main(argv=None):
         )
     accelerator.wait_for_everyone()
     accelerator.end_training()
+
+
+def _check_2d_config(config, channels: int, resolution: int) -> None:
+    """A UNet2DModel config must take the training images as they are: a model of another sample_size
+    would train at --resolution and then save a pipeline that samples at its own size."""
+    size = config.sample_size if isinstance(config.sample_size, int) else tuple(config.sample_size)
+    problems = []
+    if size not in (resolution, (resolution, resolution)):
+        problems.append(f"sample_size {size}, but --resolution is {resolution}")
+    if config.in_channels != channels or config.out_channels != channels:
+        problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but the images have {channels}")
+    if problems:
+        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
 
 
 def _check_1d_config(config, channels: int, length: int) -> None:

@@ -14,6 +14,9 @@ from .datasets import DEFAULT_CAPTIONED_DATASET
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "positive_int",
+    "nonnegative_int",
+    "positive_float",
     "add_noise_sampler_args",
     "add_common_training_args",
     "baseline_density_params",
@@ -61,12 +64,12 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("training-noise sampler (diffusers-infonoise)")
     g.add_argument("--noise_sampler", type=str, default="infonoise", choices=SAMPLER_NAMES,
                    help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.")
-    g.add_argument("--infonoise_num_bins", type=int, default=64, help="Bins uniform in log sigma.")
+    g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
     g.add_argument("--infonoise_warmup_steps", type=_warmup_arg, default="auto",
                    help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.")
-    g.add_argument("--infonoise_refresh_every", type=int, default=50, help="Optimizer steps between refreshes of pi.")
+    g.add_argument("--infonoise_refresh_every", type=positive_int, default=50, help="Optimizer steps between refreshes of pi.")
     g.add_argument("--infonoise_ema_decay", type=float, default=0.9, help="Weight on the old bin value at a refresh.")
-    g.add_argument("--infonoise_min_count", type=int, default=8,
+    g.add_argument("--infonoise_min_count", type=positive_int, default=8,
                    help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.")
     g.add_argument("--infonoise_smoothing", type=float, default=1.0, help="Gaussian smoothing width in bins (0: off).")
     g.add_argument("--infonoise_gate", type=_gate_arg, default="auto",
@@ -93,7 +96,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                         "(SD3 paper convention; diffusers' own SD3 script uses the opposite sign).")
     g.add_argument("--logit_std", type=float, default=1.0, help="Std of 'logit_normal'.")
     g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
-    g.add_argument("--snr_gamma", type=float, default=None,
+    g.add_argument("--snr_gamma", type=positive_float, default=None,
                    help="Min-SNR-gamma loss weighting (Hang et al. 2023); the sampler is told about it.")
     g.add_argument("--schedule_plot_steps", type=int, default=500,
                    help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
@@ -104,6 +107,39 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                    help="Print and plot the training-noise density these options produce, then exit.")
 
 
+def positive_int(value: str) -> int:
+    """argparse type: an int >= 1 (argparse names the option in its error)."""
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def nonnegative_int(value: str) -> int:
+    """argparse type: an int >= 0."""
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def positive_float(value: str) -> float:
+    """argparse type: a finite float > 0."""
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}")
+    return v
+
+
 def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:
     """The optimizer, schedule, logging, checkpoint and Hub arguments of diffusers' example scripts."""
     d = {"learning_rate": 1e-4, "train_batch_size": 16, "lr_warmup_steps": 500, **(defaults or {})}
@@ -111,22 +147,23 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a("--output_dir", type=str, default=d.get("output_dir", "infonoise-model"))
     a("--cache_dir", type=str, default=None, help="Where downloaded datasets and models are cached.")
     a("--seed", type=int, default=None, help="A seed for reproducible training.")
-    a("--train_batch_size", type=int, default=d["train_batch_size"], help="Batch size per device.")
-    a("--max_train_steps", type=int, default=d.get("max_train_steps"), help="Total optimizer steps; overrides the epoch count.")
-    a("--gradient_accumulation_steps", type=int, default=1)
-    a("--learning_rate", type=float, default=d["learning_rate"])
+    a("--train_batch_size", type=positive_int, default=d["train_batch_size"], help="Batch size per device.")
+    a("--max_train_steps", type=positive_int, default=d.get("max_train_steps"),
+      help="Total optimizer steps; overrides the epoch count.")
+    a("--gradient_accumulation_steps", type=positive_int, default=1)
+    a("--learning_rate", type=positive_float, default=d["learning_rate"])
     a("--lr_scheduler", type=str, default="cosine",
       help='One of "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup".')
-    a("--lr_warmup_steps", type=int, default=d["lr_warmup_steps"])
+    a("--lr_warmup_steps", type=nonnegative_int, default=d["lr_warmup_steps"])
     a("--adam_beta1", type=float, default=0.95 if d.get("unconditional") else 0.9)
     a("--adam_beta2", type=float, default=0.999)
     a("--adam_weight_decay", type=float, default=1e-6 if d.get("unconditional") else 1e-2)
     a("--adam_epsilon", type=float, default=1e-08)
     a("--max_grad_norm", type=float, default=1.0, help="Gradient clipping norm.")
     a("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
-    a("--dataloader_num_workers", type=int, default=0)
-    a("--checkpointing_steps", type=int, default=500, help="Save an accelerate checkpoint every X optimizer steps.")
-    a("--checkpoints_total_limit", type=int, default=None, help="Max number of checkpoints to keep.")
+    a("--dataloader_num_workers", type=nonnegative_int, default=0)
+    a("--checkpointing_steps", type=positive_int, default=500, help="Save an accelerate checkpoint every X optimizer steps.")
+    a("--checkpoints_total_limit", type=positive_int, default=None, help="Max number of checkpoints to keep.")
     a("--resume_from_checkpoint", type=str, default=None, help='A checkpoint-* folder or "latest".')
     a("--logging_dir", type=str, default="logs", help="Tensorboard log directory, relative to output_dir.")
     a("--push_to_hub", action="store_true")
@@ -211,12 +248,12 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g.add_argument("--image_column", type=str, default="image")
     g.add_argument("--caption_column", type=str, default="text",
                    help="Column holding a caption or a list of captions (one is drawn per example and epoch).")
-    g.add_argument("--max_train_samples", type=int, default=None, help="Truncate the training set (debugging, quick runs).")
-    g.add_argument("--resolution", type=int, default=d["resolution"], help="Training images are resized and cropped to this.")
+    g.add_argument("--max_train_samples", type=positive_int, default=None, help="Truncate the training set (debugging, quick runs).")
+    g.add_argument("--resolution", type=positive_int, default=d["resolution"], help="Training images are resized and cropped to this.")
     g.add_argument("--center_crop", action="store_true", help="Center crop (default: random crop).")
     g.add_argument("--random_flip", action="store_true", help="Random horizontal flips.")
     g = parser.add_argument_group("training")
-    g.add_argument("--num_train_epochs", type=int, default=100)
+    g.add_argument("--num_train_epochs", type=positive_int, default=100)
     g.add_argument("--gradient_checkpointing", action="store_true")
     g.add_argument("--scale_lr", action="store_true",
                    help="Scale the learning rate by GPUs, gradient accumulation steps and batch size.")
@@ -225,13 +262,13 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g.add_argument("--report_to", type=str, default="tensorboard", help='"tensorboard", "wandb" or "none".')
     g = parser.add_argument_group("LoRA (peft)")
     g.add_argument("--use_lora", action="store_true", help="Train LoRA adapters on the attention projections only.")
-    g.add_argument("--lora_rank", type=int, default=4, help="LoRA rank r.")
+    g.add_argument("--lora_rank", type=positive_int, default=4, help="LoRA rank r.")
     g.add_argument("--lora_alpha", type=float, default=None, help="LoRA alpha (default: the rank, scale 1).")
     g = parser.add_argument_group("validation")
     g.add_argument("--validation_prompts", type=str, nargs="+", default=None,
                    help="Prompts sampled every --validation_epochs epochs and at the end; logged to the tracker.")
-    g.add_argument("--validation_epochs", type=int, default=5)
-    g.add_argument("--validation_inference_steps", type=int, default=d.get("validation_inference_steps", 25))
+    g.add_argument("--validation_epochs", type=positive_int, default=5)
+    g.add_argument("--validation_inference_steps", type=positive_int, default=d.get("validation_inference_steps", 25))
     g.add_argument("--validation_guidance_scale", type=float, default=None, help="Default: the pipeline's.")
     add_common_training_args(parser, defaults=d)
     add_noise_sampler_args(parser)
