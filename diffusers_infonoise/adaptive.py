@@ -318,8 +318,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
         if state["probs"] is not None:
             p = torch.as_tensor(state["probs"], dtype=torch.float64)
-            if p.shape != (self.edges.numel() - 1,) or not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
-                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses")
+            if p.shape != (self.edges.numel() - 1,) or not bool(torch.isfinite(p).all()) or bool((p < 0).any()) \
+                    or abs(float(p.sum()) - 1.0) > 1e-6:
+                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses "
+                                 "summing to 1")
         super().load_state_dict(state)
         self.estimator.load_state_dict(state["estimator"])
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()

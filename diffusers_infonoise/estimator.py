@@ -392,6 +392,9 @@ class ProfileEstimator:
             value = torch.as_tensor(state[key], dtype=torch.float64)
             if value.shape != (self.num_bins,):
                 raise ValueError(f"state_dict[{key!r}]: expected shape ({self.num_bins},), got {tuple(value.shape)}")
+            known = value[~torch.isnan(value)] if key == "m_hat" else value  # NaN m̂ = a bin never filled
+            if not bool(torch.isfinite(known).all()) or bool((known < 0).any()):
+                raise ValueError(f"state_dict[{key!r}]: expected finite values >= 0")
             setattr(self, key, value.clone())
         self.num_nonfinite = int(state["num_nonfinite"])
         self.num_refreshes = int(state["num_refreshes"])

@@ -272,7 +272,10 @@ class TrainingTimestepSampler:
     def load_state_dict(self, state: dict) -> None:
         if state.get("name") != self.name:
             raise ValueError(f"state_dict: saved by a {state.get('name')!r} sampler, this is a {self.name!r} sampler")
-        self.optimizer_step = int(state["optimizer_step"])
+        step = state.get("optimizer_step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"state_dict['optimizer_step']: expected an int >= 0, got {step!r}")
+        self.optimizer_step = step
 
     def describe(self) -> dict:
         """Plain-JSON summary (name, path, parameterization, density) for logs and model cards."""

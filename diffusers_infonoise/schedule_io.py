@@ -101,7 +101,7 @@ def validate_payload(payload: Any) -> dict:
         raise ScheduleError(f"{CONFIG_KEY}: expected a JSON object, got {type(payload).__name__}")
     if payload.get("format") != FORMAT:
         raise ScheduleError(f"{CONFIG_KEY}: format {payload.get('format')!r} is not {FORMAT!r}")
-    if payload.get("version") != VERSION:
+    if type(payload.get("version")) is not int or payload.get("version") != VERSION:  # not True, not 1.0
         raise ScheduleError(
             f"{CONFIG_KEY}: unknown version {payload.get('version')!r}; this diffusers-infonoise reads version {VERSION}"
         )
@@ -125,8 +125,17 @@ def validate_payload(payload: Any) -> dict:
         raise ScheduleError(f"{CONFIG_KEY}: edges must be finite and strictly increasing")
     if not bool(torch.isfinite(p).all()) or bool((p < 0).any()) or abs(float(p.sum()) - 1.0) > 1e-6:
         raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
-    if bool((m[~torch.isnan(m)] < 0).any()):
-        raise ScheduleError(f"{CONFIG_KEY}: m_hat must be >= 0")
+    filled = m[~torch.isnan(m)]
+    if bool((filled < 0).any()) or not bool(torch.isfinite(filled).all()):
+        raise ScheduleError(f"{CONFIG_KEY}: m_hat must hold finite values >= 0 (null where a bin never filled)")
+    if not isinstance(payload["hyperparameters"], dict):
+        raise ScheduleError(f"{CONFIG_KEY}: hyperparameters must be an object, got {type(payload['hyperparameters']).__name__}")
+    gate = payload["hyperparameters"].get("gate", "auto")
+    if not (gate is None or isinstance(gate, str) or (isinstance(gate, (int, float)) and not isinstance(gate, bool))):
+        raise ScheduleError(f"{CONFIG_KEY}: hyperparameters.gate must be a rule name, a number or null, got {gate!r}")
+    steps = payload["optimizer_steps"]
+    if type(steps) is not int or steps < 0:
+        raise ScheduleError(f"{CONFIG_KEY}: optimizer_steps must be an int >= 0, got {steps!r}")
     data = payload.get("data")
     if data is not None:
         if not isinstance(data, dict):
@@ -328,13 +337,26 @@ def load_sampler_state(sampler, directory, *, generator: torch.Generator | None 
     tpath, jpath = os.path.join(directory, SAMPLER_STATE_TENSORS), os.path.join(directory, SAMPLER_STATE_JSON)
     if not (os.path.exists(tpath) and os.path.exists(jpath)):
         return False
-    with open(jpath) as f:
-        meta = json.load(f)
-    if meta.get("format") != "diffusers-infonoise/sampler-state" or meta.get("version") != 1:
+    try:
+        with open(jpath) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ScheduleError(f"{jpath}: unreadable sampler state ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != "diffusers-infonoise/sampler-state" or meta.get("version") != 1:
         raise ScheduleError(f"{jpath}: not a diffusers-infonoise sampler state (version 1)")
-    state = _unflatten({**load_file(tpath), **meta["values"]})
+    try:
+        tensors = load_file(tpath)
+    except Exception as err:  # safetensors raises its own error types for truncated or foreign files
+        raise ScheduleError(f"{tpath}: unreadable sampler state ({err})") from None
+    state = _unflatten({**tensors, **meta.get("values", {})})
     gen_state = state.pop("generator_state", None)
-    sampler.load_state_dict(state)
-    if generator is not None and gen_state is not None:
+    try:
+        sampler.load_state_dict(state)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ScheduleError(f"{directory}: invalid sampler state: {err}") from None
+    if generator is not None:
+        if gen_state is None:
+            raise ScheduleError(f"{directory}: the sampler state has no generator state; the draws could not resume "
+                                "exactly (it was saved without one)")
         generator.set_state(gen_state)
     return True

@@ -228,6 +228,20 @@ def _corrupt(payload, how):
         p["m_hat"][5] = -1.0
     elif how == "not_a_dict":
         p = [1, 2, 3]
+    elif how == "m_hat_infinity":
+        p["m_hat"][5] = math.inf  # json.dumps writes Infinity
+    elif how == "hyper_null":
+        p["hyperparameters"] = None
+    elif how == "hyper_list":
+        p["hyperparameters"] = [1, 2]
+    elif how == "gate_not_a_string":
+        p["hyperparameters"]["gate"] = ["auto"]
+    elif how == "version_true":
+        p["version"] = True
+    elif how == "version_float":
+        p["version"] = 1.0
+    elif how == "steps_negative":
+        p["optimizer_steps"] = -4
     return p
 
 
@@ -235,7 +249,9 @@ def _corrupt(payload, how):
     "how,pattern",
     [("version", "version"), ("format", "format"), ("missing", "missing.*pi"), ("pi_sum", "pi"), ("pi_negative", "pi"),
      ("length", "len"), ("text", "non-numeric"), ("edges_order", "edges"), ("m_hat_negative", "m_hat"),
-     ("not_a_dict", "JSON object")],
+     ("not_a_dict", "JSON object"), ("m_hat_infinity", "m_hat"), ("hyper_null", "hyperparameters"),
+     ("hyper_list", "hyperparameters"), ("gate_not_a_string", "gate"), ("version_true", "version"),
+     ("version_float", "version"), ("steps_negative", "optimizer_steps")],
 )
 def test_corrupted_payload_rejected(how, pattern, tmp_path):
     sched = DDPMScheduler()
@@ -289,3 +305,38 @@ def test_schedule_saved_during_warmup_keeps_base_and_warmup():
                                stats.norm.logpdf(x, -1.2, 1.2) - math.log(z), atol=1e-10)
     # its statistics are kept
     torch.testing.assert_close(resumed.estimator.m_hat, s.estimator.m_hat, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("how,pattern", [
+    ("nan_sums", "sums"), ("negative_counts", "counts"), ("pi_sum", "probs"), ("negative_step", "optimizer_step"),
+    ("truncated_json", "unreadable"), ("truncated_tensors", "unreadable"), ("no_generator", "generator state"),
+])
+def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from diffusers_infonoise.schedule_io import SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, load_sampler_state, save_sampler_state
+
+    sched = DDPMScheduler()
+    a = _adapted(sched)
+    gen = torch.Generator().manual_seed(0)
+    save_sampler_state(a, tmp_path, generator=None if how == "no_generator" else gen)
+    tpath, jpath = tmp_path / SAMPLER_STATE_TENSORS, tmp_path / SAMPLER_STATE_JSON
+    tensors, meta = load_file(tpath), json.loads(jpath.read_text())
+    if how == "nan_sums":
+        tensors["estimator.sums"][0] = math.nan
+    elif how == "negative_counts":
+        tensors["estimator.counts"][1] = -3.0
+    elif how == "pi_sum":
+        tensors["probs"] = tensors["probs"] * 2
+    elif how == "negative_step":
+        meta["values"]["optimizer_step"] = -1
+    save_file(tensors, tpath)
+    jpath.write_text(json.dumps(meta))
+    if how == "truncated_json":
+        jpath.write_text(jpath.read_text()[:40])
+    elif how == "truncated_tensors":
+        tpath.write_bytes(tpath.read_bytes()[:100])
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1)
+    with pytest.raises(ScheduleError, match=pattern) as info:
+        load_sampler_state(b, tmp_path, generator=torch.Generator())
+    assert str(tmp_path) in str(info.value)  # the error names the file or folder
