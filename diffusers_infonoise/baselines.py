@@ -90,6 +90,10 @@ def _resolve_base(path: NoisePath, base) -> tuple[D.Density, dict]:
         base = _PATH_DEFAULT_BASE[path.kind]
     if isinstance(base, D.Density):
         density, desc = base, {"density": base.describe()}
+    elif not (isinstance(base, str) or (isinstance(base, (tuple, list)) and len(base) == 2 and isinstance(base[0], str)
+                                        and isinstance(base[1], dict))):
+        raise ValueError(f"base: expected None, a density name ({', '.join(_FIXED_NAMES)}), a (name, params) pair or a "
+                         f"Density, got {base!r}")
     else:
         name, params = (base, {}) if isinstance(base, str) else base
         density, desc = base_density(name, path, **params), {"name": name, **params}

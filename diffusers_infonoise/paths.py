@@ -352,12 +352,25 @@ def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePat
     """
     kind = scheduler_kind(noise_scheduler)
     cfg = noise_scheduler.config
+    name = type(noise_scheduler).__name__
     if kind == "ve":
         if mu is not None:
             raise ValueError("mu: only flow-matching schedulers take a dynamic shift")
-        return VEPath("ve", float(cfg.sigma_min), float(cfg.sigma_max), sigma_data=float(cfg.sigma_data))
+        lo, hi, sd = float(cfg.sigma_min), float(cfg.sigma_max), float(cfg.sigma_data)
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
+            raise ValueError(f"noise_scheduler: {name} needs finite 0 < sigma_min < sigma_max, got sigma_min={lo}, "
+                             f"sigma_max={hi}")
+        if not (math.isfinite(sd) and sd > 0):
+            raise ValueError(f"noise_scheduler: {name} needs a finite sigma_data > 0, got {sd}")
+        return VEPath("ve", lo, hi, sigma_data=sd)
+    if getattr(cfg, "use_flow_sigmas", False) or getattr(cfg, "invert_sigmas", False):
+        # a VP-looking scheduler on flow sigmas, or an inverted flow schedule: neither path's mapping holds
+        raise ValueError(f"noise_scheduler: {name} with use_flow_sigmas/invert_sigmas is not supported; use "
+                         "FlowMatchEulerDiscreteScheduler (flow) or a plain VP scheduler")
+    n = int(getattr(cfg, "num_train_timesteps", 1000))
+    if n < 3:
+        raise ValueError(f"noise_scheduler: num_train_timesteps must be >= 3 for a grid of noise levels, got {n}")
     if kind == "flow":
-        n = int(cfg.num_train_timesteps)
         if getattr(cfg, "use_dynamic_shifting", False):
             if mu is None:
                 raise ValueError(
@@ -366,13 +379,15 @@ def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePat
                 )
             if getattr(cfg, "time_shift_type", "exponential") != "exponential":
                 raise ValueError("time_shift_type: only 'exponential' dynamic shifting is supported")
+            if not (isinstance(mu, (int, float)) and not isinstance(mu, bool) and math.isfinite(mu) and abs(mu) <= 20):
+                raise ValueError(f"mu: must be a finite float with |mu| <= 20 (a shift of exp(mu)), got {mu!r}")
             shift = math.exp(mu)
         else:
             if mu is not None:
                 raise ValueError("mu: the scheduler has use_dynamic_shifting=False; set shift in its config instead")
             shift = float(cfg.shift)
-        if shift <= 0:
-            raise ValueError(f"shift: must be > 0, got {shift}")
+        if not (math.isfinite(shift) and shift > 0):
+            raise ValueError(f"shift: must be a finite float > 0, got {shift}")
         # Grid range of METHOD.md §5.1: s ∈ [1/N, 1 − 1/N] of the (shifted) path.
         s_lo, s_hi = 1.0 / n, 1.0 - 1.0 / n
         return FlowPath("flow", s_lo / (1 - s_lo), s_hi / (1 - s_hi), num_train_timesteps=n, shift=shift)

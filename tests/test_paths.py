@@ -267,3 +267,33 @@ def test_flow_heun_is_flow_and_dynamic_shift_moves_baselines():
     lo, hi = math.log((1 / n) / (1 - 1 / n)), math.log((1 - 1 / n) / (1 / n))
     z = stats.norm.cdf(hi - mu) - stats.norm.cdf(lo - mu)
     np.testing.assert_allclose(dyn.log_prob(torch.exp(x)).numpy(), stats.norm.logpdf(x.numpy() - mu) - math.log(z), atol=1e-10)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: EDMEulerScheduler(sigma_min=0), "sigma_min"),
+    (lambda: EDMEulerScheduler(sigma_min=5.0, sigma_max=1.0), "sigma_min < sigma_max"),
+    (lambda: EDMEulerScheduler(sigma_max=float("inf")), "finite"),
+    (lambda: DDPMScheduler(num_train_timesteps=2), "num_train_timesteps"),
+    (lambda: FlowMatchEulerDiscreteScheduler(shift=float("nan")), "shift"),
+    (lambda: FlowMatchEulerDiscreteScheduler(invert_sigmas=True), "invert_sigmas"),
+])
+def test_schedulers_the_paths_cannot_represent_are_refused(make, match):
+    with pytest.raises(ValueError, match=match):
+        path_from_scheduler(make())
+
+
+def test_vp_looking_schedulers_on_flow_sigmas_are_refused():
+    from diffusers import DPMSolverMultistepScheduler, UniPCMultistepScheduler
+
+    for cls in (UniPCMultistepScheduler, DPMSolverMultistepScheduler):
+        with pytest.raises(ValueError, match="use_flow_sigmas"):
+            path_from_scheduler(cls(use_flow_sigmas=True))
+
+
+def test_bad_mu_and_base_name_the_argument():
+    from diffusers_infonoise import make_sampler
+
+    with pytest.raises(ValueError, match="mu: must be a finite"):
+        path_from_scheduler(FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True), mu=1000.0)
+    with pytest.raises(ValueError, match="base: expected None, a density name"):
+        make_sampler("infonoise", EDMEulerScheduler(), base=42)
