@@ -174,3 +174,13 @@ def test_profile_errors(capsys, saved, tmp_path):
         "--output", tmp_path, "--no-progress",
     )
     assert_one_line_error(rc, err, "prediction_type")
+
+
+def test_a_device_this_machine_lacks_is_a_clear_error(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as info:
+        main(["dataset-profile", "--dataset", "digits", "--device", "cuda"])
+    assert info.value.code == 2 and "no CUDA device" in capsys.readouterr().err

@@ -40,6 +40,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _device_arg(text: str) -> str:
+    """A torch device this machine has (cpu, cuda[:i] with CUDA, mps with MPS)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a torch device: {text!r} (e.g. cpu, cuda, cuda:1, mps)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has no CUDA device; use cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text!r}: there are {torch.cuda.device_count()} CUDA devices")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available here; use cpu")
+    return text
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -114,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="grid points in log sigma (default 32; a stored schedule's bins when present)")
     p.add_argument("--num-noise-draws", type=_positive_int, default=2, help="noise draws per probe sample and level (default 2)")
     p.add_argument("--batch-size", type=_positive_int, default=128, help="model batch size (default 128)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--device", type=_device_arg, default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
     p.add_argument("--edm-timestep-scale", type=_positive_float, default=EDM_TIMESTEP_SCALE,
                    help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
@@ -137,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sigma-max", type=_positive_float, default=80.0, help="largest VE sigma (default 80)")
     p.add_argument("--num-noise-draws", type=_positive_int, default=256, help="Monte Carlo queries per level (default 256)")
     p.add_argument("--chunk-size", type=_positive_int, default=4096, help="data points per block of the streaming pass (default 4096)")
-    p.add_argument("--device", default=None, help="torch device (default cpu)")
+    p.add_argument("--device", type=_device_arg, default=None, help="torch device (default cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--gate", type=_gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (default auto)")
     p.add_argument("--output", default=None, metavar="DIR", help="write DIR/dataset_profile.json and .png")
