@@ -46,6 +46,7 @@ from diffusers_infonoise.training import (
     per_sample_mse,
     prepare_text_to_image_training,
     resolve_infonoise_base,
+    run_config,
     run_training_loop,
     save_text_to_image_outputs,
     setup_trained_model,
@@ -146,7 +147,7 @@ def main(argv=None) -> dict:
                               guidance_scale=args.validation_guidance_scale,
                               output_dir=os.path.join(args.output_dir, "validation"))
 
-    result = run_training_loop(accelerator, args, model=unet, optimizer=optimizer, lr_scheduler=lr_scheduler,
+    result = run_training_loop(accelerator, run_config(args), model=unet, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)

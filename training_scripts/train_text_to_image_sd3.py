@@ -62,6 +62,7 @@ from diffusers_infonoise.training import (
     per_sample_mse,
     prepare_text_to_image_training,
     resolve_infonoise_base,
+    run_config,
     run_training_loop,
     save_text_to_image_outputs,
     setup_trained_model,
@@ -187,7 +188,7 @@ def main(argv=None) -> dict:
                               output_dir=os.path.join(args.output_dir, "validation"),
                               max_sequence_length=args.max_sequence_length)
 
-    result = run_training_loop(accelerator, args, model=transformer, optimizer=optimizer, lr_scheduler=lr_scheduler,
+    result = run_training_loop(accelerator, run_config(args), model=transformer, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)

@@ -45,11 +45,13 @@ from diffusers_infonoise.training import (
     load_image_dataset,
     log_images,
     make_optimizer_and_lr_scheduler,
+    optimizer_config,
     per_sample_mse,
     positive_float,
     positive_int,
     register_model_checkpointing,
     register_sampler_checkpointing,
+    run_config,
     run_training_loop,
     save_samples,
     save_unconditional_outputs,
@@ -241,7 +243,7 @@ def main(argv=None):
                        power=args.ema_power, model_cls=model_cls, model_config=model.config)
     steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
     max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
-    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, model.parameters(), max_steps=max_steps,
+    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(optimizer_config(args), model.parameters(), max_steps=max_steps,
                                                               num_processes=accelerator.num_processes)
     model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
     if ema is not None:
@@ -280,7 +282,7 @@ def main(argv=None):
                 log_images(accelerator, "samples", images, global_step)
 
     epoch_setters = [order] + ([dataset] if hasattr(dataset, "set_epoch") else [])
-    result = run_training_loop(accelerator, args, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
+    result = run_training_loop(accelerator, run_config(args), model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler, draw_gen=draw_gen,
                                compute_loss=compute_loss, params_to_clip=list(model.parameters()), ema=ema,
                                on_epoch_end=on_epoch_end)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
+from dataclasses import dataclass
 
 from ..estimator import parse_gate
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
@@ -14,6 +16,12 @@ from .datasets import DEFAULT_CAPTIONED_DATASET
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "make_accelerator",
+    "tracker_config",
+    "RunConfig",
+    "OptimizerConfig",
+    "run_config",
+    "optimizer_config",
     "positive_int",
     "nonnegative_int",
     "positive_float",
@@ -299,3 +307,79 @@ def resolve_infonoise_base(args, default: str | None) -> None:
     name = args.infonoise_base or default
     params = baseline_density_params(args, name)
     args.infonoise_base = (name, params) if params is not None else name
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the training loop and the checkpoints need from the command line (:func:`run_config`), so that
+    the layer below the scripts never reads an argparse namespace."""
+
+    output_dir: str
+    train_batch_size: int
+    gradient_accumulation_steps: int = 1
+    max_train_steps: int | None = None
+    num_train_epochs: int = 1
+    max_grad_norm: float | None = 1.0
+    checkpointing_steps: int = 500
+    checkpoints_total_limit: int | None = None
+    resume_from_checkpoint: str | None = None
+    schedule_plot_steps: int = 500
+    validation_epochs: int = 1
+    validation_prompts: tuple = ()
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW and the learning-rate schedule as diffusers' example scripts build them (:func:`optimizer_config`)."""
+
+    learning_rate: float
+    lr_scheduler: str = "constant"
+    lr_warmup_steps: int = 0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_weight_decay: float = 1e-2
+    adam_epsilon: float = 1e-8
+    scale_lr: bool = False
+
+
+def run_config(args) -> RunConfig:
+    """The :class:`RunConfig` of a script's parsed arguments (diffusers' names: ``--num_train_epochs`` in
+    the text-to-image scripts, ``--num_epochs`` in train_unconditional)."""
+    return RunConfig(
+        output_dir=args.output_dir, train_batch_size=args.train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps, max_train_steps=args.max_train_steps,
+        num_train_epochs=args.num_train_epochs if hasattr(args, "num_train_epochs") else args.num_epochs,
+        max_grad_norm=args.max_grad_norm, checkpointing_steps=args.checkpointing_steps,
+        checkpoints_total_limit=args.checkpoints_total_limit, resume_from_checkpoint=args.resume_from_checkpoint,
+        schedule_plot_steps=args.schedule_plot_steps, validation_epochs=getattr(args, "validation_epochs", 1),
+        validation_prompts=tuple(getattr(args, "validation_prompts", None) or ()),
+    )
+
+
+def optimizer_config(args) -> OptimizerConfig:
+    """The :class:`OptimizerConfig` of a script's parsed arguments."""
+    return OptimizerConfig(
+        learning_rate=args.learning_rate, lr_scheduler=args.lr_scheduler, lr_warmup_steps=args.lr_warmup_steps,
+        adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, adam_weight_decay=args.adam_weight_decay,
+        adam_epsilon=args.adam_epsilon, scale_lr=bool(getattr(args, "scale_lr", False)),
+    )
+
+
+def tracker_config(args) -> dict:
+    """``vars(args)`` restricted to what trackers accept as hyperparameters (int, float, str, bool)."""
+    return {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+
+
+def make_accelerator(args):
+    """An ``Accelerator`` for diffusers-style scripts: gradient accumulation, mixed precision,
+    ``--report_to`` tracker, logging under ``output_dir/logging_dir``."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    return Accelerator(
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision,
+        log_with=args.report_to,
+        project_config=ProjectConfiguration(project_dir=args.output_dir,
+                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
+    )

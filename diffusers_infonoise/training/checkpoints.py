@@ -106,15 +106,15 @@ def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | Non
     return None
 
 
-def optimizer_steps_per_epoch(args, dataloader) -> int:
+def optimizer_steps_per_epoch(gradient_accumulation_steps: int, dataloader) -> int:
     """Optimizer steps in one pass over a *prepared* dataloader: ``ceil(len(dataloader) /
     gradient_accumulation_steps)``, at least 1. Its length is this process's batches, and accelerate
     also steps at the end of the dataloader, so an epoch's last update may take fewer than
     ``gradient_accumulation_steps`` micro-batches (the next epoch's accumulation starts afresh)."""
-    return max(1, math.ceil(len(dataloader) / args.gradient_accumulation_steps))
+    return max(1, math.ceil(len(dataloader) / gradient_accumulation_steps))
 
 
-def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, dataloader) -> tuple[int, int, int]:
+def resume_training_state(accelerator, run, sampler: TrainingTimestepSampler, dataloader) -> tuple[int, int, int]:
     """Resume from ``--resume_from_checkpoint``; returns ``(global_step, first_epoch, skip_batches)``.
 
     ``(0, 0, 0)`` without a checkpoint to resume from (when ``"latest"`` finds none, a warning says
@@ -125,9 +125,9 @@ def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, d
     ``dataloader``): the run continues in epoch ``first_epoch`` after the ``skip_batches``
     micro-batches of the updates that epoch had finished.
     """
-    resume_dir = resolve_resume_checkpoint(args.output_dir, args.resume_from_checkpoint)
-    if args.resume_from_checkpoint and resume_dir is None:
-        logger.warning(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint found, starting afresh")
+    resume_dir = resolve_resume_checkpoint(run.output_dir, run.resume_from_checkpoint)
+    if run.resume_from_checkpoint and resume_dir is None:
+        logger.warning(f"--resume_from_checkpoint {run.resume_from_checkpoint}: no checkpoint found, starting afresh")
     if not resume_dir:
         return 0, 0, 0
     accelerator.print(f"Resuming from {resume_dir}")
@@ -135,19 +135,19 @@ def resume_training_state(accelerator, args, sampler: TrainingTimestepSampler, d
     global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
     if sampler.optimizer_step != global_step:
         sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
-    first_epoch, updates_done = divmod(global_step, optimizer_steps_per_epoch(args, dataloader))
-    return global_step, first_epoch, updates_done * args.gradient_accumulation_steps
+    first_epoch, updates_done = divmod(global_step, optimizer_steps_per_epoch(run.gradient_accumulation_steps, dataloader))
+    return global_step, first_epoch, updates_done * run.gradient_accumulation_steps
 
 
-def maybe_save_checkpoint(accelerator, args, global_step: int) -> None:
+def maybe_save_checkpoint(accelerator, run, global_step: int) -> None:
     """Every ``--checkpointing_steps`` optimizer steps, a checkpoint that a kill at any moment cannot
     spoil: ``accelerator.save_state`` (all processes) writes ``output_dir/.checkpoint-<step>.tmp``, the
     main process adds :data:`COMPLETE_MARKER` and renames it to ``checkpoint-<step>`` (complete before
     visible), and only then prunes to ``--checkpoints_total_limit``."""
-    if global_step % args.checkpointing_steps:
+    if global_step % run.checkpointing_steps:
         return
-    final = os.path.join(args.output_dir, f"checkpoint-{global_step}")
-    tmp = os.path.join(args.output_dir, f".checkpoint-{global_step}.tmp")
+    final = os.path.join(run.output_dir, f"checkpoint-{global_step}")
+    tmp = os.path.join(run.output_dir, f".checkpoint-{global_step}.tmp")
     if accelerator.is_main_process and os.path.isdir(tmp):
         shutil.rmtree(tmp)  # left by an interrupted save of this step
     accelerator.wait_for_everyone()
@@ -159,7 +159,7 @@ def maybe_save_checkpoint(accelerator, args, global_step: int) -> None:
         if os.path.isdir(final):  # a resumed run saving the same step again
             shutil.rmtree(final)
         os.replace(tmp, final)
-        prune_checkpoints(args.output_dir, args.checkpoints_total_limit)
+        prune_checkpoints(run.output_dir, run.checkpoints_total_limit)
     accelerator.wait_for_everyone()
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Callable, Iterable
 
 import torch
 
 from ..samplers import NoiseLevels, TrainingTimestepSampler
+from .args import OptimizerConfig, RunConfig
 from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
 from .monitor import ScheduleMonitor
 
@@ -21,12 +21,10 @@ __all__ = [
     "NonFiniteSteps",
     "per_sample_mse",
     "training_target",
-    "tracker_config",
     "weighted_loss",
     "make_optimizer_and_lr_scheduler",
     "backward_and_step",
     "finish_micro_batch",
-    "make_accelerator",
     "size_warmup_to_run",
     "training_length",
     "run_training_loop",
@@ -58,9 +56,6 @@ def training_target(sampler: TrainingTimestepSampler, noise_scheduler, x0: torch
     raise ValueError(f"prediction_type: the training scripts do not build targets for {pt!r}")
 
 
-def tracker_config(args) -> dict:
-    """``vars(args)`` restricted to what trackers accept as hyperparameters (int, float, str, bool)."""
-    return {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
 
 
 def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sample: torch.Tensor) -> torch.Tensor:
@@ -72,25 +67,26 @@ def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sam
     return (u * per_sample).mean()
 
 
-def make_optimizer_and_lr_scheduler(args, params, *, max_steps: int, num_processes: int) -> tuple:
+def make_optimizer_and_lr_scheduler(cfg: OptimizerConfig, params, *, max_steps: int, num_processes: int,
+                                    batch_size: int = 1, gradient_accumulation_steps: int = 1) -> tuple:
     """``(optimizer, lr_scheduler)`` as diffusers' example scripts build them.
 
-    AdamW on ``params`` with ``--learning_rate`` and the ``--adam_*`` arguments; with ``--scale_lr``
-    (where the script has that flag) the rate is multiplied by the gradient accumulation steps, the
-    per-device batch size and ``num_processes``. The schedule is diffusers' ``get_scheduler``
+    AdamW on ``params`` with ``--learning_rate`` and the ``--adam_*`` arguments (:class:`OptimizerConfig`);
+    with ``--scale_lr`` (where the script has that flag) the rate is multiplied by
+    ``gradient_accumulation_steps``, the per-device ``batch_size`` and ``num_processes``. The schedule is diffusers' ``get_scheduler``
     (``--lr_scheduler``) over ``max_steps`` optimizer steps with ``--lr_warmup_steps`` of warm-up,
     both counts times ``num_processes``: once prepared by accelerate, the scheduler steps once per
     process at every optimizer step.
     """
     from diffusers.optimization import get_scheduler
 
-    lr = args.learning_rate
-    if getattr(args, "scale_lr", False):
-        lr *= args.gradient_accumulation_steps * args.train_batch_size * num_processes
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=(args.adam_beta1, args.adam_beta2),
-                                  weight_decay=args.adam_weight_decay, eps=args.adam_epsilon)
-    lr_scheduler = get_scheduler(args.lr_scheduler, optimizer=optimizer,
-                                 num_warmup_steps=args.lr_warmup_steps * num_processes,
+    lr = cfg.learning_rate
+    if cfg.scale_lr:
+        lr *= gradient_accumulation_steps * batch_size * num_processes
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                  weight_decay=cfg.adam_weight_decay, eps=cfg.adam_epsilon)
+    lr_scheduler = get_scheduler(cfg.lr_scheduler, optimizer=optimizer,
+                                 num_warmup_steps=cfg.lr_warmup_steps * num_processes,
                                  num_training_steps=max_steps * num_processes)
     return optimizer, lr_scheduler
 
@@ -99,10 +95,10 @@ def make_optimizer_and_lr_scheduler(args, params, *, max_steps: int, num_process
 MAX_NONFINITE_STEPS = 3
 
 
-def backward_and_step(accelerator, args, loss: torch.Tensor, *, optimizer, lr_scheduler, params) -> bool:
+def backward_and_step(accelerator, loss: torch.Tensor, *, optimizer, lr_scheduler, params, max_grad_norm: float | None) -> bool:
     """The update of one micro-batch, inside ``accelerator.accumulate(model)``: backpropagate
     ``loss``; when the gradients are synchronized (an optimizer step) clip those of ``params`` to
-    ``--max_grad_norm`` (0 or None: no clipping); step the optimizer and the LR schedule and zero the
+    ``max_grad_norm`` (0 or None: no clipping); step the optimizer and the LR schedule and zero the
     gradients (the prepared optimizer and schedule skip the steps between accumulation boundaries).
 
     Returns False when this optimizer step was *not* applied because its gradient norm was not finite
@@ -115,7 +111,7 @@ def backward_and_step(accelerator, args, loss: torch.Tensor, *, optimizer, lr_sc
         lr_scheduler.step()
         optimizer.zero_grad()
         return True
-    norm = accelerator.clip_grad_norm_(params, args.max_grad_norm or math.inf)
+    norm = accelerator.clip_grad_norm_(params, max_grad_norm or math.inf)
     finite = norm is None or bool(torch.isfinite(torch.as_tensor(norm)).all())
     if finite:
         optimizer.step()
@@ -163,19 +159,6 @@ def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: S
     return True
 
 
-def make_accelerator(args):
-    """An ``Accelerator`` for diffusers-style scripts: gradient accumulation, mixed precision,
-    ``--report_to`` tracker, logging under ``output_dir/logging_dir``."""
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration
-
-    return Accelerator(
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        mixed_precision=args.mixed_precision,
-        log_with=args.report_to,
-        project_config=ProjectConfiguration(project_dir=args.output_dir,
-                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
-    )
 
 
 def size_warmup_to_run(sampler, max_steps: int) -> None:
@@ -185,13 +168,11 @@ def size_warmup_to_run(sampler, max_steps: int) -> None:
         sampler.set_num_training_steps(int(max_steps))
 
 
-def training_length(args, dataloader) -> tuple[int, int, int]:
+def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
     """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
     (:func:`optimizer_steps_per_epoch`)."""
-    steps_per_epoch = optimizer_steps_per_epoch(args, dataloader)
-    # diffusers' names: --num_train_epochs in the text-to-image scripts, --num_epochs in train_unconditional
-    epochs = args.num_train_epochs if hasattr(args, "num_train_epochs") else args.num_epochs
-    max_steps = args.max_train_steps or epochs * steps_per_epoch
+    steps_per_epoch = optimizer_steps_per_epoch(run.gradient_accumulation_steps, dataloader)
+    max_steps = run.max_train_steps or run.num_train_epochs * steps_per_epoch
     return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
 
 
@@ -203,7 +184,7 @@ def _batch_size(batch) -> int:
     return _batch_size(batch[0])
 
 
-def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
+def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
                       sampler: TrainingTimestepSampler, draw_gen: torch.Generator, compute_loss: Callable,
                       params_to_clip, ema=None, validate: Callable | None = None,
                       on_epoch_end: Callable | None = None) -> dict:
@@ -232,12 +213,12 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
 
     from tqdm.auto import tqdm
 
-    _, max_steps, num_epochs = training_length(args, dataloader)
+    _, max_steps, num_epochs = training_length(run, dataloader)
     size_warmup_to_run(sampler, max_steps)
-    global_step, first_epoch, skip_batches = resume_training_state(accelerator, args, sampler, dataloader)
+    global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
 
-    monitor = ScheduleMonitor(sampler, args.output_dir, plot_every=args.schedule_plot_steps or None)
-    total_batch = args.train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    monitor = ScheduleMonitor(sampler, run.output_dir, plot_every=run.schedule_plot_steps or None)
+    total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
     logger.info(f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
                 f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
                 f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
@@ -261,9 +242,9 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
                 levels = sampler.sample(_batch_size(batch), generator=draw_gen, device=accelerator.device)
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
-                train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / args.gradient_accumulation_steps
-                applied = backward_and_step(accelerator, args, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                                            params=params_to_clip)
+                train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / run.gradient_accumulation_steps
+                applied = backward_and_step(accelerator, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
+                                            params=params_to_clip, max_grad_norm=run.max_grad_norm)
             if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip,
                                       applied=applied):
                 continue
@@ -282,12 +263,12 @@ def run_training_loop(accelerator, args, *, model, optimizer, lr_scheduler, data
             logs["step_time_s"] = step_times[-1]
             progress.set_postfix(loss=f"{logs['train_loss']:.4f}")
             accelerator.log(logs, step=global_step)
-            maybe_save_checkpoint(accelerator, args, global_step)
+            maybe_save_checkpoint(accelerator, run, global_step)
             last = time.perf_counter()  # checkpoint writes are not part of a step's time
             if global_step >= max_steps:
                 break
-        if validate is not None and accelerator.is_main_process and args.validation_prompts \
-                and epoch % args.validation_epochs == 0 and global_step < max_steps:
+        if validate is not None and accelerator.is_main_process and run.validation_prompts \
+                and epoch % run.validation_epochs == 0 and global_step < max_steps:
             with ema_weights(ema, params_to_clip):
                 validate(global_step)
             last = time.perf_counter()

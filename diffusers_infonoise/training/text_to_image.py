@@ -10,9 +10,10 @@ from typing import Callable, Iterable
 import torch
 
 from ..samplers import TrainingTimestepSampler
+from .args import make_accelerator, optimizer_config, run_config, tracker_config
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import captioned_dataloader
-from .loop import make_accelerator, make_optimizer_and_lr_scheduler, tracker_config, training_length
+from .loop import make_optimizer_and_lr_scheduler, training_length
 from .lora import add_lora_adapter, lora_layers
 from .monitor import show_noise_schedule
 from .outputs import check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
@@ -130,9 +131,10 @@ def prepare_text_to_image_training(accelerator, args, model, *, params, ema, sam
 
     dataloader, dataset, order = captioned_dataloader(args)
     dataloader = accelerator.prepare(dataloader)
-    _, max_steps, _ = training_length(args, dataloader)
-    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(args, params, max_steps=max_steps,
-                                                              num_processes=accelerator.num_processes)
+    _, max_steps, _ = training_length(run_config(args), dataloader)
+    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(
+        optimizer_config(args), params, max_steps=max_steps, num_processes=accelerator.num_processes,
+        batch_size=args.train_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps)
     model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
     if ema is not None:
         ema.to(accelerator.device)
