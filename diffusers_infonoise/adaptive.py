@@ -120,10 +120,14 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "mmse_cap": mmse_cap if mmse_cap in (None, "auto") else float(mmse_cap),
         }
         self.warmup_steps = self._resolved_warmup()
+        self._warned: set[str] = set()
+        if num_training_steps is not None and self.warmup_steps >= num_training_steps:
+            self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the warm-up "
+                                     f"{self.warmup_steps}; pi never leaves the base density. Pass warmup_steps='auto' "
+                                     "or a smaller warmup_steps")
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
         self.num_updates = 0
         self.last_refresh: dict = {}
-        self._warned: set[str] = set()
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
 
     # -- run length and warm-up -------------------------------------------------------------
@@ -203,6 +207,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             return
         self.data.resolve(freeze=self.optimizer_step >= self.warmup_steps)
         self._apply_data_statistics()
+        if self.data.frozen and self.data.variance is None and self.hyperparameters["mmse_cap"] == "auto":
+            self._warn_once("no_data", "noise sampler: mmse_cap='auto' (the default for epsilon and v losses) saw no "
+                                       "training data: noise through sampler.add_noise(x0, ...) or call "
+                                       "sampler.observe_data(x0) each batch; without the cap an epsilon-model's error "
+                                       "sends most draws to pure noise (METHOD.md 5.4)")
 
     def _apply_data_statistics(self) -> None:
         if self.data.variance is not None and self.data.variance > 0 and self.hyperparameters["mmse_cap"] == "auto":
@@ -333,7 +342,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if isinstance(data, dict):  # states written before the data statistics have none
             self.data.load_state_dict(data)
             self.estimator.set_data_grid(self.data.min_gap)
-            self.estimator.mmse_cap = data.get("mmse_cap")
+            cap = data.get("mmse_cap")
+            if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool)
+                                        and math.isfinite(cap) and cap > 0):
+                raise ValueError(f"state_dict['data']['mmse_cap']: must be None or a finite number > 0, got {cap!r}")
+            self.estimator.mmse_cap = cap
             self.hyperparameters["mmse_cap"] = "auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap
 
     def describe(self):

@@ -96,7 +96,11 @@ def _resolve_base(path: NoisePath, base) -> tuple[D.Density, dict]:
                          f"Density, got {base!r}")
     else:
         name, params = (base, {}) if isinstance(base, str) else base
-        density, desc = base_density(name, path, **params), {"name": name, **params}
+        try:
+            density = base_density(name, path, **params)
+        except ValueError as err:
+            raise ValueError(f"base: {err}") from None
+        desc = {"name": name, **params}
     lo, hi = path.log_sigma_range
     if not isinstance(density, D.Piecewise):
         density = D.Truncated(density, lo, hi)

@@ -235,6 +235,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             kwargs = {**stored_settings(stored), **kwargs}  # an explicit argument is the only way to change one
         if prediction_type is None:
             prediction_type = default_prediction_type(noise_scheduler)
+        unknown = set(kwargs) - _ADAPTIVE_KEYS
+        if unknown:
+            raise ValueError(f"from_scheduler: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS)}")
         sampler = cls(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **kwargs)
         if stored is not None:
             sampler.load_schedule(stored)

@@ -245,3 +245,30 @@ def test_stored_schedule_comes_back_whole(kind):
     assert torch.equal(load_learned_sampler(reloaded).probs, a.probs)
     c = InfoNoiseTrainingTimestepSampler.from_scheduler(reloaded, floor=0.3)
     assert not torch.equal(c.probs, a.probs) and c.hyperparameters["floor"] == 0.3
+
+
+def test_data_statistics_survive_bad_and_uneven_data():
+    """A NaN in x0 is left out (the cap stays finite and on); batches of another shape fall back to the
+    variance over all elements (by hand: values ±1 with mean 0 have variance 1)."""
+    s = make_sampler("infonoise", DDPMScheduler(), warmup_steps=1, refresh_every=1)
+    x = torch.sign(torch.randn(64, 3, generator=torch.Generator().manual_seed(0)))
+    x[0, 0] = math.nan
+    s.observe_data(x)
+    s.observe_data(torch.sign(torch.randn(64, 5, generator=torch.Generator().manual_seed(1))))  # another shape
+    s.update(s.sample(4096, generator=torch.Generator().manual_seed(0)), torch.ones(4096))
+    s.step()
+    assert s.data_variance == pytest.approx(1.0, abs=0.05) and s.estimator.mmse_cap == s.data_variance
+    assert s.estimator.data_min_gap == pytest.approx(2.0)
+
+
+def test_an_epsilon_run_that_never_shows_its_data_warns():
+    s = make_sampler("infonoise", DDPMScheduler(), warmup_steps=1, refresh_every=1)
+    with pytest.warns(UserWarning, match="mmse_cap='auto'.*saw no training data"):
+        s.update(s.sample(4096, generator=torch.Generator().manual_seed(0)), torch.ones(4096))
+        s.step()
+    with pytest.warns(UserWarning, match="never leaves the base density"):
+        make_sampler("infonoise", DDPMScheduler(), num_training_steps=30)  # warm-up: one refresh, 50 > 30
+    with pytest.raises(ValueError, match=r"from_scheduler: unknown parameter\(s\) \['bogus'\]"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), bogus=1)
+    with pytest.raises(ValueError, match="base: "):
+        make_sampler("infonoise", DDPMScheduler(), base="foo")

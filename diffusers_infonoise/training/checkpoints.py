@@ -53,6 +53,11 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
         if not load_sampler_state(sampler, path, generator=generator):
             fallback = os.path.join(input_dir, SAMPLER_SUBDIR, "rank_0")
             if load_sampler_state(sampler, fallback):
+                # rank 0's open (not yet reduced) sums are rank 0's: counted here too they would count twice
+                sampler.estimator.sums.zero_()
+                sampler.estimator.counts.zero_()
+                if hasattr(sampler, "data"):
+                    sampler.data.load_state_dict({**sampler.data.state_dict(), "open": None, "seen": 0})
                 logger.warning(f"{input_dir}: no sampler state for rank {accelerator.process_index}; loaded rank 0's "
                                "schedule, this rank's draws restart from its seed")
             else:
