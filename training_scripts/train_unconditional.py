@@ -32,6 +32,7 @@ from diffusers import (
 )
 from diffusers.training_utils import EMAModel
 
+from diffusers_infonoise.argtypes import positive_float, positive_int
 from diffusers_infonoise.data import one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
@@ -47,8 +48,6 @@ from diffusers_infonoise.training import (
     make_optimizer_and_lr_scheduler,
     optimizer_config,
     per_sample_mse,
-    positive_float,
-    positive_int,
     register_model_checkpointing,
     register_sampler_checkpointing,
     run_config,

@@ -20,24 +20,14 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
+from ..argtypes import gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
 from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_profile, _cmd_show
-from .loading import _DEFAULT_SAMPLERS, CLIError, _gate_arg, _one_line
+from .loading import _DEFAULT_SAMPLERS, CLIError, _one_line
 
 __all__ = ["main", "CLIError"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _device_arg(text: str) -> str:
@@ -57,16 +47,6 @@ def _device_arg(text: str) -> str:
     return text
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return value
-
-
 def _add_objective_args(p: argparse.ArgumentParser) -> None:
     from ..weighting import LOSS_WEIGHTINGS, PREDICTION_TYPES
 
@@ -79,7 +59,7 @@ def _add_objective_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prediction-type", default=None, choices=tuple(PREDICTION_TYPES),
                    help="the loss parameterization (default: the scheduler's convention)")
-    p.add_argument("--snr-gamma", type=_positive_float, default=None, help="gamma of --loss-weighting min_snr")
+    p.add_argument("--snr-gamma", type=positive_float, default=None, help="gamma of --loss-weighting min_snr")
     p.add_argument("--mu", type=float, default=None,
                    help="flow schedulers with use_dynamic_shifting: the mu of set_timesteps (a static shift of exp(mu)); "
                    "default: the stored schedule's shift")
@@ -109,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(read through huggingface_hub; cached repos work offline).")
     p.add_argument("path", metavar="PATH_OR_REPO")
     p.add_argument("--plot", metavar="FILE", default=None, help="also draw the schedule (pi, base, rho_hat, phi) to FILE (PNG/PDF/SVG)")
-    p.add_argument("--rows", type=_positive_int, default=16, help="rows of the per-bin table (default 16)")
+    p.add_argument("--rows", type=positive_int, default=16, help="rows of the per-bin table (default 16)")
     _add_hub_args(p)
     p.set_defaults(func=_cmd_show)
 
@@ -123,21 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
     p.add_argument("--split", default="test", help="data split (default: test)")
     p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
-    p.add_argument("--num-samples", type=_positive_int, default=256, help="probe samples (default 256)")
+    p.add_argument("--num-samples", type=positive_int, default=256, help="probe samples (default 256)")
     p.add_argument("--samplers", default=_DEFAULT_SAMPLERS,
                    help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)")
     p.add_argument("--output", default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)")
-    p.add_argument("--num-levels", type=_positive_int, default=32,
+    p.add_argument("--num-levels", type=positive_int, default=32,
                    help="grid points in log sigma (default 32; a stored schedule's bins when present)")
-    p.add_argument("--num-noise-draws", type=_positive_int, default=2, help="noise draws per probe sample and level (default 2)")
-    p.add_argument("--batch-size", type=_positive_int, default=128, help="model batch size (default 128)")
+    p.add_argument("--num-noise-draws", type=positive_int, default=2, help="noise draws per probe sample and level (default 2)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="model batch size (default 128)")
     p.add_argument("--device", type=_device_arg, default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
-    p.add_argument("--edm-timestep-scale", type=_positive_float, default=EDM_TIMESTEP_SCALE,
+    p.add_argument("--edm-timestep-scale", type=positive_float, default=EDM_TIMESTEP_SCALE,
                    help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
                    f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
                    "1 for models trained on raw c_noise)")
-    p.add_argument("--gate", type=_gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
+    p.add_argument("--gate", type=gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_objective_args(p)
     p.set_defaults(func=_cmd_profile)
@@ -148,15 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
     p.add_argument("--split", default="train", help="data split (default: train)")
     p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
-    p.add_argument("--max-samples", type=_positive_int, default=None, help="use a random subset of this many samples")
-    p.add_argument("--num-levels", type=_positive_int, default=32, help="grid points in log sigma (default 32)")
-    p.add_argument("--sigma-min", type=_positive_float, default=0.002, help="smallest VE sigma (default 0.002)")
-    p.add_argument("--sigma-max", type=_positive_float, default=80.0, help="largest VE sigma (default 80)")
-    p.add_argument("--num-noise-draws", type=_positive_int, default=256, help="Monte Carlo queries per level (default 256)")
-    p.add_argument("--chunk-size", type=_positive_int, default=4096, help="data points per block of the streaming pass (default 4096)")
+    p.add_argument("--max-samples", type=positive_int, default=None, help="use a random subset of this many samples")
+    p.add_argument("--num-levels", type=positive_int, default=32, help="grid points in log sigma (default 32)")
+    p.add_argument("--sigma-min", type=positive_float, default=0.002, help="smallest VE sigma (default 0.002)")
+    p.add_argument("--sigma-max", type=positive_float, default=80.0, help="largest VE sigma (default 80)")
+    p.add_argument("--num-noise-draws", type=positive_int, default=256, help="Monte Carlo queries per level (default 256)")
+    p.add_argument("--chunk-size", type=positive_int, default=4096, help="data points per block of the streaming pass (default 4096)")
     p.add_argument("--device", type=_device_arg, default=None, help="torch device (default cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    p.add_argument("--gate", type=_gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (default auto)")
+    p.add_argument("--gate", type=gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (default auto)")
     p.add_argument("--output", default=None, metavar="DIR", help="write DIR/dataset_profile.json and .png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_dataset_profile)
@@ -167,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samplers", required=True, help=samplers_help)
     p.add_argument("--scheduler", required=True, metavar="PATH",
                    help="pipeline or scheduler directory, scheduler JSON, Hub repo id, or edm / ddpm / flow (default configs)")
-    p.add_argument("--num-levels", type=_positive_int, default=64, help="grid points (default 64; a stored schedule's bins when present)")
+    p.add_argument("--num-levels", type=positive_int, default=64, help="grid points (default 64; a stored schedule's bins when present)")
     p.add_argument("--plot", metavar="FILE", default=None, help="draw the allocations to FILE")
     p.add_argument("--json", metavar="FILE", default=None, help="write the allocations to FILE")
     _add_objective_args(p)

@@ -3,7 +3,6 @@ stored schedule, probe images, pipeline parts; and the arguments it parses into 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
@@ -167,15 +166,6 @@ def _parse_samplers(text: str | None) -> list[str]:
     if unknown:
         raise CLIError(f"--samplers: unknown sampler name(s) {', '.join(unknown)}; accepted: {', '.join(SAMPLER_NAMES)}")
     return list(dict.fromkeys(names))
-
-
-def _gate_arg(text: str):
-    from ..estimator import parse_gate
-
-    try:
-        return parse_gate(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _objective(args, scheduler) -> tuple[str, object, float | None]:

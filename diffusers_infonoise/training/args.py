@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 from dataclasses import dataclass
 
-from ..estimator import parse_gate
+from ..argtypes import gate_arg, mmse_cap_arg, nonnegative_int, positive_float, positive_int, warmup_arg
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
 from .datasets import DEFAULT_CAPTIONED_DATASET
 
@@ -22,9 +21,6 @@ __all__ = [
     "OptimizerConfig",
     "run_config",
     "optimizer_config",
-    "positive_int",
-    "nonnegative_int",
-    "positive_float",
     "add_noise_sampler_args",
     "add_common_training_args",
     "baseline_density_params",
@@ -35,37 +31,6 @@ __all__ = [
 ]
 
 
-def _gate_arg(value: str):
-    try:
-        return parse_gate(value)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _cap_arg(value: str):
-    if value.lower() in ("none", "auto"):
-        return value.lower()
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}")
-    return v
-
-
-def _warmup_arg(value: str):
-    if value == "auto":
-        return "auto"
-    try:
-        v = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}")
-    return v
-
-
 def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     """``--noise_sampler``, its ``--infonoise_*`` hyperparameters, baseline density parameters,
     ``--snr_gamma`` and ``--show_noise_schedule``."""
@@ -73,14 +38,14 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--noise_sampler", type=str, default="infonoise", choices=SAMPLER_NAMES,
                    help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.")
     g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
-    g.add_argument("--infonoise_warmup_steps", type=_warmup_arg, default="auto",
+    g.add_argument("--infonoise_warmup_steps", type=warmup_arg, default="auto",
                    help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.")
     g.add_argument("--infonoise_refresh_every", type=positive_int, default=50, help="Optimizer steps between refreshes of pi.")
     g.add_argument("--infonoise_ema_decay", type=float, default=0.9, help="Weight on the old bin value at a refresh.")
     g.add_argument("--infonoise_min_count", type=positive_int, default=8,
                    help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.")
     g.add_argument("--infonoise_smoothing", type=float, default=1.0, help="Gaussian smoothing width in bins (0: off).")
-    g.add_argument("--infonoise_gate", type=_gate_arg, default="auto",
+    g.add_argument("--infonoise_gate", type=gate_arg, default="auto",
                    help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
                         "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
                         "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).")
@@ -90,7 +55,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                    help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).")
     g.add_argument("--infonoise_floor_space", type=str, default="phi", choices=("phi", "pi"),
                    help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).")
-    g.add_argument("--infonoise_mmse_cap", type=_cap_arg, default=None,
+    g.add_argument("--infonoise_mmse_cap", type=mmse_cap_arg, default=None,
                    help="Cap on the estimated x0 MMSE: 'none', 'auto' (the per-dimension variance of the data the "
                         "model is trained on: pixels, or the VAE latents; it bounds the Bayes MMSE) or a value. "
                         "Default: auto for epsilon/v prediction (the x0-space error of an imperfect model grows like "
@@ -113,39 +78,6 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                         "the cross-rank check stay).")
     g.add_argument("--show_noise_schedule", action="store_true",
                    help="Print and plot the training-noise density these options produce, then exit.")
-
-
-def positive_int(value: str) -> int:
-    """argparse type: an int >= 1 (argparse names the option in its error)."""
-    try:
-        v = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
-
-
-def nonnegative_int(value: str) -> int:
-    """argparse type: an int >= 0."""
-    try:
-        v = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
-
-
-def positive_float(value: str) -> float:
-    """argparse type: a finite float > 0."""
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}")
-    return v
 
 
 def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:

@@ -1,0 +1,75 @@
+"""argparse types shared by the training scripts and the ``infonoise`` command: each turns text into a
+value of the library or raises ``argparse.ArgumentTypeError``, which argparse reports naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from .estimator import parse_gate
+
+__all__ = ["positive_int", "nonnegative_int", "positive_float", "gate_arg", "mmse_cap_arg", "warmup_arg"]
+
+
+def positive_int(value: str) -> int:
+    """argparse type: an int >= 1 (argparse names the option in its error)."""
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def nonnegative_int(value: str) -> int:
+    """argparse type: an int >= 0."""
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def positive_float(value: str) -> float:
+    """argparse type: a finite float > 0."""
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}")
+    return v
+
+
+def gate_arg(value: str):
+    try:
+        return parse_gate(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def mmse_cap_arg(value: str):
+    if value.lower() in ("none", "auto"):
+        return value.lower()
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"accepted values: 'none', 'auto' or a float > 0, got {value!r}")
+    return v
+
+
+def warmup_arg(value: str):
+    if value == "auto":
+        return "auto"
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}")
+    return v
