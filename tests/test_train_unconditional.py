@@ -484,6 +484,26 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     assert scheduler_payload(out)["optimizer_steps"] == 6
+    # bit for bit on 2 processes: an uninterrupted 6-step run, and its checkpoint-4 resumed in a fresh folder
+    import shutil
+
+    from safetensors.torch import load_file
+
+    ref, again = tmp_path / "ddp_ref", tmp_path / "ddp_again"
+
+    def launch(folder, *extra):
+        c = [x if x != str(out) else str(folder) for x in cmd] + ["--max_train_steps", "6", *extra]
+        c[c.index("--main_process_port") + 1] = str(_free_port())
+        p = subprocess.run(c, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
+
+    launch(ref)
+    again.mkdir()
+    shutil.copytree(ref / "checkpoint-4", again / "checkpoint-4")
+    launch(again, "--resume_from_checkpoint", "latest")
+    assert scheduler_payload(ref)["pi"] == scheduler_payload(again)["pi"]
+    wa, wb = (load_file(d / "unet" / "diffusion_pytorch_model.safetensors") for d in (ref, again))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 # ----------------------------------------------------------------------------------------------
