@@ -432,3 +432,44 @@ def test_sd3_lora_resume_and_reload(sd3_model, tmp_path):
     assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
     tags, _ = _front_matter_tags(full / "README.md")
     assert {"text-to-image", "infonoise", "lora", "sd3"} <= set(tags)
+
+
+def test_sd_min_snr_on_a_zero_terminal_snr_pipeline_trains_finite(sd_model, tmp_path, monkeypatch):
+    """rescale_betas_zero_snr=True: the last step has SNR = 0, where Min-SNR's weight is 0·inf; with diffusers'
+    convention (weight 1 there) every step is applied and the saved UNet is finite. Every batch here holds
+    that step (t = 999, σ = inf)."""
+    import json
+    import math
+    import shutil
+
+    from safetensors.torch import load_file
+
+    build = sd_script.build_sampler
+
+    def with_last_step(args, sched):
+        sampler = build(args, sched)
+        draw = sampler.sample
+
+        def sample(n, **kw):
+            levels = draw(n, **kw)
+            levels.timesteps[0], levels.sigmas[0], levels.log_snr[0] = 999, math.inf, -math.inf
+            return levels
+
+        sampler.sample = sample
+        return sampler
+
+    monkeypatch.setattr(sd_script, "build_sampler", with_last_step)
+
+    model = tmp_path / "zero_snr"
+    shutil.copytree(sd_model, model)
+    cfg_path = model / "scheduler" / "scheduler_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(rescale_betas_zero_snr=True)  # with the pipeline's ε prediction, as in the reported failure
+    cfg_path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    result = sd_script.main(["--pretrained_model_name_or_path", str(model), "--output_dir", str(out), "--snr_gamma", "5",
+                             "--dataset_name", "fashion_mnist", "--max_train_samples", "8", "--max_train_steps", "3",
+                             *FAST, "--noise_sampler", "uniform"])
+    assert result["global_step"] == 3
+    weights = load_file(out / "unet" / "diffusion_pytorch_model.safetensors")
+    assert all(bool(torch.isfinite(w).all()) for w in weights.values())
