@@ -11,26 +11,24 @@ from .estimator import parse_gate
 __all__ = ["positive_int", "nonnegative_int", "positive_float", "gate_arg", "mmse_cap_arg", "warmup_arg"]
 
 
-def positive_int(value: str) -> int:
-    """argparse type: an int >= 1 (argparse names the option in its error)."""
+def _int_at_least(value: str, low: int) -> int:
     try:
         v = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value!r}") from None
+    if v < low:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
     return v
+
+
+def positive_int(value: str) -> int:
+    """argparse type: an int >= 1 (argparse names the option in its error)."""
+    return _int_at_least(value, 1)
 
 
 def nonnegative_int(value: str) -> int:
     """argparse type: an int >= 0."""
-    try:
-        v = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
+    return _int_at_least(value, 0)
 
 
 def positive_float(value: str) -> float:
