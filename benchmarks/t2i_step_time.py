@@ -103,7 +103,7 @@ def use_synthetic_data(num_images: int = 64, side: int = 96) -> None:
     class Rows(list):
         column_names = ["image", "text"]
 
-    training.datasets.load_captioned_dataset = lambda args: Rows(rows)  # where captioned_dataloader looks it up
+    training.datasets.load_captioned_dataset = lambda data: Rows(rows)  # where captioned_dataloader looks it up
 
 
 def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opts) -> list[str]:

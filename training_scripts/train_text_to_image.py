@@ -45,12 +45,11 @@ from diffusers_infonoise.training import (
     log_validation_images,
     per_sample_mse,
     prepare_text_to_image_training,
-    resolve_infonoise_base,
-    run_config,
     run_training_loop,
     save_text_to_image_outputs,
     setup_trained_model,
     start_text_to_image_run,
+    text_to_image_config,
     training_target,
     weight_dtype_of,
 )
@@ -78,8 +77,6 @@ def parse_args(argv=None):
     check_text_to_image_args(parser, args)
     if args.noise_sampler is None:
         args.noise_sampler = DEFAULT_NOISE_SAMPLER
-    if args.noise_sampler in ("infonoise", "kingma_gao"):
-        resolve_infonoise_base(args, None)
     return args
 
 
@@ -102,8 +99,10 @@ def build_sampler(args, noise_scheduler):
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
-    noise_scheduler, sampler, accelerator = start_text_to_image_run(args, load_noise_scheduler=load_noise_scheduler,
-                                                                    build_sampler=build_sampler)
+    cfg = text_to_image_config(args)
+    noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
+    accelerator = start_text_to_image_run(cfg, sampler)
     if accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": sampler}
     weight_dtype, device = weight_dtype_of(accelerator), accelerator.device
@@ -116,12 +115,12 @@ def main(argv=None) -> dict:
     vae = AutoencoderKL.from_pretrained(args.pretrained_model_name_or_path, subfolder="vae", variant=args.variant, **load)
     unet = UNet2DConditionModel.from_pretrained(args.pretrained_model_name_or_path, subfolder="unet",
                                                 variant=args.variant, **load)
-    params, ema = setup_trained_model(args, unet, frozen=(vae, text_encoder), model_cls=UNet2DConditionModel,
+    params, ema = setup_trained_model(cfg, unet, frozen=(vae, text_encoder), model_cls=UNet2DConditionModel,
                                       lora_targets=UNET_LORA_TARGETS, device=device, weight_dtype=weight_dtype)
 
     # -- data, optimizer, schedule, checkpoint hooks, trackers ------------------------------------
     unet, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen = prepare_text_to_image_training(
-        accelerator, args, unet, params=params, ema=ema, sampler=sampler, model_cls=UNet2DConditionModel,
+        accelerator, cfg, unet, params=params, ema=ema, sampler=sampler, model_cls=UNet2DConditionModel,
         subfolder="unet", pipeline_cls=StableDiffusionPipeline, tracker_project="text2image-fine-tune-infonoise")
 
     # one in-memory pipeline: prompt encoding for training, images for validation
@@ -147,7 +146,7 @@ def main(argv=None) -> dict:
                               guidance_scale=args.validation_guidance_scale,
                               output_dir=os.path.join(args.output_dir, "validation"))
 
-    result = run_training_loop(accelerator, run_config(args), model=unet, optimizer=optimizer, lr_scheduler=lr_scheduler,
+    result = run_training_loop(accelerator, cfg.run, model=unet, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)
@@ -166,7 +165,7 @@ def main(argv=None) -> dict:
         if args.input_perturbation:
             details["input perturbation"] = args.input_perturbation
         save_text_to_image_outputs(
-            accelerator, args, pipeline=final, model_key="unet", noise_scheduler=noise_scheduler, sampler=sampler,
+            accelerator, cfg, pipeline=final, model_key="unet", noise_scheduler=noise_scheduler, sampler=sampler,
             ema=ema, result=result,
             card={"base_model": args.pretrained_model_name_or_path, "pipeline_class": "StableDiffusionPipeline",
                   "family": "stable-diffusion", "license": "creativeml-openrail-m", "details": details,

@@ -61,12 +61,11 @@ from diffusers_infonoise.training import (
     log_validation_images,
     per_sample_mse,
     prepare_text_to_image_training,
-    resolve_infonoise_base,
-    run_config,
     run_training_loop,
     save_text_to_image_outputs,
     setup_trained_model,
     start_text_to_image_run,
+    text_to_image_config,
     training_target,
     weight_dtype_of,
 )
@@ -103,18 +102,23 @@ def parse_args(argv=None):
 
 def resolve_sampling(parser, args) -> None:
     """Set ``args.noise_sampler`` and ``args.loss_weighting`` from ``--weighting_scheme`` and
-    ``--noise_sampler`` (see the module docstring), and InfoNoise's base density."""
+    ``--noise_sampler`` (see the module docstring)."""
     scheme = args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME
     args.loss_weighting = scheme if scheme in LOSS_WEIGHT_SCHEMES else "none"
-    density = scheme if scheme in DENSITY_SCHEMES else "uniform"
     if args.noise_sampler is None:
-        args.noise_sampler = density
-    elif args.noise_sampler in ("infonoise", "kingma_gao"):
-        resolve_infonoise_base(args, density)
-    elif args.weighting_scheme in DENSITY_SCHEMES and args.noise_sampler != args.weighting_scheme:
+        args.noise_sampler = scheme_density(args)
+    elif args.noise_sampler not in ("infonoise", "kingma_gao") and args.weighting_scheme in DENSITY_SCHEMES \
+            and args.noise_sampler != args.weighting_scheme:
         parser.error(f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
                      f"{args.noise_sampler} another one; give one of them (or --noise_sampler infonoise, which starts "
                      f"from {args.weighting_scheme})")
+
+
+def scheme_density(args) -> str:
+    """The sampling density ``--weighting_scheme`` names (uniform s for the loss weightings); InfoNoise
+    starts from it unless ``--infonoise_base`` says otherwise."""
+    scheme = args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME
+    return scheme if scheme in DENSITY_SCHEMES else "uniform"
 
 
 def load_noise_scheduler(args) -> FlowMatchEulerDiscreteScheduler:
@@ -126,14 +130,16 @@ def load_noise_scheduler(args) -> FlowMatchEulerDiscreteScheduler:
 def build_sampler(args, noise_scheduler):
     """The training-noise sampler, told the loss: x0 (``sample``) or velocity (``flow``), and its weight."""
     return build_noise_sampler(args, noise_scheduler, prediction_type="sample" if args.precondition_outputs else "flow",
-                               loss_weighting=args.loss_weighting)
+                               loss_weighting=args.loss_weighting, default_base=scheme_density(args))
 
 
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
-    noise_scheduler, sampler, accelerator = start_text_to_image_run(args, load_noise_scheduler=load_noise_scheduler,
-                                                                    build_sampler=build_sampler)
+    cfg = text_to_image_config(args)
+    noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
+    accelerator = start_text_to_image_run(cfg, sampler)
     if accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": sampler}
     weight_dtype, device = weight_dtype_of(accelerator), accelerator.device
@@ -150,12 +156,12 @@ def main(argv=None) -> dict:
     ]
     vae = AutoencoderKL.from_pretrained(base, subfolder="vae", variant=args.variant, **load)
     transformer = SD3Transformer2DModel.from_pretrained(base, subfolder="transformer", variant=args.variant, **load)
-    params, ema = setup_trained_model(args, transformer, frozen=(vae, *text_encoders), model_cls=SD3Transformer2DModel,
+    params, ema = setup_trained_model(cfg, transformer, frozen=(vae, *text_encoders), model_cls=SD3Transformer2DModel,
                                       lora_targets=SD3_LORA_TARGETS, device=device, weight_dtype=weight_dtype)
 
     # -- data, optimizer, schedule, checkpoint hooks, trackers ------------------------------------
     transformer, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen = prepare_text_to_image_training(
-        accelerator, args, transformer, params=params, ema=ema, sampler=sampler, model_cls=SD3Transformer2DModel,
+        accelerator, cfg, transformer, params=params, ema=ema, sampler=sampler, model_cls=SD3Transformer2DModel,
         subfolder="transformer", pipeline_cls=StableDiffusion3Pipeline,
         tracker_project="text2image-fine-tune-sd3-infonoise")
 
@@ -188,7 +194,7 @@ def main(argv=None) -> dict:
                               output_dir=os.path.join(args.output_dir, "validation"),
                               max_sequence_length=args.max_sequence_length)
 
-    result = run_training_loop(accelerator, run_config(args), model=transformer, optimizer=optimizer, lr_scheduler=lr_scheduler,
+    result = run_training_loop(accelerator, cfg.run, model=transformer, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)
@@ -197,7 +203,7 @@ def main(argv=None) -> dict:
     if accelerator.is_main_process:
         shift = noise_scheduler.config.shift
         save_text_to_image_outputs(
-            accelerator, args, pipeline=pipeline, model_key="transformer", noise_scheduler=noise_scheduler,
+            accelerator, cfg, pipeline=pipeline, model_key="transformer", noise_scheduler=noise_scheduler,
             sampler=sampler, ema=ema, result=result,
             card={"base_model": base, "pipeline_class": "StableDiffusion3Pipeline", "family": "sd3", "license": "other",
                   "details": {"weighting scheme": args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME,

@@ -14,36 +14,27 @@ Everything shared with the text-to-image scripts lives in :mod:`diffusers_infono
 from __future__ import annotations
 
 import argparse
-import logging
-import math
 import os
 import sys
 
 import torch
-from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import ProjectConfiguration, set_seed
-from diffusers import (
-    DDPMScheduler,
-    EDMEulerScheduler,
-    FlowMatchEulerDiscreteScheduler,
-    UNet1DModel,
-    UNet2DModel,
-)
+from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet1DModel, UNet2DModel
 from diffusers.training_utils import EMAModel
 
 from diffusers_infonoise.argtypes import positive_float, positive_int
-from diffusers_infonoise.data import one_hot_sequences
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.training import (
-    AugmentedImageDataset,
-    EpochShuffleSampler,
-    HubTarget,
+    accelerator_config,
     add_common_training_args,
     add_noise_sampler_args,
+    batch_loader,
     build_noise_sampler,
+    check_unet_config,
+    data_config,
+    default_unet,
     ema_weights,
-    load_image_dataset,
+    hub_target,
     log_images,
     make_optimizer_and_lr_scheduler,
     optimizer_config,
@@ -56,8 +47,11 @@ from diffusers_infonoise.training import (
     save_unconditional_outputs,
     save_unconditional_pipeline,
     show_noise_schedule,
+    start_run,
     tracker_config,
+    training_length,
     training_target,
+    unconditional_dataset,
 )
 
 logger = get_logger(__name__, log_level="INFO")
@@ -154,28 +148,9 @@ def build_unet(args, channels: int, length: int | None = None):
             raise ValueError(f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
                              f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})")
         model = cls.from_config(config)
-        if length is not None:
-            _check_1d_config(model.config, channels, length)
-        else:
-            _check_2d_config(model.config, channels, args.resolution)
+        check_unet_config(model.config, channels=channels, length=length, resolution=args.resolution)
         return model
-    if length is not None:
-        # the temporal-ResNet blocks of UNet1DModel take the time embedding in every block (the
-        # DownBlock1D family ignores it); every level but the last halves the length
-        levels = 3 if length % 4 == 0 else (2 if length % 2 == 0 else 1)
-        return UNet1DModel(
-            sample_size=length, in_channels=channels, out_channels=channels, extra_in_channels=0,
-            time_embedding_type="positional", use_timestep_embedding=True, flip_sin_to_cos=False, freq_shift=1,
-            block_out_channels=(32, 64, 64)[:levels], down_block_types=("DownResnetBlock1D",) * levels,
-            up_block_types=("UpResnetBlock1D",) * (levels - 1), mid_block_type="MidResTemporalBlock1D",
-            out_block_type="OutConv1DBlock", act_fn="mish", norm_num_groups=8, layers_per_block=1,
-        )
-    return UNet2DModel(
-        sample_size=args.resolution, in_channels=channels, out_channels=channels, layers_per_block=1,
-        block_out_channels=(32, 64, 64), norm_num_groups=8,
-        down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
-    )
+    return default_unet(channels, resolution=args.resolution, length=length)
 
 
 def main(argv=None):
@@ -187,51 +162,13 @@ def main(argv=None):
         show_noise_schedule(sampler, args.output_dir)
         return
 
-    accelerator = Accelerator(
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        mixed_precision=args.mixed_precision,
-        log_with=None if args.logger == "none" else args.logger,
-        project_config=ProjectConfiguration(project_dir=args.output_dir,
-                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
-    )
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
-    if args.seed is not None:
-        set_seed(args.seed)
-    if accelerator.is_main_process:
-        os.makedirs(args.output_dir, exist_ok=True)
+    accelerator = start_run(accelerator_config(args, report_to=args.logger))
 
-    # -- data ------------------------------------------------------------------------------------
-    dataset = load_image_dataset(args)
-    length = None
-    if args.sequence_column:
-        if args.sequence_column not in dataset.column_names:
-            raise ValueError(f"--sequence_column: {args.sequence_column!r} is not a column of the data set "
-                             f"{dataset.column_names}")
-        # one-hot once (a few MB for tens of thousands of short sequences); batches index into it
-        encoded = one_hot_sequences(dataset[args.sequence_column], args.alphabet)
-        channels, length = encoded.shape[1], encoded.shape[2]
-        dataset = torch.utils.data.TensorDataset(encoded)
-
-        def collate(examples):
-            return torch.stack([ex[0] for ex in examples])
-    else:
-        if args.image_column not in dataset.column_names:
-            raise ValueError(f"--image_column: {args.image_column!r} is not a column of the data set {dataset.column_names}")
-        channels = 1 if dataset[0][args.image_column].mode in ("L", "1", "I", "F") else 3
-        dataset = AugmentedImageDataset(dataset, image_column=args.image_column, resolution=args.resolution,
-                                        center_crop=args.center_crop, random_flip=args.random_flip,
-                                        seed=args.seed or 0, channels=channels)
-        collate = None
-
-    if len(dataset) < args.train_batch_size:
-        raise ValueError(f"--train_batch_size {args.train_batch_size} is larger than the data set ({len(dataset)} examples; "
-                         "see --max_train_samples)")
-    # batch order seeded by (seed, epoch) and a loader generator of its own: a resumed run continues with
-    # the batches the interrupted one would have seen (skip_first_batches replays the epoch)
-    order = EpochShuffleSampler(len(dataset), seed=args.seed or 0)
-    dataloader = torch.utils.data.DataLoader(dataset, batch_size=args.train_batch_size, sampler=order,
-                                             collate_fn=collate, num_workers=args.dataloader_num_workers, drop_last=True,
-                                             generator=torch.Generator().manual_seed(args.seed or 0))
+    # -- data: images, or one-hot sequences -------------------------------------------------------
+    dataset, collate, channels, length = unconditional_dataset(data_config(args), sequence_column=args.sequence_column,
+                                                               alphabet=args.alphabet)
+    dataloader, order = batch_loader(dataset, data_config(args), collate_fn=collate)
+    dataloader = accelerator.prepare(dataloader)
 
     # -- model, EMA, optimizer -----------------------------------------------------------------------
     model = build_unet(args, channels, length)
@@ -240,11 +177,10 @@ def main(argv=None):
     if args.use_ema:
         ema = EMAModel(model.parameters(), decay=args.ema_max_decay, use_ema_warmup=True, inv_gamma=args.ema_inv_gamma,
                        power=args.ema_power, model_cls=model_cls, model_config=model.config)
-    steps_per_epoch = math.ceil(len(dataloader) / accelerator.num_processes / args.gradient_accumulation_steps)
-    max_steps = args.max_train_steps or args.num_epochs * steps_per_epoch
+    _, max_steps, _ = training_length(run_config(args), dataloader)
     optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(optimizer_config(args), model.parameters(), max_steps=max_steps,
                                                               num_processes=accelerator.num_processes)
-    model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
+    model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
     if ema is not None:
         ema.to(accelerator.device)
 
@@ -291,43 +227,13 @@ def main(argv=None):
         save_unconditional_outputs(
             args.output_dir, unet=unet, ema=ema, noise_scheduler=noise_scheduler, sampler=sampler,
             global_step=result["global_step"], num_samples=args.eval_batch_size, num_inference_steps=num_inference_steps,
-            seed=args.seed or 0, alphabet=alphabet, hub=HubTarget.from_args(args),
+            seed=args.seed or 0, alphabet=alphabet, hub=hub_target(args),
             card=dict(dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
                       resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
                       prediction_type=args.prediction_type, total_batch_size=result["total_batch_size"]),
         )
     accelerator.wait_for_everyone()
     accelerator.end_training()
-
-
-def _check_2d_config(config, channels: int, resolution: int) -> None:
-    """A UNet2DModel config must take the training images as they are: a model of another sample_size
-    would train at --resolution and then save a pipeline that samples at its own size."""
-    size = config.sample_size if isinstance(config.sample_size, int) else tuple(config.sample_size)
-    problems = []
-    if size not in (resolution, (resolution, resolution)):
-        problems.append(f"sample_size {size}, but --resolution is {resolution}")
-    if config.in_channels != channels or config.out_channels != channels:
-        problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but the images have {channels}")
-    if problems:
-        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
-
-
-def _check_1d_config(config, channels: int, length: int) -> None:
-    """A UNet1DModel config must match the one-hot sequences: channels = alphabet size, sample_size = length,
-    and the length must survive its downsamplings (a mismatch otherwise fails deep inside torch)."""
-    problems = []
-    if config.in_channels != channels or config.out_channels != channels:
-        problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but --alphabet has {channels} letters")
-    if config.sample_size != length:
-        problems.append(f"sample_size {config.sample_size}, but the sequences have length {length}")
-    levels = len(config.block_out_channels)
-    factor = 2 ** (levels if config.downsample_each_block else levels - 1)
-    if length % factor:
-        problems.append(f"{levels} levels halve the length {int(math.log2(factor))} times: it must be a multiple of "
-                        f"{factor}, got {length}")
-    if problems:
-        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """What the training scripts share, one concept per module (scripts → this layer → the core).
 
-* :mod:`.args`: the shared command-line options and the sampler they build;
+* :mod:`.args`: the shared command-line options, and the edge where they become the sampler and frozen configs;
 * :mod:`.datasets`: image and captioned data, transforms, augmentation, batch order;
 * :mod:`.loop`: the training loop, loss, optimizer and EMA;
 * :mod:`.monitor`: the schedule during training (logs, figures, the π check across ranks);
 * :mod:`.checkpoints`: accelerate checkpoints with the sampler state, resume, pruning;
 * :mod:`.outputs`: sample grids, model cards, the stored schedule, Hub pushes;
 * :mod:`.lora`: LoRA adapters (peft);
+* :mod:`.models`: train_unconditional's default UNets and the check that a config fits the data;
 * :mod:`.text_to_image`: what the Stable Diffusion and SD3 scripts share.
 
 Nothing here re-implements the sampler, the paths or the stored schedule: it calls the core.
@@ -14,15 +15,16 @@ Nothing here re-implements the sampler, the paths or the stored schedule: it cal
 
 from __future__ import annotations
 
-from . import args, checkpoints, datasets, loop, lora, monitor, outputs, text_to_image
+from . import args, checkpoints, datasets, loop, lora, models, monitor, outputs, text_to_image
 from .args import *  # noqa: F401,F403
 from .checkpoints import *  # noqa: F401,F403
 from .datasets import *  # noqa: F401,F403
 from .loop import *  # noqa: F401,F403
 from .lora import *  # noqa: F401,F403
+from .models import *  # noqa: F401,F403
 from .monitor import *  # noqa: F401,F403
 from .outputs import *  # noqa: F401,F403
 from .text_to_image import *  # noqa: F401,F403
 
 __all__ = [*args.__all__, *datasets.__all__, *loop.__all__, *monitor.__all__, *checkpoints.__all__, *outputs.__all__,
-           *lora.__all__, *text_to_image.__all__]
+           *lora.__all__, *models.__all__, *text_to_image.__all__]

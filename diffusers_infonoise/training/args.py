@@ -1,33 +1,36 @@
-"""Every command-line option the training scripts share and how it becomes a sampler (the only
-reader of the argparse namespace for the noise sampler's settings)."""
+"""Every command-line option the training scripts share, and the edge where the parsed namespace
+becomes explicit values: the noise sampler and small frozen configs (:class:`RunConfig`,
+:class:`OptimizerConfig`, :class:`AcceleratorConfig`, :class:`DataConfig`, :class:`HubTarget`,
+:class:`TextToImageConfig`). Nothing below this module reads or changes ``args``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
-from dataclasses import dataclass
 
 from ..argtypes import gate_arg, mmse_cap_arg, nonnegative_int, positive_float, positive_int, warmup_arg
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
-from .datasets import DEFAULT_CAPTIONED_DATASET
+from .datasets import DEFAULT_CAPTIONED_DATASET, DataConfig
+from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
+from .outputs import HubTarget
+from .text_to_image import TextToImageConfig
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "make_accelerator",
     "tracker_config",
-    "RunConfig",
-    "OptimizerConfig",
     "run_config",
     "optimizer_config",
+    "accelerator_config",
+    "data_config",
+    "hub_target",
+    "text_to_image_config",
     "add_noise_sampler_args",
     "add_common_training_args",
     "baseline_density_params",
     "build_noise_sampler",
     "add_text_to_image_args",
     "check_text_to_image_args",
-    "resolve_infonoise_base",
 ]
 
 
@@ -124,17 +127,20 @@ def baseline_density_params(args, name: str | None) -> dict | None:
 
 def build_noise_sampler(
     args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None,
+    name: str | None = None, default_base: str | None = None,
 ) -> TrainingTimestepSampler:
-    """The sampler ``args.noise_sampler`` names, with the parameters of :func:`add_noise_sampler_args`.
+    """The sampler ``name`` (default ``--noise_sampler``) names, with the parameters of :func:`add_noise_sampler_args`.
 
-    A base density named by ``--infonoise_base`` gets its parameters from the baseline flags too. The
+    InfoNoise's base density is ``--infonoise_base``, else ``default_base`` (the script's own density,
+    e.g. SD3's ``--weighting_scheme``), else the path's; a named base gets its parameters from the
+    baseline flags (``--edm_p_mean/--edm_p_std``, ``--logit_mean/--logit_std``, ``--mode_scale``). The
     m̂ cap's ``auto`` is measured by the sampler on the data the script noises through it
     (``sampler.add_noise``): pixels, or VAE latents.
     """
     common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
-    name = args.noise_sampler
+    name = name or args.noise_sampler
     if name in ("infonoise", "kingma_gao"):
-        base = args.infonoise_base
+        base = args.infonoise_base or default_base
         if isinstance(base, str) and baseline_density_params(args, base) is not None:
             base = (base, baseline_density_params(args, base))
         kw = {
@@ -219,59 +225,13 @@ def check_text_to_image_args(parser: argparse.ArgumentParser, args) -> None:
     """Cross-argument checks shared by the text-to-image scripts (``parser.error`` on a conflict)."""
     if args.dataset_name and args.train_data_dir:
         parser.error("--dataset_name and --train_data_dir: give one of them")
-    if args.dataset_name is None and args.train_data_dir is None:
-        args.dataset_name = DEFAULT_CAPTIONED_DATASET
     if args.use_lora and args.use_ema:
         parser.error("--use_ema applies to full fine-tuning; LoRA runs train adapters only")
     if args.lora_rank < 1:
         parser.error(f"--lora_rank must be >= 1, got {args.lora_rank}")
-    if args.report_to == "none":
-        args.report_to = None
     for name in ("validation_epochs", "checkpointing_steps", "gradient_accumulation_steps", "train_batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-
-
-def resolve_infonoise_base(args, default: str | None) -> None:
-    """Give ``--infonoise_base`` (or ``default`` when it is unset) the parameters of its density
-    from the baseline flags (``--edm_p_mean/--edm_p_std``, ``--logit_mean/--logit_std``,
-    ``--mode_scale``), as ``(name, params)`` in ``args.infonoise_base``; other names stay as they are."""
-    name = args.infonoise_base or default
-    params = baseline_density_params(args, name)
-    args.infonoise_base = (name, params) if params is not None else name
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What the training loop and the checkpoints need from the command line (:func:`run_config`), so that
-    the layer below the scripts never reads an argparse namespace."""
-
-    output_dir: str
-    train_batch_size: int
-    gradient_accumulation_steps: int = 1
-    max_train_steps: int | None = None
-    num_train_epochs: int = 1
-    max_grad_norm: float | None = 1.0
-    checkpointing_steps: int = 500
-    checkpoints_total_limit: int | None = None
-    resume_from_checkpoint: str | None = None
-    schedule_plot_steps: int = 500
-    validation_epochs: int = 1
-    validation_prompts: tuple = ()
-
-
-@dataclass(frozen=True)
-class OptimizerConfig:
-    """AdamW and the learning-rate schedule as diffusers' example scripts build them (:func:`optimizer_config`)."""
-
-    learning_rate: float
-    lr_scheduler: str = "constant"
-    lr_warmup_steps: int = 0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_weight_decay: float = 1e-2
-    adam_epsilon: float = 1e-8
-    scale_lr: bool = False
 
 
 def run_config(args) -> RunConfig:
@@ -302,16 +262,45 @@ def tracker_config(args) -> dict:
     return {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
 
 
-def make_accelerator(args):
-    """An ``Accelerator`` for diffusers-style scripts: gradient accumulation, mixed precision,
-    ``--report_to`` tracker, logging under ``output_dir/logging_dir``."""
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration
+def accelerator_config(args, *, report_to: str | None = None) -> AcceleratorConfig:
+    """The :class:`AcceleratorConfig` of a script's parsed arguments; ``report_to`` overrides
+    ``--report_to`` (train_unconditional's ``--logger``); ``"none"`` means no tracker."""
+    tracker = report_to if report_to is not None else getattr(args, "report_to", None)
+    return AcceleratorConfig(
+        output_dir=args.output_dir, logging_dir=args.logging_dir, gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision, report_to=None if tracker in (None, "none") else tracker, seed=args.seed,
+        allow_tf32=bool(getattr(args, "allow_tf32", False)),
+    )
 
-    return Accelerator(
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        mixed_precision=args.mixed_precision,
-        log_with=args.report_to,
-        project_config=ProjectConfiguration(project_dir=args.output_dir,
-                                            logging_dir=os.path.join(args.output_dir, args.logging_dir)),
+
+def data_config(args, *, default_dataset: str = "mnist") -> DataConfig:
+    """The :class:`DataConfig` of a script's parsed arguments (``default_dataset`` when neither
+    ``--dataset_name`` nor ``--train_data_dir`` is given)."""
+    return DataConfig(
+        dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name, train_data_dir=args.train_data_dir,
+        cache_dir=args.cache_dir, max_train_samples=args.max_train_samples, seed=args.seed or 0,
+        image_column=args.image_column, caption_column=getattr(args, "caption_column", None), resolution=args.resolution,
+        center_crop=args.center_crop, random_flip=args.random_flip, train_batch_size=args.train_batch_size,
+        dataloader_num_workers=args.dataloader_num_workers, default_dataset=default_dataset,
+    )
+
+
+def hub_target(args) -> HubTarget:
+    """The :class:`HubTarget` of ``--push_to_hub --hub_model_id --hub_token --hub_private_repo``."""
+    return HubTarget(push=bool(args.push_to_hub), repo_id=args.hub_model_id, token=args.hub_token,
+                     private=bool(args.hub_private_repo))
+
+
+def text_to_image_config(args) -> TextToImageConfig:
+    """The :class:`TextToImageConfig` of a text-to-image script's parsed arguments (after
+    :func:`check_text_to_image_args`)."""
+    return TextToImageConfig(
+        run=run_config(args), optimizer=optimizer_config(args), accelerator=accelerator_config(args),
+        data=data_config(args, default_dataset=DEFAULT_CAPTIONED_DATASET), hub=hub_target(args),
+        tracker=tracker_config(args), output_dir=args.output_dir, seed=args.seed,
+        show_noise_schedule=args.show_noise_schedule, use_lora=args.use_lora, lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha, mixed_precision=args.mixed_precision or "no", use_ema=args.use_ema,
+        gradient_checkpointing=args.gradient_checkpointing, validation_prompts=tuple(args.validation_prompts or ()),
+        validation_inference_steps=args.validation_inference_steps,
+        validation_guidance_scale=args.validation_guidance_scale, learning_rate=args.learning_rate,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DataConfig",
     "load_image_dataset",
     "image_transform",
     "DEFAULT_CAPTIONED_DATASET",
@@ -21,13 +23,41 @@ __all__ = [
     "CaptionedImageDataset",
     "EpochShuffleSampler",
     "collate_captioned",
+    "batch_loader",
     "captioned_dataloader",
+    "unconditional_dataset",
 ]
 
 
-def load_image_dataset(args, *, split: str = "train"):
-    """A ``datasets.Dataset`` from ``--dataset_name`` (a built-in offline name, a Hub name, a local
-    ``save_to_disk`` directory) or ``--train_data_dir`` (an image folder); MNIST when neither is set.
+@dataclass(frozen=True)
+class DataConfig:
+    """Where a run's training data comes from and how it is batched (diffusers' data flags; built from
+    the command line by :func:`diffusers_infonoise.training.args.data_config`).
+
+    ``dataset_name``: a built-in offline name, a Hub name or a ``save_to_disk`` folder;
+    ``train_data_dir``: an image folder instead; neither: ``default_dataset``.
+    """
+
+    dataset_name: str | None = None
+    dataset_config_name: str | None = None
+    train_data_dir: str | None = None
+    cache_dir: str | None = None
+    max_train_samples: int | None = None
+    seed: int = 0
+    image_column: str = "image"
+    caption_column: str | None = None
+    resolution: int = 16
+    center_crop: bool = False
+    random_flip: bool = False
+    train_batch_size: int = 16
+    dataloader_num_workers: int = 0
+    default_dataset: str = "mnist"
+
+
+def load_image_dataset(data: DataConfig, *, split: str = "train"):
+    """A ``datasets.Dataset`` from ``data.dataset_name`` (a built-in offline name, a Hub name, a local
+    ``save_to_disk`` directory) or ``data.train_data_dir`` (an image folder); ``data.default_dataset``
+    when neither is set.
 
     Raises:
         ValueError: both or a bad name; FileNotFoundError (with the install command) for a missing asset.
@@ -36,24 +66,22 @@ def load_image_dataset(args, *, split: str = "train"):
 
     from ..data import is_builtin_dataset, load_builtin_dataset
 
-    name = getattr(args, "dataset_name", None)
-    data_dir = getattr(args, "train_data_dir", None)
+    name, data_dir, max_samples = data.dataset_name, data.train_data_dir, data.max_train_samples
     if name and data_dir:
         raise ValueError("--dataset_name and --train_data_dir: give one of them, not both")
-    max_samples = getattr(args, "max_train_samples", None)
     if data_dir:
-        ds = datasets.load_dataset("imagefolder", data_dir=data_dir, cache_dir=args.cache_dir, split="train")
+        ds = datasets.load_dataset("imagefolder", data_dir=data_dir, cache_dir=data.cache_dir, split="train")
     elif name is None or is_builtin_dataset(name):
-        ds = load_builtin_dataset(name or "mnist", split, max_samples=max_samples, seed=args.seed or 0)
+        ds = load_builtin_dataset(name or data.default_dataset, split, max_samples=max_samples, seed=data.seed)
         max_samples = None
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_info.json")):
         ds = datasets.load_from_disk(name)
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_dict.json")):
         ds = datasets.load_from_disk(name)[split]
     else:
-        ds = datasets.load_dataset(name, getattr(args, "dataset_config_name", None), cache_dir=args.cache_dir, split=split)
+        ds = datasets.load_dataset(name, data.dataset_config_name, cache_dir=data.cache_dir, split=split)
     if max_samples is not None:
-        ds = ds.shuffle(seed=args.seed or 0).select(range(min(max_samples, len(ds))))
+        ds = ds.shuffle(seed=data.seed).select(range(min(max_samples, len(ds))))
     return ds
 
 
@@ -93,11 +121,11 @@ def image_transform(resolution: int, *, center_crop: bool = False, random_flip: 
 DEFAULT_CAPTIONED_DATASET = "fashion_mnist"
 
 
-def load_captioned_dataset(args):
+def load_captioned_dataset(data: DataConfig):
     """The training ``datasets.Dataset`` of :func:`load_image_dataset`, checked for the image and
     caption columns (``ValueError`` naming the columns there are)."""
-    ds = load_image_dataset(args)
-    for flag, col in (("--image_column", args.image_column), ("--caption_column", args.caption_column)):
+    ds = load_image_dataset(data)
+    for flag, col in (("--image_column", data.image_column), ("--caption_column", data.caption_column)):
         if col not in ds.column_names:
             raise ValueError(f"{flag}: {col!r} is not a column of the data set; its columns are {ds.column_names}")
     return ds
@@ -183,17 +211,62 @@ def collate_captioned(examples: list[dict]) -> dict:
             "captions": [ex["caption"] for ex in examples]}
 
 
-def captioned_dataloader(args) -> tuple[torch.utils.data.DataLoader, CaptionedImageDataset, EpochShuffleSampler]:
-    """The training DataLoader (``drop_last``) with its dataset and sampler (both take ``set_epoch``)."""
-    ds = CaptionedImageDataset(load_captioned_dataset(args), image_column=args.image_column,
-                               caption_column=args.caption_column, resolution=args.resolution,
-                               center_crop=args.center_crop, random_flip=args.random_flip, seed=args.seed or 0)
-    if len(ds) < args.train_batch_size:
-        raise ValueError(f"--train_batch_size {args.train_batch_size} is larger than the data set ({len(ds)} examples)")
-    order = EpochShuffleSampler(len(ds), seed=args.seed or 0)
+def batch_loader(dataset, data: DataConfig, *, collate_fn: Callable | None = None
+                 ) -> tuple[torch.utils.data.DataLoader, "EpochShuffleSampler"]:
+    """The training DataLoader of ``dataset`` (``drop_last``) and its batch order, seeded by
+    ``(data.seed, epoch)``: a resumed run continues with the batches the interrupted one would have seen.
+
+    Raises:
+        ValueError: ``--train_batch_size`` larger than the data set.
+    """
+    if len(dataset) < data.train_batch_size:
+        raise ValueError(f"--train_batch_size {data.train_batch_size} is larger than the data set ({len(dataset)} "
+                         "examples; see --max_train_samples)")
+    order = EpochShuffleSampler(len(dataset), seed=data.seed)
     # its own generator: creating an iterator then draws the worker base seed from it, not from the
     # global random state, which a resumed run must find exactly as the interrupted one left it
-    loader = torch.utils.data.DataLoader(ds, batch_size=args.train_batch_size, sampler=order, collate_fn=collate_captioned,
-                                         num_workers=args.dataloader_num_workers, drop_last=True,
-                                         generator=torch.Generator().manual_seed(args.seed or 0))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=data.train_batch_size, sampler=order, collate_fn=collate_fn,
+                                         num_workers=data.dataloader_num_workers, drop_last=True,
+                                         generator=torch.Generator().manual_seed(data.seed))
+    return loader, order
+
+
+def captioned_dataloader(data: DataConfig) -> tuple[torch.utils.data.DataLoader, CaptionedImageDataset, EpochShuffleSampler]:
+    """The training DataLoader (``drop_last``) with its dataset and sampler (both take ``set_epoch``)."""
+    ds = CaptionedImageDataset(load_captioned_dataset(data), image_column=data.image_column,
+                               caption_column=data.caption_column, resolution=data.resolution,
+                               center_crop=data.center_crop, random_flip=data.random_flip, seed=data.seed)
+    loader, order = batch_loader(ds, data, collate_fn=collate_captioned)
     return loader, ds, order
+
+
+def unconditional_dataset(data: DataConfig, *, sequence_column: str | None = None, alphabet: str = "ACGT"
+                          ) -> tuple[torch.utils.data.Dataset, Callable | None, int, int | None]:
+    """The training examples of ``train_unconditional.py``; returns ``(dataset, collate_fn, channels, length)``.
+
+    Images: (C, R, R) float32 in [−1, 1] (:class:`AugmentedImageDataset`; C = 1 for grey-scale modes,
+    else 3), ``length`` None. Sequences (``sequence_column``): one-hot (len(alphabet), L) in {−1, 1}
+    (:func:`diffusers_infonoise.data.one_hot_sequences`), ``length`` = L.
+
+    Raises:
+        ValueError: the column is not in the data set (naming the columns there are).
+    """
+    from ..data import one_hot_sequences
+
+    dataset = load_image_dataset(data)
+    column, flag = (sequence_column, "--sequence_column") if sequence_column else (data.image_column, "--image_column")
+    if column not in dataset.column_names:
+        raise ValueError(f"{flag}: {column!r} is not a column of the data set {dataset.column_names}")
+    if sequence_column:
+        # one-hot once (a few MB for tens of thousands of short sequences); batches index into it
+        encoded = one_hot_sequences(dataset[sequence_column], alphabet)
+        return torch.utils.data.TensorDataset(encoded), _stack_first, encoded.shape[1], encoded.shape[2]
+    channels = 1 if dataset[0][column].mode in ("L", "1", "I", "F") else 3
+    images = AugmentedImageDataset(dataset, image_column=column, resolution=data.resolution,
+                                   center_crop=data.center_crop, random_flip=data.random_flip, seed=data.seed,
+                                   channels=channels)
+    return images, None, channels, None
+
+
+def _stack_first(examples: list) -> torch.Tensor:
+    return torch.stack([ex[0] for ex in examples])

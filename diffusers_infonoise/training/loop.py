@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 
 from ..samplers import NoiseLevels, TrainingTimestepSampler
-from .args import OptimizerConfig, RunConfig
 from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
 from .monitor import ScheduleMonitor
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "RunConfig",
+    "OptimizerConfig",
+    "AcceleratorConfig",
+    "start_run",
     "MAX_NONFINITE_STEPS",
     "NonFiniteSteps",
     "per_sample_mse",
@@ -30,6 +35,78 @@ __all__ = [
     "run_training_loop",
     "ema_weights",
 ]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the training loop and the checkpoints need from the command line
+    (:func:`~diffusers_infonoise.training.args.run_config`), so that the layer below the scripts never
+    reads an argparse namespace."""
+
+    output_dir: str
+    train_batch_size: int
+    gradient_accumulation_steps: int = 1
+    max_train_steps: int | None = None
+    num_train_epochs: int = 1
+    max_grad_norm: float | None = 1.0
+    checkpointing_steps: int = 500
+    checkpoints_total_limit: int | None = None
+    resume_from_checkpoint: str | None = None
+    schedule_plot_steps: int = 500
+    validation_epochs: int = 1
+    validation_prompts: tuple = ()
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW and the learning-rate schedule as diffusers' example scripts build them
+    (:func:`~diffusers_infonoise.training.args.optimizer_config`)."""
+
+    learning_rate: float
+    lr_scheduler: str = "constant"
+    lr_warmup_steps: int = 0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_weight_decay: float = 1e-2
+    adam_epsilon: float = 1e-8
+    scale_lr: bool = False
+
+
+@dataclass(frozen=True)
+class AcceleratorConfig:
+    """How :func:`start_run` builds the run's ``Accelerator`` and the set-up diffusers' scripts do first
+    (:func:`~diffusers_infonoise.training.args.accelerator_config`). ``report_to`` None: no tracker."""
+
+    output_dir: str
+    logging_dir: str = "logs"
+    gradient_accumulation_steps: int = 1
+    mixed_precision: str | None = None
+    report_to: str | None = None
+    seed: int | None = None
+    allow_tf32: bool = False
+
+
+def start_run(cfg: AcceleratorConfig):
+    """The run's ``Accelerator`` (gradient accumulation, mixed precision, the tracker, logging under
+    ``output_dir/logging_dir``), after diffusers' scripts' set-up: their logging format, the global
+    seed, the output folder (main process) and TF32 matmuls (``allow_tf32``)."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration, set_seed
+
+    accelerator = Accelerator(
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, mixed_precision=cfg.mixed_precision,
+        log_with=cfg.report_to,
+        project_config=ProjectConfiguration(project_dir=cfg.output_dir,
+                                            logging_dir=os.path.join(cfg.output_dir, cfg.logging_dir)),
+    )
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
+    if cfg.seed is not None:
+        set_seed(cfg.seed)
+    if accelerator.is_main_process:
+        os.makedirs(cfg.output_dir, exist_ok=True)
+    if cfg.allow_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return accelerator
 
 
 def per_sample_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -89,17 +89,13 @@ def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) ->
 @dataclass(frozen=True)
 class HubTarget:
     """Where a finished run goes on the Hub (diffusers' ``--push_to_hub --hub_model_id --hub_token
-    --hub_private_repo``); ``push=False`` keeps it local. ``repo_id=None``: the output folder's name."""
+    --hub_private_repo``, :func:`~diffusers_infonoise.training.args.hub_target`); ``push=False`` keeps it
+    local. ``repo_id=None``: the output folder's name."""
 
     push: bool = False
     repo_id: str | None = None
     token: str | None = None
     private: bool = False
-
-    @classmethod
-    def from_args(cls, args) -> "HubTarget":
-        return cls(push=bool(args.push_to_hub), repo_id=args.hub_model_id, token=args.hub_token,
-                   private=bool(args.hub_private_repo))
 
 
 def check_finite_weights(model, what: str = "model") -> None:

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Iterable
 
 import torch
 
 from ..samplers import TrainingTimestepSampler
-from .args import make_accelerator, optimizer_config, run_config, tracker_config
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
-from .datasets import captioned_dataloader
-from .loop import make_optimizer_and_lr_scheduler, training_length
+from .datasets import DataConfig, captioned_dataloader
+from .loop import AcceleratorConfig, OptimizerConfig, RunConfig, make_optimizer_and_lr_scheduler, start_run, training_length
 from .lora import add_lora_adapter, lora_layers
 from .monitor import show_noise_schedule
-from .outputs import check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
+from .outputs import HubTarget, check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "TextToImageConfig",
     "encode_latents",
     "weight_dtype_of",
     "start_text_to_image_run",
@@ -46,45 +47,43 @@ def weight_dtype_of(accelerator) -> torch.dtype:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(accelerator.mixed_precision, torch.float32)
 
 
-def start_text_to_image_run(args, *, load_noise_scheduler: Callable, build_sampler: Callable) -> tuple:
-    """The start of a text-to-image script's run; returns ``(noise_scheduler, sampler, accelerator)``.
+@dataclass(frozen=True)
+class TextToImageConfig:
+    """What the text-to-image layer needs from the command line, as explicit values
+    (:func:`~diffusers_infonoise.training.args.text_to_image_config`)."""
 
-    The training scheduler is the script's ``load_noise_scheduler(args)``, the noise sampler its
-    ``build_sampler(args, noise_scheduler)``. With ``--show_noise_schedule`` the sampler's density is
-    printed and plotted (:func:`show_noise_schedule`), there is nothing to train and ``accelerator``
-    is None. Otherwise ``accelerator`` is the run's ``Accelerator`` (:func:`make_accelerator`), after
-    the set-up diffusers' scripts do first: their logging format, the global seed (``--seed``), the
-    output folder (main process) and TF32 matmuls (``--allow_tf32``).
-    """
-    from accelerate.utils import set_seed
-
-    noise_scheduler = load_noise_scheduler(args)
-    sampler = build_sampler(args, noise_scheduler)
-    if args.show_noise_schedule:
-        show_noise_schedule(sampler, args.output_dir)
-        return noise_scheduler, sampler, None
-    accelerator = make_accelerator(args)
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
-    if args.seed is not None:
-        set_seed(args.seed)
-    if accelerator.is_main_process:
-        os.makedirs(args.output_dir, exist_ok=True)
-    if args.allow_tf32:
-        torch.backends.cuda.matmul.allow_tf32 = True
-    return noise_scheduler, sampler, accelerator
+    run: RunConfig
+    optimizer: OptimizerConfig
+    accelerator: AcceleratorConfig
+    data: DataConfig
+    hub: HubTarget = HubTarget()
+    tracker: dict = field(default_factory=dict)
+    output_dir: str = "infonoise-text-to-image"
+    seed: int | None = None
+    show_noise_schedule: bool = False
+    use_lora: bool = False
+    lora_rank: int = 4
+    lora_alpha: float | None = None
+    mixed_precision: str = "no"
+    use_ema: bool = False
+    gradient_checkpointing: bool = False
+    validation_prompts: tuple = ()
+    validation_inference_steps: int = 25
+    validation_guidance_scale: float | None = None
+    learning_rate: float = 1e-4
 
 
+def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler):
+    """The run's ``Accelerator`` (:func:`start_run`), or None with ``--show_noise_schedule``: the
+    sampler's density is then printed and plotted (:func:`show_noise_schedule`) and there is nothing
+    to train."""
+    if cfg.show_noise_schedule:
+        show_noise_schedule(sampler, cfg.output_dir)
+        return None
+    return start_run(cfg.accelerator)
 
 
-
-
-
-
-
-
-
-
-def setup_trained_model(args, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device,
+def setup_trained_model(cfg: TextToImageConfig, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device,
                         weight_dtype: torch.dtype) -> tuple[list, object]:
     """Ready the models of a text-to-image run for training; returns ``(params, ema)``.
 
@@ -99,19 +98,19 @@ def setup_trained_model(args, model, *, frozen: Iterable, model_cls, lora_target
     for module in frozen:
         module.requires_grad_(False)
         module.to(device, dtype=weight_dtype)
-    if args.use_lora:
+    if cfg.use_lora:
         model.to(device, dtype=weight_dtype)
-        add_lora_adapter(model, rank=args.lora_rank, alpha=args.lora_alpha, target_modules=lora_targets)
-        if args.mixed_precision == "fp16":
+        add_lora_adapter(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha, target_modules=lora_targets)
+        if cfg.mixed_precision == "fp16":
             cast_training_params(model, dtype=torch.float32)  # LoRA weights train in float32
     params = [p for p in model.parameters() if p.requires_grad]
-    ema = EMAModel(model.parameters(), model_cls=model_cls, model_config=model.config) if args.use_ema else None
-    if args.gradient_checkpointing:
+    ema = EMAModel(model.parameters(), model_cls=model_cls, model_config=model.config) if cfg.use_ema else None
+    if cfg.gradient_checkpointing:
         model.enable_gradient_checkpointing()
     return params, ema
 
 
-def prepare_text_to_image_training(accelerator, args, model, *, params, ema, sampler: TrainingTimestepSampler,
+def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *, params, ema, sampler: TrainingTimestepSampler,
                                    model_cls, subfolder: str, pipeline_cls, tracker_project: str) -> tuple:
     """Everything between the built model and the training loop of a text-to-image run.
 
@@ -129,25 +128,25 @@ def prepare_text_to_image_training(accelerator, args, model, *, params, ema, sam
     """
     from accelerate.utils import set_seed
 
-    dataloader, dataset, order = captioned_dataloader(args)
+    dataloader, dataset, order = captioned_dataloader(cfg.data)
     dataloader = accelerator.prepare(dataloader)
-    _, max_steps, _ = training_length(run_config(args), dataloader)
+    _, max_steps, _ = training_length(cfg.run, dataloader)
     optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(
-        optimizer_config(args), params, max_steps=max_steps, num_processes=accelerator.num_processes,
-        batch_size=args.train_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps)
+        cfg.optimizer, params, max_steps=max_steps, num_processes=accelerator.num_processes,
+        batch_size=cfg.run.train_batch_size, gradient_accumulation_steps=cfg.run.gradient_accumulation_steps)
     model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
     if ema is not None:
         ema.to(accelerator.device)
 
     # Each rank draws its own levels (and ε); the schedule π is shared through the sampler's all-reduce.
-    draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
-    if args.seed is not None:
-        set_seed(args.seed, device_specific=True)
+    draw_gen = torch.Generator().manual_seed((cfg.seed or 0) * 1000 + accelerator.process_index)
+    if cfg.seed is not None:
+        set_seed(cfg.seed, device_specific=True)
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder=subfolder, ema=ema,
-                                 lora_pipeline_cls=pipeline_cls if args.use_lora else None, lora_prefix=subfolder)
+                                 lora_pipeline_cls=pipeline_cls if cfg.use_lora else None, lora_prefix=subfolder)
     register_sampler_checkpointing(accelerator, sampler, draw_gen)
     if accelerator.is_main_process:
-        accelerator.init_trackers(tracker_project, config=tracker_config(args))
+        accelerator.init_trackers(tracker_project, config=cfg.tracker)
     return model, optimizer, lr_scheduler, dataloader, (dataset, order), draw_gen
 
 
@@ -184,7 +183,7 @@ def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: in
     return images
 
 
-def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, noise_scheduler,
+def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline, model_key: str, noise_scheduler,
                                sampler: TrainingTimestepSampler, ema=None, result: dict, card: dict) -> str:
     """The end of a text-to-image run, on the main process; returns the output folder.
 
@@ -200,14 +199,14 @@ def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, n
     """
     from ..diagnostics import plot_schedule
 
-    out = args.output_dir
+    out = cfg.output_dir
     model = accelerator.unwrap_model(getattr(pipeline, model_key))
     learned = store_learned_schedule(noise_scheduler, sampler)
     pipeline.scheduler = noise_scheduler
     if ema is not None:
         ema.copy_to(model.parameters())
     check_finite_weights(model, f"the trained {model_key}")
-    if args.use_lora:
+    if cfg.use_lora:
         type(pipeline).save_lora_weights(out, **{f"{model_key}_lora_layers": lora_layers(model)}, safe_serialization=True)
         noise_scheduler.save_pretrained(os.path.join(out, "scheduler"))
     else:
@@ -218,33 +217,34 @@ def save_text_to_image_outputs(accelerator, args, *, pipeline, model_key: str, n
     fig.savefig(os.path.join(out, "noise_schedule.png"), dpi=100)
     plt.close(fig)
     validation_grid = None
-    if args.validation_prompts:
+    if cfg.validation_prompts:
         model.eval()
-        images = log_validation_images(accelerator, pipeline, args.validation_prompts, step=result["global_step"],
-                                       seed=args.seed, num_inference_steps=args.validation_inference_steps,
-                                       guidance_scale=args.validation_guidance_scale, tag="validation_final")
+        images = log_validation_images(accelerator, pipeline, list(cfg.validation_prompts), step=result["global_step"],
+                                       seed=cfg.seed, num_inference_steps=cfg.validation_inference_steps,
+                                       guidance_scale=cfg.validation_guidance_scale, tag="validation_final")
         validation_grid = "validation.png"
         save_image_grid(images, os.path.join(out, validation_grid), nrow=len(images))
     desc = sampler.describe()
-    repo_id = args.hub_model_id or os.path.basename(os.path.abspath(out))
+    repo_id = cfg.hub.repo_id or os.path.basename(os.path.abspath(out))
     tags = ["text-to-image", "diffusers", "diffusers-training", "infonoise", *card.get("extra_tags", [])]
-    if args.use_lora:
+    if cfg.use_lora:
         tags.append("lora")
     render_model_card(
         "text_to_image.md.j2", os.path.join(out, "README.md"),
-        model_name=repo_id, repo_id=repo_id if args.push_to_hub else None, tags=tags,
+        model_name=repo_id, repo_id=repo_id if cfg.hub.push else None, tags=tags,
         base_model=card["base_model"], pipeline_class=card["pipeline_class"], family=card.get("family", ""),
         license=card.get("license", "other"), details=card.get("details", {}),
-        dataset_name=args.dataset_name, use_lora=args.use_lora, lora_rank=args.lora_rank,
+        dataset_name=cfg.data.dataset_name or (None if cfg.data.train_data_dir else cfg.data.default_dataset),
+        use_lora=cfg.use_lora, lora_rank=cfg.lora_rank,
         scheduler_class=type(noise_scheduler).__name__, prediction_type=sampler.prediction_type,
         loss_weighting=desc["loss_weighting"], snr_gamma=desc.get("snr_gamma"), sampler_name=sampler.name,
         learned_schedule=learned, hyperparameters=desc.get("hyperparameters", {}), global_step=result["global_step"],
         allocation=desc.get("last_refresh"),
-        total_batch_size=result["total_batch_size"], learning_rate=args.learning_rate, resolution=args.resolution,
-        mixed_precision=args.mixed_precision or "no", validation_prompts=args.validation_prompts or [],
+        total_batch_size=result["total_batch_size"], learning_rate=cfg.learning_rate, resolution=cfg.data.resolution,
+        mixed_precision=cfg.mixed_precision, validation_prompts=list(cfg.validation_prompts),
         validation_grid=validation_grid, schedule_plot="noise_schedule.png",
-        num_inference_steps=args.validation_inference_steps,
+        num_inference_steps=cfg.validation_inference_steps,
     )
-    if args.push_to_hub:
-        push_output_dir(out, repo_id=repo_id, token=args.hub_token, private=args.hub_private_repo)
+    if cfg.hub.push:
+        push_output_dir(out, repo_id=repo_id, token=cfg.hub.token, private=cfg.hub.private)
     return out

@@ -1,0 +1,77 @@
+"""The denoisers ``train_unconditional.py`` builds: its default UNets for images and one-hot
+sequences, and the check that a given config fits the data."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["default_unet", "check_unet_config"]
+
+
+def default_unet(channels: int, *, resolution: int | None = None, length: int | None = None):
+    """A small ``UNet2DModel`` for (channels, resolution, resolution) images, or with ``length`` a
+    ``UNet1DModel`` for (channels, length) sequences."""
+    from diffusers import UNet1DModel, UNet2DModel
+
+    if length is None and resolution is None:
+        raise ValueError("default_unet: give resolution (images) or length (sequences)")
+    if length is not None:
+        # the temporal-ResNet blocks of UNet1DModel take the time embedding in every block (the
+        # DownBlock1D family ignores it); every level but the last halves the length
+        levels = 3 if length % 4 == 0 else (2 if length % 2 == 0 else 1)
+        return UNet1DModel(
+            sample_size=length, in_channels=channels, out_channels=channels, extra_in_channels=0,
+            time_embedding_type="positional", use_timestep_embedding=True, flip_sin_to_cos=False, freq_shift=1,
+            block_out_channels=(32, 64, 64)[:levels], down_block_types=("DownResnetBlock1D",) * levels,
+            up_block_types=("UpResnetBlock1D",) * (levels - 1), mid_block_type="MidResTemporalBlock1D",
+            out_block_type="OutConv1DBlock", act_fn="mish", norm_num_groups=8, layers_per_block=1,
+        )
+    return UNet2DModel(
+        sample_size=resolution, in_channels=channels, out_channels=channels, layers_per_block=1,
+        block_out_channels=(32, 64, 64), norm_num_groups=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
+    )
+
+
+def check_unet_config(config, *, channels: int, resolution: int | None = None, length: int | None = None) -> None:
+    """Refuse a UNet config that does not fit the training data: (channels, resolution, resolution)
+    images for a ``UNet2DModel``, (channels, length) one-hot sequences for a ``UNet1DModel``.
+
+    Raises:
+        ValueError: naming ``--model_config_name_or_path`` and each mismatch.
+    """
+    if length is not None:
+        _check_1d_config(config, channels, length)
+    else:
+        _check_2d_config(config, channels, resolution)
+
+
+def _check_2d_config(config, channels: int, resolution: int) -> None:
+    """A UNet2DModel config must take the training images as they are: a model of another sample_size
+    would train at --resolution and then save a pipeline that samples at its own size."""
+    size = config.sample_size if isinstance(config.sample_size, int) else tuple(config.sample_size)
+    problems = []
+    if size not in (resolution, (resolution, resolution)):
+        problems.append(f"sample_size {size}, but --resolution is {resolution}")
+    if config.in_channels != channels or config.out_channels != channels:
+        problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but the images have {channels}")
+    if problems:
+        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
+
+
+def _check_1d_config(config, channels: int, length: int) -> None:
+    """A UNet1DModel config must match the one-hot sequences: channels = alphabet size, sample_size = length,
+    and the length must survive its downsamplings (a mismatch otherwise fails deep inside torch)."""
+    problems = []
+    if config.in_channels != channels or config.out_channels != channels:
+        problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but --alphabet has {channels} letters")
+    if config.sample_size != length:
+        problems.append(f"sample_size {config.sample_size}, but the sequences have length {length}")
+    levels = len(config.block_out_channels)
+    factor = 2 ** (levels if config.downsample_each_block else levels - 1)
+    if length % factor:
+        problems.append(f"{levels} levels halve the length {int(math.log2(factor))} times: it must be a multiple of "
+                        f"{factor}, got {length}")
+    if problems:
+        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
