@@ -39,6 +39,16 @@ _ADAPTIVE_KEYS = frozenset(SCHEDULE_SETTINGS) | {
 _FLOOR_SPACES = ("phi", "pi")
 
 
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def default_warmup_steps(num_training_steps: int | None, refresh_every: int) -> int:
     """The warm-up sized to the run (METHOD.md §5.2, ours): a tenth of ``num_training_steps``, at
     least one refresh and at most 500 optimizer steps; 500 when the run's length is unknown."""
@@ -249,15 +259,19 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def update(self, levels, per_sample_loss):
         errors = self._validated_errors(levels, per_sample_loss)
         if errors.numel():
-            self.estimator.accumulate(torch.log(levels.sigmas.detach().cpu().to(torch.float64)), self._statistic(levels, errors))
+            self.estimator.accumulate(torch.log(levels.sigmas.detach().to(errors.device, errors.dtype)),
+                                      self._statistic(levels, errors))
 
     @property
     def num_nonfinite(self) -> int:
         """How many per-sample losses were NaN/inf and left out of the statistics (this process)."""
-        return self.estimator.num_nonfinite
+        return self.estimator.num_nonfinite + int(self.estimator._nonfinite_open)  # reads the device count back
 
-    def step(self):
+    def step(self, global_step: int | None = None):
         """Count one optimizer step; refresh the estimate and the density when due (METHOD.md §5.3-4).
+
+        ``global_step`` (optional): the script's step count after this step; a mismatch warns once
+        (a resume without the sampler's state; :meth:`TrainingTimestepSampler.step`).
 
         Statistics are folded in every ``refresh_every`` steps from step 0; the density leaves the
         base at ``warmup_steps`` and is rebuilt at every refresh after that (each refresh is
@@ -267,6 +281,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         Warns (``UserWarning``, once) when the warm-up ended with no bin filled.
         """
         self.optimizer_step += 1
+        self._check_global_step(global_step)
         due = self.optimizer_step % self.refresh_every == 0 or self.optimizer_step == self.warmup_steps
         if not due:
             return
@@ -295,10 +310,27 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         return hashlib.sha256(data).hexdigest()[:16]
 
     def state_dict(self):
+        """Everything for an exact resume, as CPU tensors and plain values.
+
+        Under data parallelism the open (not yet refreshed) bin sums of all ranks are summed into the
+        returned state, and :meth:`load_state_dict` gives them back to rank 0 only: a checkpoint
+        written by one rank, as ``accelerator.save_state`` writes custom objects, then resumes every
+        rank with no sample lost or counted twice. So, like ``save_state`` itself, call this on every
+        rank at the same step (``accelerator.register_for_checkpointing(sampler)`` does).
+        """
         state = super().state_dict()
+        estimator = self.estimator.state_dict()
+        if _world_size() > 1:
+            backend = torch.distributed.get_backend()
+            device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+            buf = torch.cat([estimator["sums"], estimator["counts"]]).to(device)
+            torch.distributed.all_reduce(buf)
+            buf = buf.cpu()
+            k = estimator["sums"].numel()
+            estimator["sums"], estimator["counts"] = buf[:k].clone(), buf[k:].clone()
         state.update(
             {
-                "estimator": self.estimator.state_dict(),
+                "estimator": estimator,
                 "probs": None if self.probs is None else self.probs.clone(),
                 "num_updates": self.num_updates,
                 "edges": self.edges.clone(),
@@ -333,6 +365,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                                  "summing to 1")
         super().load_state_dict(state)
         self.estimator.load_state_dict(state["estimator"])
+        if _rank() > 0:
+            # the saved open sums are those of all ranks (state_dict): rank 0 holds them
+            self.estimator.sums.zero_()
+            self.estimator.counts.zero_()
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
@@ -340,6 +376,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.warmup_steps = int(state["warmup_steps"])
         data = state.get("data")
         if isinstance(data, dict):  # states written before the data statistics have none
+            if _rank() > 0:  # another rank's rows not yet reduced (at most the first refreshes): not counted twice
+                data = {**data, "open": None, "seen": 0}
             self.data.load_state_dict(data)
             self.estimator.set_data_grid(self.data.min_gap)
             cap = data.get("mmse_cap")

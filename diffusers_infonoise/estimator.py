@@ -206,6 +206,9 @@ class ProfileEstimator:
         self.m_hat = torch.full((k,), math.nan, dtype=torch.float64)  # NaN = never filled
         self.total_counts = torch.zeros(k, dtype=torch.float64)
         self.num_nonfinite = 0
+        self._nonfinite_open = torch.zeros((), dtype=torch.int64)  # on the open sums' device
+        self._open_device = torch.device("cpu")
+        self._inner_edges = self.edges[1:-1]
         self.num_refreshes = 0
         self.last_gate = GateResult(None, "off")
 
@@ -229,28 +232,51 @@ class ProfileEstimator:
         return searchsorted(self.edges[1:-1], x, right=True).clamp(0, self.num_bins - 1)
 
     # -- accumulation -----------------------------------------------------------------------
-    def accumulate(self, log_sigmas: torch.Tensor, errors: torch.Tensor) -> int:
+    def accumulate(self, log_sigmas: torch.Tensor, errors: torch.Tensor) -> None:
         """Add per-sample x0 errors ``errors`` (B,) at ``log_sigmas`` (B,) to the open bin sums.
 
-        Non-finite errors are left out and counted in ``num_nonfinite``; the number kept is returned.
+        Runs on the errors' device without reading anything back to the host: the open sums live
+        there until the next :meth:`refresh`, the only place that synchronises. Non-finite errors
+        are left out and counted in ``num_nonfinite``.
         """
-        errors = errors.detach().to("cpu", torch.float64).flatten()
+        errors = errors.detach().flatten()
+        device = errors.device
+        dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+        errors = errors.to(dtype)
+        if self._open_device != device:
+            self._move_open(device, dtype)
         finite = torch.isfinite(errors)
-        self.num_nonfinite += int((~finite).sum())
-        idx = self.bin_index(log_sigmas.flatten())[finite]
-        self.sums.index_add_(0, idx, errors[finite])
-        self.counts.index_add_(0, idx, torch.ones_like(errors[finite]))
-        return int(finite.sum())
+        x = torch.nan_to_num(log_sigmas.detach().flatten().to(device, dtype), posinf=1e300, neginf=-1e300)
+        idx = searchsorted(self._inner_edges, x, right=True).clamp(0, self.num_bins - 1)
+        self.sums.index_add_(0, idx, torch.where(finite, errors, torch.zeros_like(errors)))
+        self.counts.index_add_(0, idx, finite.to(dtype))
+        self._nonfinite_open += (~finite).sum()
+
+    def _move_open(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Keep the open statistics (and the bin edges they are indexed by) on ``device``."""
+        self.sums, self.counts = self.sums.to(device, dtype), self.counts.to(device, dtype)
+        self._nonfinite_open = self._nonfinite_open.to(device)
+        self._inner_edges = self.edges[1:-1].to(device, dtype)
+        self._open_device = device
+
+    def _host_open(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The open sums and counts as CPU float64 (the synchronisation), and the non-finite count folded in."""
+        self.num_nonfinite += int(self._nonfinite_open)
+        self._nonfinite_open = torch.zeros_like(self._nonfinite_open)
+        return self.sums.to("cpu", torch.float64).clone(), self.counts.to("cpu", torch.float64).clone()
 
     def _all_reduce(self) -> None:
         """Sum the open statistics over processes so every rank computes a bit-identical profile."""
+        sums, counts = self._host_open()
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             backend = torch.distributed.get_backend()
             device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-            buf = torch.cat([self.sums, self.counts]).to(device)
+            buf = torch.cat([sums, counts]).to(device)
             torch.distributed.all_reduce(buf)
             buf = buf.cpu()
-            self.sums, self.counts = buf[: self.num_bins].clone(), buf[self.num_bins :].clone()
+            sums, counts = buf[: self.num_bins].clone(), buf[self.num_bins :].clone()
+        self.sums, self.counts = sums, counts
+        self._open_device = torch.device("cpu")
 
     # -- refresh ----------------------------------------------------------------------------
     def refresh(self) -> torch.Tensor:
@@ -373,9 +399,10 @@ class ProfileEstimator:
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        sums, counts = self._host_open()
         return {
-            "sums": self.sums.clone(),
-            "counts": self.counts.clone(),
+            "sums": sums,
+            "counts": counts,
             "carry_sums": self.carry_sums.clone(),
             "carry_counts": self.carry_counts.clone(),
             "m_hat": self.m_hat.clone(),
@@ -396,6 +423,8 @@ class ProfileEstimator:
             if not bool(torch.isfinite(known).all()) or bool((known < 0).any()):
                 raise ValueError(f"state_dict[{key!r}]: expected finite values >= 0")
             setattr(self, key, value.clone())
+        self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
+        self._nonfinite_open = torch.zeros((), dtype=torch.int64)
         self.num_nonfinite = int(state["num_nonfinite"])
         self.num_refreshes = int(state["num_refreshes"])
 

@@ -96,6 +96,10 @@ class NoisePath:
         """The path's "uniform" training density per unit log σ (``make_sampler("uniform")``)."""
         raise NotImplementedError
 
+    def scheduler_sigmas(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """VE σ → the scheduler's own ``sigmas`` coordinate (float64): flow s, VE/EDM and VP σ as they are."""
+        return _as_f64(sigmas)
+
     def exact_scale_factors(self, timesteps: torch.Tensor, sigmas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(a, b)`` (float64, CPU) at drawn levels from the exact native values (VP: the ᾱ table at the
         integer ``timesteps``, not the float32-rounded ``sigmas``)."""
@@ -206,6 +210,9 @@ class FlowPath(NoisePath):
         """``σ = s/(1 − s)`` for flow noise level s in (0, 1)."""
         s = _as_f64(s)
         return s / (1.0 - s)
+
+    def scheduler_sigmas(self, sigmas):
+        return self.sigma_to_s(sigmas)
 
     def sigma_to_timesteps(self, sigmas):
         return self.sigma_to_s(sigmas) * self.num_train_timesteps
@@ -374,8 +381,10 @@ def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePat
         if getattr(cfg, "use_dynamic_shifting", False):
             if mu is None:
                 raise ValueError(
-                    "mu: the scheduler uses dynamic shifting (use_dynamic_shifting=True); pass the mu that "
-                    "set_timesteps gets (dynamic shifting with mu equals a static shift of exp(mu))"
+                    "mu: the scheduler uses dynamic shifting (use_dynamic_shifting=True); pass the mu of the "
+                    "levels you train on (dynamic shifting with mu equals a static shift of exp(mu)): mu=0.0 for "
+                    "draws from the scheduler's unshifted table, as diffusers' Flux training scripts do, or the "
+                    "mu that set_timesteps gets at your resolution"
                 )
             if getattr(cfg, "time_shift_type", "exponential") != "exponential":
                 raise ValueError("time_shift_type: only 'exponential' dynamic shifting is supported")

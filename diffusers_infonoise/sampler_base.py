@@ -8,6 +8,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from . import densities as D
@@ -36,24 +37,38 @@ class NoiseLevels:
 
     Attributes:
         timesteps: (B,) what the model and scheduler take: int64 t for VP (DDPM), float32
-            ``c_noise = 0.25·ln σ`` for VE/EDM, float32 ``s·num_train_timesteps`` for flow.
-        sigmas: (B,) float32 VE σ (``inf`` at a zero-terminal-SNR VP step).
+            ``c_noise = 0.25·ln σ`` for VE/EDM, float32 ``s·num_train_timesteps`` for flow. Flow
+            timesteps are continuous: they are not on the scheduler's table, so look nothing up
+            with them (``get_sigmas``); use :attr:`scheduler_sigmas`.
+        sigmas: (B,) float32 VE σ = b/a of ``x = a·x0 + b·ε`` on every path (``inf`` at a
+            zero-terminal-SNR VP step). On flow this is *not* the script's ``sigmas``.
         log_snr: (B,) float32 λ = −2·log σ.
         loss_weights: (B,) float32 importance weights to multiply the per-sample loss with
             (Kingma-Gao only), else ``None``.
+        scheduler_sigmas: (B,) float32 noise level in the scheduler's own ``sigmas`` coordinate:
+            flow s ∈ (0, 1) of ``(1 − s)·x0 + s·ε`` (FlowMatchEuler's ``sigmas``, SD3/Flux scripts'
+            ``sigmas``), EDM σ, and on VP the VE σ (Euler's ``sigmas``; DDPM's coordinate is t).
     """
 
     timesteps: torch.Tensor
     sigmas: torch.Tensor
     log_snr: torch.Tensor
     loss_weights: torch.Tensor | None = None
+    scheduler_sigmas: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.sigmas.shape[0]
 
+    def __getitem__(self, index) -> "NoiseLevels":
+        """The levels of a sub-batch, e.g. ``levels[:n]`` for the instance half of a DreamBooth batch."""
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return NoiseLevels(pick(self.timesteps), pick(self.sigmas), pick(self.log_snr), pick(self.loss_weights),
+                           pick(self.scheduler_sigmas))
+
     def to(self, device) -> "NoiseLevels":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return NoiseLevels(move(self.timesteps), move(self.sigmas), move(self.log_snr), move(self.loss_weights))
+        return NoiseLevels(move(self.timesteps), move(self.sigmas), move(self.log_snr), move(self.loss_weights),
+                           move(self.scheduler_sigmas))
 
 
 def default_prediction_type(noise_scheduler) -> str:
@@ -130,7 +145,34 @@ class TrainingTimestepSampler:
         self.snr_gamma = snr_gamma
         self.sigma_data = path.data_scale or 0.5
         self.optimizer_step = 0
+        self.seed = 0
+        self.num_draws = 0  # draws from the sampler's own stream, on every rank alike
         self._cell_cache: tuple[int, torch.Tensor] | None = None
+
+    # -- the random stream -------------------------------------------------------------------
+    def manual_seed(self, seed: int) -> "TrainingTimestepSampler":
+        """Seed the sampler's own random stream and restart it; returns the sampler.
+
+        Without a ``generator``, :meth:`sample` draws its k-th batch on process r (the
+        ``torch.distributed`` rank, 0 without a process group) from a generator seeded by
+        ``(seed, r, k)``: each rank draws other levels, and the stream is independent of every other
+        random state in the script (re-seeding the global RNG or the script's generator for sample
+        images repeats nothing). Its whole state is ``(seed, num_draws)``, the same on every rank,
+        so a checkpoint of any one rank resumes every rank exactly.
+
+        Raises:
+            ValueError: ``seed`` is not an int >= 0.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed: must be an int >= 0, got {seed!r}")
+        self.seed, self.num_draws = int(seed), 0
+        return self
+
+    def _stream_generator(self) -> torch.Generator:
+        rank = torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+        state = np.random.SeedSequence([self.seed, rank, self.num_draws]).generate_state(2, np.uint32)
+        self.num_draws += 1
+        return torch.Generator().manual_seed((int(state[0]) << 31) ^ int(state[1]))
 
     # -- the density ------------------------------------------------------------------------
     @property
@@ -180,7 +222,8 @@ class TrainingTimestepSampler:
         Args:
             batch_size: number of levels (0 allowed).
             device: where the returned tensors live (default: the generator's device, else CPU).
-            generator: a ``torch.Generator`` for reproducible draws; the uniforms are drawn on its device.
+            generator: a ``torch.Generator`` of your own (its device draws the uniforms); default: the
+                sampler's per-rank stream (:meth:`manual_seed`), which is what a training loop wants.
 
         Returns:
             :class:`NoiseLevels` with (batch_size,) tensors.
@@ -190,7 +233,9 @@ class TrainingTimestepSampler:
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
             raise ValueError(f"batch_size: must be a non-negative int, got {batch_size!r}")
-        gen_device = generator.device if generator is not None else torch.device("cpu")
+        if generator is None:
+            generator = self._stream_generator()
+        gen_device = generator.device
         out_device = torch.device(device) if device is not None else gen_device
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64, device=gen_device).cpu()
         if self.path.is_discrete:
@@ -206,11 +251,13 @@ class TrainingTimestepSampler:
             timesteps=timesteps.to(out_device),
             sigmas=sigmas.to(torch.float32).to(out_device),
             log_snr=(-2.0 * torch.log(sigmas)).to(torch.float32).to(out_device),
+            scheduler_sigmas=self.path.scheduler_sigmas(sigmas).to(torch.float32).to(out_device),
         )
-        levels.loss_weights = self._importance_weights(sigmas, levels)
+        levels.loss_weights = self._importance_weights(sigmas, timesteps, levels)
         return levels
 
-    def _importance_weights(self, sigmas: torch.Tensor, levels: NoiseLevels):
+    def _importance_weights(self, sigmas: torch.Tensor, timesteps: torch.Tensor, levels: NoiseLevels):
+        """(B,) importance weights from the CPU draws ``sigmas``/``timesteps``, on ``levels``' device; or None."""
         return None
 
     def add_noise(self, x0: torch.Tensor, noise: torch.Tensor, levels: NoiseLevels) -> torch.Tensor:
@@ -242,10 +289,18 @@ class TrainingTimestepSampler:
             )
         if per_sample_loss.shape[0] != len(levels):
             raise ValueError(f"per_sample_loss: {per_sample_loss.shape[0]} losses for {len(levels)} levels")
-        loss = per_sample_loss.detach().to("cpu", torch.float64)
-        if bool((loss < 0).any()):
-            raise ValueError("per_sample_loss: squared errors must be >= 0, got a negative value")
-        factor = x0_error_factor(self.prediction_type, levels.sigmas.detach().cpu().to(torch.float64), sigma_data=self.sigma_data)
+        loss = per_sample_loss.detach()
+        dtype = torch.float32 if loss.device.type == "mps" else torch.float64  # MPS has no float64
+        loss = loss.to(dtype)
+        if loss.device.type == "cpu":
+            if bool((loss < 0).any()):
+                raise ValueError("per_sample_loss: squared errors must be >= 0, got a negative value")
+        else:
+            # reading the check back would stall the device every step: negative losses become
+            # non-finite here (left out and counted); see update()
+            loss = torch.where(loss < 0, torch.full_like(loss, math.nan), loss)
+        sigmas = levels.sigmas.detach().to(loss.device, dtype)
+        factor = x0_error_factor(self.prediction_type, sigmas, sigma_data=self.sigma_data).to(dtype)
         with torch.no_grad():
             # 0·inf (an exact ε error at σ = inf) must count as non-finite, not as a value
             return torch.where(torch.isfinite(factor), factor * loss, torch.full_like(loss, math.inf))
@@ -253,29 +308,58 @@ class TrainingTimestepSampler:
     def update(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> None:
         """Record the (B,) unweighted per-sample loss in the model's own parameterization.
 
-        Fixed-density samplers only validate it. Raises ``ValueError``/``TypeError`` on a loss that
-        is negative, of the wrong shape or not matching ``levels``. NaN/inf losses are ignored
-        (adaptive samplers count them).
+        Fixed-density samplers only validate it. Raises ``ValueError``/``TypeError`` on a loss of
+        the wrong shape or not matching ``levels``, and on a negative CPU loss. NaN/inf losses are
+        ignored (adaptive samplers count them in ``num_nonfinite``). On an accelerator nothing is read
+        back to the host: the statistics stay on the loss's device until a refresh, and a negative
+        loss there counts as non-finite instead of raising (a check would synchronise every step).
         """
         self._validated_errors(levels, per_sample_loss)
 
-    def step(self) -> None:
-        """Call once per optimizer step (not per micro-batch)."""
+    def step(self, global_step: int | None = None) -> None:
+        """Call once per optimizer step (not per micro-batch).
+
+        ``global_step``: the script's count of optimizer steps after this one (diffusers' ``global_step``
+        after ``global_step += 1``). When given, a sampler whose own count differs warns once: it was
+        resumed without its state (register it with ``accelerator.register_for_checkpointing`` before
+        ``load_state``) or is stepped per micro-batch.
+        """
         self.optimizer_step += 1
+        self._check_global_step(global_step)
+
+    def _check_global_step(self, global_step: int | None) -> None:
+        if global_step is None or getattr(self, "_step_mismatch_warned", False) or int(global_step) == self.optimizer_step:
+            return
+        import warnings
+
+        self._step_mismatch_warned = True
+        warnings.warn(
+            f"noise sampler: it counts {self.optimizer_step} optimizer steps, the run is at global_step {int(global_step)}. "
+            "A resumed run without the sampler's state restarts its warm-up and replays its draws: register it with "
+            "accelerator.register_for_checkpointing(sampler) before accelerator.load_state (or call step() once per "
+            "optimizer step, inside `if accelerator.sync_gradients:`)", UserWarning, stacklevel=3)
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Tensors, numbers, strings and None for an exact resume; written without pickle by
         :func:`~diffusers_infonoise.schedule_io.save_sampler_state` (safetensors + JSON)."""
-        return {"name": self.name, "optimizer_step": self.optimizer_step}
+        return {"name": self.name, "optimizer_step": self.optimizer_step, "seed": self.seed, "num_draws": self.num_draws}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` output; also what ``accelerator.register_for_checkpointing(sampler)``
+        calls on ``load_state``.
+
+        Raises:
+            ValueError: a state of another sampler, or a step, seed or draw count that is not an int >= 0.
+        """
         if state.get("name") != self.name:
             raise ValueError(f"state_dict: saved by a {state.get('name')!r} sampler, this is a {self.name!r} sampler")
-        step = state.get("optimizer_step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"state_dict['optimizer_step']: expected an int >= 0, got {step!r}")
-        self.optimizer_step = step
+        for key in ("optimizer_step", "seed", "num_draws"):
+            value = state.get(key, 0 if key != "optimizer_step" else None)  # states before the own stream lack two
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"state_dict[{key!r}]: expected an int >= 0, got {value!r}")
+        self.optimizer_step = state["optimizer_step"]
+        self.seed, self.num_draws = int(state.get("seed", 0)), int(state.get("num_draws", 0))
 
     def describe(self) -> dict:
         """Plain-JSON summary (name, path, parameterization, density) for logs and model cards."""

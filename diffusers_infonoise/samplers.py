@@ -288,7 +288,7 @@ class KingmaGaoSampler(_AdaptiveSampler):
 
     def _statistic(self, levels, errors):
         # u·L = w·e: the weighted loss the objective averages
-        return self.x0_loss_weight(levels.sigmas.detach().cpu().to(torch.float64)) * errors
+        return self.x0_loss_weight(levels.sigmas.detach().to(errors.device, errors.dtype)).to(errors.dtype) * errors
 
     def _build_probs(self):
         # the VDM++ proposal p ∝ base·E[u·L], mixed with the base in π-space (its objective is kept
@@ -296,13 +296,13 @@ class KingmaGaoSampler(_AdaptiveSampler):
         masses = self.estimator.filled_m_hat() * self.base_masses
         return (1 - self.floor) * masses / masses.sum() + self.floor * self.base_masses
 
-    def _importance_weights(self, sigmas, levels):
+    def _importance_weights(self, sigmas, timesteps, levels):
         sig = sigmas.to(torch.float64)
         if self.path.is_discrete:
             base_p = D.bin_masses(self.base, self.path.cell_edges())
             base_p = base_p / base_p.sum()
             ratio = base_p / self.timestep_probabilities().clamp_min(1e-300)
-            w = ratio[levels.timesteps.cpu()]
+            w = ratio[timesteps]
         else:
             x = torch.log(sig)
             w = torch.exp(self.base.log_prob(x) - self.density.log_prob(x))

@@ -303,8 +303,8 @@ def _unflatten(flat: dict) -> dict:
     return out
 
 
-def save_sampler_state(sampler, directory, *, generator: torch.Generator | None = None) -> None:
-    """Write ``sampler.state_dict()`` (and the drawing generator's state) into ``directory``.
+def save_sampler_state(sampler, directory) -> None:
+    """Write ``sampler.state_dict()`` (its random stream included) into ``directory``.
 
     Files: :data:`SAMPLER_STATE_TENSORS` (safetensors) and :data:`SAMPLER_STATE_JSON`.
     """
@@ -314,8 +314,6 @@ def save_sampler_state(sampler, directory, *, generator: torch.Generator | None 
     from safetensors.torch import save_file
 
     state = sampler.state_dict()
-    if generator is not None:
-        state = {**state, "generator_state": generator.get_state()}
     tensors, plain = _flatten(state)
     os.makedirs(directory, exist_ok=True)
     save_file(tensors, os.path.join(directory, SAMPLER_STATE_TENSORS))
@@ -323,7 +321,7 @@ def save_sampler_state(sampler, directory, *, generator: torch.Generator | None 
         json.dump({"format": "diffusers-infonoise/sampler-state", "version": 1, "values": plain}, f, indent=1)
 
 
-def load_sampler_state(sampler, directory, *, generator: torch.Generator | None = None) -> bool:
+def load_sampler_state(sampler, directory) -> bool:
     """Restore a state written by :func:`save_sampler_state`; returns False when ``directory`` has none.
 
     Raises:
@@ -349,14 +347,9 @@ def load_sampler_state(sampler, directory, *, generator: torch.Generator | None 
     except Exception as err:  # safetensors raises its own error types for truncated or foreign files
         raise ScheduleError(f"{tpath}: unreadable sampler state ({err})") from None
     state = _unflatten({**tensors, **meta.get("values", {})})
-    gen_state = state.pop("generator_state", None)
+    state.pop("generator_state", None)  # written before the sampler owned its stream
     try:
         sampler.load_state_dict(state)
     except (KeyError, TypeError, ValueError) as err:
         raise ScheduleError(f"{directory}: invalid sampler state: {err}") from None
-    if generator is not None:
-        if gen_state is None:
-            raise ScheduleError(f"{directory}: the sampler state has no generator state; the draws could not resume "
-                                "exactly (it was saved without one)")
-        generator.set_state(gen_state)
     return True

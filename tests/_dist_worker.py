@@ -50,3 +50,35 @@ def worker(rank: int, world: int, port: int, outdir: str):
                     "world": torch.distributed.get_world_size()}, os.path.join(outdir, f"rank{rank}.pt"))
     finally:
         torch.distributed.destroy_process_group()
+
+
+def resume_worker(rank: int, world: int, port: int, outdir: str):
+    """Steps 0-2, a checkpoint of the sampler (every rank calls ``state_dict``, rank 0's is kept, as
+    ``accelerator.save_state`` keeps custom objects), then steps 3-5 on fresh samplers that all load
+    rank 0's state. Also records two draws of each rank's own stream."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        sampler = make_sampler().manual_seed(7)
+        for step in range(3):
+            levels, loss = batch(sampler, rank, step)
+            sampler.update(levels, loss)
+            sampler.step()
+        stream = [sampler.sample(16).sigmas for _ in range(2)]
+        state = sampler.state_dict()  # collective: the open sums of step 2 on both ranks
+        path = os.path.join(outdir, "checkpoint.pt")
+        if rank == 0:
+            torch.save(state, path)
+        torch.distributed.barrier()
+        resumed = make_sampler()
+        resumed.load_state_dict(torch.load(path, weights_only=False))
+        after = [resumed.sample(16).sigmas]
+        for step in range(3, STEPS):
+            levels, loss = batch(resumed, rank, step)
+            resumed.update(levels, loss)
+            resumed.step()
+        torch.save({"probs": resumed.probs, "stream": stream, "after": after, "next": sampler.sample(16).sigmas,
+                    "open_counts": state["estimator"]["counts"], "own_counts": sampler.estimator.counts.clone()},
+                   os.path.join(outdir, f"resumed{rank}.pt"))
+    finally:
+        torch.distributed.destroy_process_group()

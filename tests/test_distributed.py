@@ -51,3 +51,22 @@ def test_two_processes_share_pi_equal_to_union(tmp_path):
     assert abs(r0["cap"] - 0.625) < 2e-3
     assert r0["min_gap"] == r1["min_gap"] == union.estimator.data_min_gap == 1.0
     assert abs(alone.estimator.mmse_cap - 1.0) < 3e-3 and alone.estimator.data_min_gap == 2.0
+
+
+def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path):
+    """What ``accelerator.register_for_checkpointing(sampler)`` relies on: accelerate writes the state of
+    rank 0 only, and every rank loads it."""
+    mp.spawn(W.resume_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"resumed{r}.pt") for r in (0, 1))
+    # the uninterrupted two-rank run of the same batches
+    mp.spawn(W.worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    ref = torch.load(tmp_path / "rank0.pt")
+    assert torch.equal(r0["probs"], ref["probs"]) and torch.equal(r1["probs"], ref["probs"])
+    # the saved open statistics are both ranks' (step 2's batch of 1024 on each: 2048 samples)
+    assert float(r0["open_counts"].sum()) == 2 * W.BATCH
+    assert float(r0["own_counts"].sum()) == float(r1["own_counts"].sum()) == W.BATCH
+    # each rank's own stream draws other levels, and a resumed rank continues its own stream
+    assert not torch.equal(r0["stream"][0], r1["stream"][0])
+    assert not torch.equal(r0["stream"][0], r0["stream"][1])
+    assert not torch.equal(r0["after"][0], r1["after"][0])
+    assert torch.equal(r0["after"][0], r0["next"]) and torch.equal(r1["after"][0], r1["next"])

@@ -28,8 +28,10 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
                        norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
                        up_block_types=("UpBlock2D", "UpBlock2D"))
+    from accelerate import Accelerator
+
     ns = {"unet": unet, "optimizer": torch.optim.Adam(unet.parameters(), lr=1e-3), "dataloader": dataloader,
-          "max_train_steps": len(dataloader)}
+          "max_train_steps": len(dataloader), "accelerator": Accelerator(cpu=True)}
 
     class Pipeline:  # the user's pipeline, holding the scheduler the snippet trains with
         def save_pretrained(self, path):
@@ -43,3 +45,4 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     assert abs(payload["data"]["variance"] - 1.0) < 0.05 and payload["hyperparameters"]["mmse_cap"] == payload["data"]["variance"]
     assert payload["tv_phi_rho"] <= 0.05 + 0.02
     assert payload["gate"]["source"] == "data" and abs(payload["gate"]["pivot"] - 0.2) < 1e-9  # {-1, 1}: gap 2
+    assert ns["sampler"] in ns["accelerator"]._custom_objects and ns["sampler"].num_draws == 120

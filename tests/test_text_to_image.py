@@ -278,8 +278,9 @@ def test_sd_two_processes_share_pi(sd_model, tmp_path):
         hashes[int(rank)][int(step)] = h
     assert sorted(hashes[0]) == [1, 2, 3] and hashes[0] == hashes[1], log[-5000:]
     ckpt = out / "checkpoint-3" / "noise_sampler"
-    (t0, _), (t1, _) = _sampler_state(ckpt / "rank_0"), _sampler_state(ckpt / "rank_1")
-    assert torch.equal(t0["probs"], t1["probs"]) and not torch.equal(t0["generator_state"], t1["generator_state"])
+    (t0, v0), (t1, v1) = _sampler_state(ckpt / "rank_0"), _sampler_state(ckpt / "rank_1")
+    # one π and one stream position on both ranks (each rank's draws differ: its rank seeds them)
+    assert torch.equal(t0["probs"], t1["probs"]) and v0["values"]["num_draws"] == v1["values"]["num_draws"] == 3
     _, payload = _scheduler_payload(str(out))
     assert payload["optimizer_steps"] == 3 and payload["num_updates"] == 3
     assert (out / "pytorch_lora_weights.safetensors").is_file() and (out / "validation.png").is_file()
@@ -473,3 +474,21 @@ def test_sd_min_snr_on_a_zero_terminal_snr_pipeline_trains_finite(sd_model, tmp_
     assert result["global_step"] == 3
     weights = load_file(out / "unet" / "diffusion_pytorch_model.safetensors")
     assert all(bool(torch.isfinite(w).all()) for w in weights.values())
+
+
+def test_sd_lora_at_batch_one_adapts_with_the_default_settings(sd_model, tmp_path):
+    """The common LoRA fine-tune: batch 1, every InfoNoise default (warm-up a tenth of the run but at least
+    one refresh of 50 steps, 64 bins, min count 8). The carry-over fills the bins across refreshes: π
+    adapts within the run, every sample reached the statistics, and the cap is the latents' variance."""
+    out = tmp_path / "lora1"
+    result = sd_script.main([
+        "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
+        "--max_train_samples", "16", "--resolution", str(RESOLUTION), "--train_batch_size", "1", "--seed", "0",
+        "--lr_warmup_steps", "0", "--max_train_steps", "200", "--checkpointing_steps", "1000", "--use_lora",
+        "--report_to", "none", "--schedule_plot_steps", "-1", "--noise_sampler", "infonoise"])
+    sampler = result["sampler"]
+    assert sampler.warmup_steps == 50 and sampler.is_adapted
+    assert float(sampler.estimator.total_counts.sum()) == 200
+    _, payload = _scheduler_payload(str(out))
+    assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data_variance)
+    assert payload["tv_phi_rho"] <= 0.05 + 1e-6

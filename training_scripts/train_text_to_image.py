@@ -119,7 +119,7 @@ def main(argv=None) -> dict:
                                       lora_targets=UNET_LORA_TARGETS, device=device, weight_dtype=weight_dtype)
 
     # -- data, optimizer, schedule, checkpoint hooks, trackers ------------------------------------
-    unet, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen = prepare_text_to_image_training(
+    unet, optimizer, lr_scheduler, dataloader, epoch_setters = prepare_text_to_image_training(
         accelerator, cfg, unet, params=params, ema=ema, sampler=sampler, model_cls=UNet2DConditionModel,
         subfolder="unet", pipeline_cls=StableDiffusionPipeline, tracker_project="text2image-fine-tune-infonoise")
 
@@ -148,7 +148,7 @@ def main(argv=None) -> dict:
 
     result = run_training_loop(accelerator, cfg.run, model=unet, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
-                               draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
+                               compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)
 
     accelerator.wait_for_everyone()

@@ -160,7 +160,7 @@ def main(argv=None) -> dict:
                                       lora_targets=SD3_LORA_TARGETS, device=device, weight_dtype=weight_dtype)
 
     # -- data, optimizer, schedule, checkpoint hooks, trackers ------------------------------------
-    transformer, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen = prepare_text_to_image_training(
+    transformer, optimizer, lr_scheduler, dataloader, epoch_setters = prepare_text_to_image_training(
         accelerator, cfg, transformer, params=params, ema=ema, sampler=sampler, model_cls=SD3Transformer2DModel,
         subfolder="transformer", pipeline_cls=StableDiffusion3Pipeline,
         tracker_project="text2image-fine-tune-sd3-infonoise")
@@ -196,7 +196,7 @@ def main(argv=None) -> dict:
 
     result = run_training_loop(accelerator, cfg.run, model=transformer, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
-                               draw_gen=draw_gen, compute_loss=compute_loss, params_to_clip=params, ema=ema,
+                               compute_loss=compute_loss, params_to_clip=params, ema=ema,
                                validate=validate)
 
     accelerator.wait_for_everyone()

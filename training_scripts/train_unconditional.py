@@ -185,8 +185,8 @@ def main(argv=None):
         ema.to(accelerator.device)
 
     # Each rank draws its own levels; the schedule (π) is shared through the sampler's all-reduce.
-    draw_gen = torch.Generator().manual_seed((args.seed or 0) * 1000 + accelerator.process_index)
-    register_sampler_checkpointing(accelerator, sampler, draw_gen)
+    sampler.manual_seed(args.seed or 0)
+    register_sampler_checkpointing(accelerator, sampler)
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder="unet", ema=ema)
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
@@ -218,7 +218,7 @@ def main(argv=None):
 
     epoch_setters = [order] + ([dataset] if hasattr(dataset, "set_epoch") else [])
     result = run_training_loop(accelerator, run_config(args), model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                               dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler, draw_gen=draw_gen,
+                               dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                compute_loss=compute_loss, params_to_clip=list(model.parameters()), ema=ema,
                                on_epoch_end=on_epoch_end)
     accelerator.wait_for_everyone()

@@ -34,36 +34,33 @@ __all__ = [
 SAMPLER_SUBDIR = "noise_sampler"
 
 
-def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler, generator: torch.Generator | None) -> None:
-    """Save and restore the sampler (and its drawing generator) with ``accelerator.save_state``/``load_state``.
+def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler) -> None:
+    """Save and restore the sampler with ``accelerator.save_state``/``load_state``.
 
-    The state goes to ``checkpoint-*/noise_sampler/`` as safetensors + JSON (no pickle); each rank
-    writes its own generator state (``rank_{i}``) since every rank draws its own levels. Loading a
-    checkpoint without it warns and keeps the fresh sampler.
+    The state goes to ``checkpoint-*/noise_sampler/`` as safetensors + JSON (no pickle), one folder
+    per rank (``rank_{i}``). The sampler's random stream is ``(seed, num_draws)``, the same on every
+    rank, and its saved open statistics are those of all ranks (``state_dict``), so any rank's
+    folder resumes every rank exactly; a rank without its own folder (a run resumed on more
+    processes) loads rank 0's. A checkpoint without sampler state warns and keeps the fresh sampler.
+    (Outside these scripts, ``accelerator.register_for_checkpointing(sampler)`` does the same
+    through accelerate's own files.)
     """
 
-    def folder(root: str) -> str:
-        return os.path.join(root, SAMPLER_SUBDIR, f"rank_{accelerator.process_index}")
+    def folder(root: str, rank: int) -> str:
+        return os.path.join(root, SAMPLER_SUBDIR, f"rank_{rank}")
 
     def save_hook(models, weights, output_dir):
-        save_sampler_state(sampler, folder(output_dir), generator=generator)
+        save_sampler_state(sampler, folder(output_dir, accelerator.process_index))
 
     def load_hook(models, input_dir):
-        path = folder(input_dir)
-        if not load_sampler_state(sampler, path, generator=generator):
-            fallback = os.path.join(input_dir, SAMPLER_SUBDIR, "rank_0")
-            if load_sampler_state(sampler, fallback):
-                # rank 0's open (not yet reduced) sums are rank 0's: counted here too they would count twice
-                sampler.estimator.sums.zero_()
-                sampler.estimator.counts.zero_()
-                if hasattr(sampler, "data"):
-                    sampler.data.load_state_dict({**sampler.data.state_dict(), "open": None, "seen": 0})
-                logger.warning(f"{input_dir}: no sampler state for rank {accelerator.process_index}; loaded rank 0's "
-                               "schedule, this rank's draws restart from its seed")
-            else:
-                logger.warning(f"{input_dir}: the checkpoint has no noise-sampler state; the sampler starts afresh "
-                               "(base density, empty statistics, draws from its seed); its step count continues from "
-                               "the checkpoint, so pi adapts at the first refresh with enough new samples")
+        if load_sampler_state(sampler, folder(input_dir, accelerator.process_index)):
+            return
+        if load_sampler_state(sampler, folder(input_dir, 0)):
+            logger.warning(f"{input_dir}: no sampler state for rank {accelerator.process_index}; loaded rank 0's")
+            return
+        logger.warning(f"{input_dir}: the checkpoint has no noise-sampler state; the sampler starts afresh "
+                       "(base density, empty statistics, draws from its seed); its step count continues from "
+                       "the checkpoint, so pi adapts at the first refresh with enough new samples")
 
     accelerator.register_save_state_pre_hook(save_hook)
     accelerator.register_load_state_pre_hook(load_hook)

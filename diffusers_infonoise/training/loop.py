@@ -138,7 +138,9 @@ def training_target(sampler: TrainingTimestepSampler, noise_scheduler, x0: torch
 def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sample: torch.Tensor) -> torch.Tensor:
     """The scalar to backpropagate: mean of ``u(σ)·L`` (the user's loss weighting), times the
     importance weights of samplers that carry them (Kingma-Gao). The sampler only changes π."""
-    u = sampler.loss_weight(levels.sigmas.detach().cpu().double()).to(per_sample.device, torch.float32)
+    # on the loss's device: a host copy here would synchronise every step
+    dtype = torch.float32 if per_sample.device.type == "mps" else torch.float64
+    u = sampler.loss_weight(levels.sigmas.detach().to(per_sample.device, dtype)).to(torch.float32)
     if levels.loss_weights is not None:
         u = u * levels.loss_weights.to(per_sample.device, torch.float32)
     return (u * per_sample).mean()
@@ -262,7 +264,7 @@ def _batch_size(batch) -> int:
 
 
 def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
-                      sampler: TrainingTimestepSampler, draw_gen: torch.Generator, compute_loss: Callable,
+                      sampler: TrainingTimestepSampler, compute_loss: Callable,
                       params_to_clip, ema=None, validate: Callable | None = None,
                       on_epoch_end: Callable | None = None) -> dict:
     """The one training loop of every script, resume included.
@@ -316,7 +318,7 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
             obj.set_epoch(epoch)
         for batch in loader:
             with accelerator.accumulate(model):
-                levels = sampler.sample(_batch_size(batch), generator=draw_gen, device=accelerator.device)
+                levels = sampler.sample(_batch_size(batch), device=accelerator.device)  # the sampler's per-rank stream
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
                 train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / run.gradient_accumulation_steps

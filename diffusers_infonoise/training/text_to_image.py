@@ -123,7 +123,7 @@ def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *
     ``pipeline_cls.save_lora_weights`` with prefix ``subfolder``) and of the sampler
     (:func:`register_sampler_checkpointing`); the trackers, as ``tracker_project``, on the main process.
 
-    Returns ``(model, optimizer, lr_scheduler, dataloader, epoch_setters, draw_gen)``: ``model`` as
+    Returns ``(model, optimizer, lr_scheduler, dataloader, epoch_setters)``: ``model`` as
     prepared, ``epoch_setters`` the dataset and batch order for :func:`run_training_loop`.
     """
     from accelerate.utils import set_seed
@@ -138,16 +138,16 @@ def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *
     if ema is not None:
         ema.to(accelerator.device)
 
-    # Each rank draws its own levels (and ε); the schedule π is shared through the sampler's all-reduce.
-    draw_gen = torch.Generator().manual_seed((cfg.seed or 0) * 1000 + accelerator.process_index)
+    # Each rank draws its own levels from the sampler's stream; π is shared through the sampler's all-reduce.
+    sampler.manual_seed(cfg.seed or 0)
     if cfg.seed is not None:
         set_seed(cfg.seed, device_specific=True)
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder=subfolder, ema=ema,
                                  lora_pipeline_cls=pipeline_cls if cfg.use_lora else None, lora_prefix=subfolder)
-    register_sampler_checkpointing(accelerator, sampler, draw_gen)
+    register_sampler_checkpointing(accelerator, sampler)
     if accelerator.is_main_process:
         accelerator.init_trackers(tracker_project, config=cfg.tracker)
-    return model, optimizer, lr_scheduler, dataloader, (dataset, order), draw_gen
+    return model, optimizer, lr_scheduler, dataloader, (dataset, order)
 
 
 def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: int, seed: int | None,
