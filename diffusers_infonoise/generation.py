@@ -111,6 +111,14 @@ def is_1d_model(model) -> bool:
     return isinstance(model, UNet1DModel) or getattr(config, "_class_name", None) == "UNet1DModel"
 
 
+def _initial_noise_scale(scheduler) -> float:
+    """The scale of the initial noise: ``init_noise_sigma``. EDM schedulers compute it from their config's
+    σ_max, ``(σ_max² + 1)^½``; the same formula of the first σ stepped keeps it right for a custom grid."""
+    if type(scheduler).__name__.startswith("EDM"):
+        return (float(scheduler.sigmas[0]) ** 2 + 1) ** 0.5
+    return getattr(scheduler, "init_noise_sigma", 1.0)
+
+
 @torch.no_grad()  # sampling only: without it every step's activations stay alive for autograd (GBs)
 def generate_images(
     unet,
@@ -121,6 +129,7 @@ def generate_images(
     generator: torch.Generator | None = None,
     device=None,
     progress: bool = False,
+    sigmas=None,
 ) -> torch.Tensor:
     """Sample ``batch_size`` images with the scheduler's own ``step``; returns (B, C, H, W) float32 in [0, 1],
     or (B, C, L) for a 1-D model (``UNet1DModel``, e.g. one-hot sequences; ``L = config.sample_size``).
@@ -128,6 +137,10 @@ def generate_images(
     Works for DDPM/DDIM (the loop of ``DDPMPipeline``), ``FlowMatchEulerDiscreteScheduler`` and the
     EDM schedulers (``scale_model_input`` and ``init_noise_sigma`` are honoured; the EDM network is
     called with :func:`model_timesteps`). A copy of the scheduler is used, so training state is untouched.
+
+    ``sigmas``: a grid of VE σ to step through instead of the scheduler's own spacing of
+    ``num_inference_steps`` (an :class:`~diffusers_infonoise.inference_grid.InferenceGrid`, e.g. the
+    InfoGrid; set with :func:`~diffusers_infonoise.inference_grid.set_infogrid`).
     """
     import copy
 
@@ -143,8 +156,13 @@ def generate_images(
         size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size, cfg.sample_size)
     dtype = next(unet.parameters()).dtype
     x = randn_tensor((batch_size, cfg.in_channels, *size), generator=generator, device=device, dtype=dtype)
-    scheduler.set_timesteps(num_inference_steps, device=device)
-    x = x * getattr(scheduler, "init_noise_sigma", 1.0)
+    if sigmas is not None:
+        from .inference_grid import set_infogrid
+
+        set_infogrid(scheduler, sigmas, device=device)
+    else:
+        scheduler.set_timesteps(num_inference_steps, device=device)
+    x = x * _initial_noise_scale(scheduler)
     for t in tqdm(scheduler.timesteps, disable=not progress, desc="sampling"):
         x_in = scheduler.scale_model_input(x, t) if hasattr(scheduler, "scale_model_input") else x
         t_batch = t.expand(batch_size) if torch.is_tensor(t) else torch.full((batch_size,), t, device=device)

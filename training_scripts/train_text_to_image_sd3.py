@@ -51,7 +51,6 @@ from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transfo
 from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
 from diffusers_infonoise.generation import model_output
-from diffusers_infonoise.paths import FlowPath
 from diffusers_infonoise.training import (
     SD3_LORA_TARGETS,
     add_text_to_image_args,
@@ -183,7 +182,7 @@ def main(argv=None) -> dict:
         pred = model_output(transformer, noise_scheduler, noisy, levels.timesteps,
                             model_kwargs={"encoder_hidden_states": prompt_embeds, "pooled_projections": pooled_embeds})
         if args.precondition_outputs:  # x0 estimate x − s·v̂ (diffusers' preconditioning)
-            s = FlowPath.sigma_to_s(levels.sigmas).to(pred.dtype).view(-1, *([1] * (pred.ndim - 1)))
+            s = levels.scheduler_sigmas.to(pred.dtype).view(-1, *([1] * (pred.ndim - 1)))  # flow s
             pred = noisy - s * pred
         return per_sample_mse(pred, training_target(sampler, noise_scheduler, latents, noise, levels))
 

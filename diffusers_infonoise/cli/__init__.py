@@ -24,7 +24,7 @@ import sys
 
 from ..argtypes import gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
-from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_profile, _cmd_show
+from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_show
 from .loading import _DEFAULT_SAMPLERS, CLIError, _one_line
 
 __all__ = ["main", "CLIError"]
@@ -153,6 +153,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_objective_args(p)
     _add_hub_args(p)
     p.set_defaults(func=_cmd_compare)
+
+    from ..inference_grid import DEFAULT_GRID_DENSITY, GRID_DENSITIES
+
+    p = sub.add_parser("grid", help="inference steps placed by the learned schedule (InfoGrid)",
+                       description="The InfoGrid of a pipeline's stored schedule (METHOD.md section 8): N inference steps at "
+                       "equal increments of entropic time, printed next to the scheduler's own spacing, in VE sigma and in "
+                       "what the scheduler's set_timesteps takes (sigmas= or timesteps=).")
+    p.add_argument("path", metavar="PIPELINE", help="pipeline or scheduler directory, scheduler JSON, or Hub repo id")
+    p.add_argument("--steps", type=positive_int, required=True, help="number of inference steps N")
+    p.add_argument("--density", choices=GRID_DENSITIES, default=DEFAULT_GRID_DENSITY,
+                   help=f"entropy-rate density of entropic time (default {DEFAULT_GRID_DENSITY}): rho (gated rho_hat), q "
+                   "(ungated m/sigma^2) or q_sigma (q times sigma)")
+    p.add_argument("--mu", type=float, default=None, help="flow schedulers with dynamic shifting: the pipeline's mu")
+    p.add_argument("--plot", metavar="FILE", default=None, help="draw the grid against the default spacing to FILE")
+    _add_hub_args(p)
+    p.set_defaults(func=_cmd_grid)
     return parser
 
 

@@ -310,3 +310,47 @@ def _cmd_profile(args) -> int:
     plot_profile(prof, allocs, out / "profile.png", title=f"profile of {Path(args.model).name} on {args.dataset} · weighting {lw}")
     print(f"wrote {out / 'profile.json'} and {out / 'profile.png'}")
     return 0
+
+
+def _cmd_grid(args) -> int:
+    import copy
+
+    from ..inference_grid import infogrid, scheduler_grid_kwargs, scheduler_sigmas_as_ve
+
+    config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
+    scheduler = _scheduler_from_config(config, where)
+    grid = infogrid(scheduler, args.steps, density=args.density)
+    default = copy.deepcopy(scheduler)
+    if args.mu is not None:
+        default.set_timesteps(args.steps, mu=args.mu)
+    else:
+        default.set_timesteps(args.steps)
+    spacing = scheduler_sigmas_as_ve(default)
+    kwargs = scheduler_grid_kwargs(scheduler, grid.sigmas, mu=args.mu)
+    (key, values), = kwargs.items()
+    values = [float(v) for v in values]
+    print(f"{where}: InfoGrid ({args.density}) of {args.steps} steps for {type(scheduler).__name__}")
+    print(f"{'step':>4}  {'InfoGrid sigma':>14}  {'default sigma':>13}  {key + '=':>12}")
+    for i in range(args.steps):
+        d = f"{float(spacing[i]):13.4g}" if i < spacing.numel() else f"{'':13}"
+        v = f"{values[i]:12.6g}" if i < len(values) else ""
+        print(f"{i:4d}  {float(grid.sigmas[i]):14.4g}  {d}  {v}")
+    print(f"pass to set_timesteps or the pipeline: {key}={[round(v, 6) for v in values]}")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.plot(range(args.steps), grid.sigmas.numpy(), "o-", label=f"InfoGrid ({args.density})")
+        ax.plot(range(spacing.numel()), spacing.numpy(), "s--", label=f"{type(scheduler).__name__} default")
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("VE sigma")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+        plt.close(fig)
+        print(f"wrote {args.plot}")
+    return 0

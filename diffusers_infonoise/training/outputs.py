@@ -129,16 +129,36 @@ def log_images(accelerator, tag: str, images: torch.Tensor, step: int) -> None:
 
 
 def save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir: str) -> None:
-    """A ``DDPMPipeline`` with the EMA weights (when there is an EMA) and the training scheduler, which
-    carries the learned schedule; stock diffusers loads it."""
+    """The trained UNet (the EMA weights when there is an EMA) and the training scheduler, which carries
+    the learned schedule, as a pipeline that samples correctly with the stock calls.
+
+    DDPM and flow 2-D models: a ``DDPMPipeline`` (its loop is right for them). EDM models and 1-D models:
+    an :class:`~diffusers_infonoise.pipeline.InfoNoiseUnconditionalPipeline`, because ``DDPMPipeline`` skips
+    EDM's preconditioning (wrong samples, silently) and draws 2-D noise; ``DiffusionPipeline.from_pretrained``
+    of that folder asks for ``trust_remote_code=True`` (its two-line loader imports this package's class)
+    instead of returning a pipeline that samples garbage.
+    """
     from diffusers import DDPMPipeline
 
+    from ..generation import is_1d_model
+    from ..paths import scheduler_kind
+    from ..pipeline import InfoNoiseUnconditionalPipeline
     from .loop import ema_weights
 
     store_learned_schedule(noise_scheduler, sampler)
+    cls = InfoNoiseUnconditionalPipeline if scheduler_kind(noise_scheduler) == "ve" or is_1d_model(unet) else DDPMPipeline
     with ema_weights(ema, unet.parameters()):
         check_finite_weights(unet, "the trained UNet" + (" (EMA weights)" if ema is not None else ""))
-        DDPMPipeline(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
+        cls(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
+
+
+def _loss_target(sampler: TrainingTimestepSampler) -> str:
+    """What the loss was on, in words, for the model card."""
+    if sampler.path.kind == "ve" and sampler.prediction_type == "sample":
+        return "the denoiser D = c_skip·x + c_out·F (EDM preconditioning: an x0 estimate)"
+    return {"epsilon": "the noise ε", "v_prediction": "the velocity v", "sample": "the clean sample x0",
+            "flow": "the flow velocity ε − x0", "edm_f": "the raw network output F"}.get(sampler.prediction_type,
+                                                                                      sampler.prediction_type)
 
 
 def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, sampler, global_step: int, num_samples: int,
@@ -167,7 +187,7 @@ def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, s
         hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, allocation=desc.get("last_refresh"),
         schedule_plot="noise_schedule.png", sample_grid=None if alphabet else "samples.png",
         sample_fasta="samples.fa" if alphabet else None, num_inference_steps=num_inference_steps,
-        extra_tags=[f"diffusion-{card['diffusion']}"], **card,
+        extra_tags=[f"diffusion-{card['diffusion']}"], loss_target=_loss_target(sampler), **card,
     )
     if hub.push:
         push_output_dir(output_dir, repo_id=repo_id, token=hub.token, private=hub.private)

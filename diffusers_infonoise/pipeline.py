@@ -1,0 +1,136 @@
+"""The pipeline a trained unconditional model is saved as: one class for the three paths (DDPM/VP,
+EDM/VE with its preconditioning, flow), loadable with diffusers' stock calls, and taking a custom
+grid of inference steps (the InfoGrid, METHOD.md §8).
+
+Why a pipeline of our own: ``DDPMPipeline`` runs the DDPM loop only. Given an EDM scheduler it skips
+EDM's input scaling and initial σ and passes the model an unscaled ``c_noise``: its samples are
+wrong, with nothing but a per-step warning. This class samples through
+:func:`diffusers_infonoise.generation.generate_images`, the one model call of the package.
+
+A saved folder names it in ``model_index.json`` as ``["pipeline_infonoise", "InfoNoiseUnconditionalPipeline"]``
+and holds a two-line ``pipeline_infonoise.py`` that imports it, diffusers' mechanism for custom
+pipelines: ``DiffusionPipeline.from_pretrained(folder)`` then returns this class (from the Hub,
+diffusers asks for ``trust_remote_code=True`` for that file). Without this package installed the
+import fails with a message that names the install command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from diffusers import DiffusionPipeline, ImagePipelineOutput
+
+__all__ = ["InfoNoiseUnconditionalPipeline", "LOADER_MODULE"]
+
+#: the module file a saved folder carries for ``DiffusionPipeline.from_pretrained``
+LOADER_MODULE = "pipeline_infonoise"
+
+_LOADER_SOURCE = '''"""Loads diffusers-infonoise's pipeline for DiffusionPipeline.from_pretrained of this folder."""
+
+try:
+    from diffusers_infonoise.pipeline import InfoNoiseUnconditionalPipeline  # noqa: F401
+except ImportError as err:  # pragma: no cover - depends on the user's environment
+    raise ImportError("this pipeline was saved by diffusers-infonoise; install it to load it: "
+                      "pip install diffusers-infonoise") from err
+'''
+
+_DEFAULT_STEPS = {"vp": 1000, "ve": 40, "flow": 50}  # DDPMPipeline's 1000; EDM and flow as the scripts sample
+
+
+class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
+    """Unconditional sampling for a UNet trained by diffusers-infonoise on any path.
+
+    Components: ``unet`` (``UNet2DModel`` or ``UNet1DModel``) and ``scheduler`` (DDPM/DDIM,
+    EDMEuler, or FlowMatchEuler; the training scheduler, which carries the learned schedule).
+    """
+
+    model_cpu_offload_seq = "unet"
+
+    def __init__(self, unet, scheduler):
+        super().__init__()
+        self.register_modules(unet=unet, scheduler=scheduler)
+
+    @torch.no_grad()
+    def __call__(self, batch_size: int = 1, generator: torch.Generator | None = None,
+                 num_inference_steps: int | None = None, sigmas=None, infogrid: bool | str = False,
+                 output_type: str = "pil", return_dict: bool = True):
+        """Sample ``batch_size`` images (or sequences, for a ``UNet1DModel``).
+
+        Args:
+            num_inference_steps: steps of the scheduler's own spacing (default 1000 on DDPM, as
+                ``DDPMPipeline``; 40 on EDM; 50 on flow), or of the InfoGrid.
+            sigmas: a grid of VE σ to step through instead (decreasing; an ``InferenceGrid`` too).
+            infogrid: ``True`` (the default density) or a density name of
+                :data:`~diffusers_infonoise.inference_grid.GRID_DENSITIES`: the InfoGrid of the schedule
+                stored in the scheduler's config, with ``num_inference_steps`` steps.
+            output_type: ``"pil"`` (images only), ``"np"`` (B, H, W, C) in [0, 1], or ``"pt"``
+                (B, C, H, W) in [0, 1]; 1-D models: ``"np"``/``"pt"`` of (B, C, L).
+
+        Returns:
+            ``ImagePipelineOutput`` (``.images``), or a tuple with ``return_dict=False``.
+
+        Raises:
+            ValueError: ``sigmas`` and ``infogrid`` together, an unknown ``output_type``, ``"pil"`` for a 1-D
+            model, or ``infogrid`` for a scheduler without a learned schedule.
+        """
+        from .generation import generate_images, is_1d_model
+        from .inference_grid import DEFAULT_GRID_DENSITY
+        from .inference_grid import infogrid as make_grid
+        from .paths import scheduler_kind
+
+        if output_type not in ("pil", "np", "pt"):
+            raise ValueError(f"output_type: accepted values are 'pil', 'np' and 'pt', got {output_type!r}")
+        if output_type == "pil" and is_1d_model(self.unet):
+            raise ValueError("output_type: a 1-D model (sequences) has no images; use 'np' or 'pt'")
+        if sigmas is not None and infogrid:
+            raise ValueError("sigmas, infogrid: give one grid")
+        steps = num_inference_steps or _DEFAULT_STEPS[scheduler_kind(self.scheduler)]
+        if infogrid:
+            sigmas = make_grid(self.scheduler, steps, density=DEFAULT_GRID_DENSITY if infogrid is True else infogrid)
+        images = generate_images(self.unet, self.scheduler, batch_size, num_inference_steps=steps, generator=generator,
+                                 device=self.device, sigmas=sigmas, progress=True)
+        if output_type != "pt":
+            images = images.cpu().permute(0, 2, 3, 1).numpy() if images.ndim == 4 else images.cpu().numpy()
+            if output_type == "pil":
+                images = self.numpy_to_pil(images)
+        if not return_dict:
+            return (images,)
+        return ImagePipelineOutput(images=images)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """Load a saved folder (or Hub id) as this class, with the package's own code: no
+        ``trust_remote_code`` is needed here, since nothing from the folder is executed. Components
+        are the classes ``model_index.json`` names; ``kwargs`` go to each component's ``from_pretrained``.
+
+        Raises:
+            ValueError: a folder whose components are not diffusers classes.
+        """
+        import diffusers
+
+        config = cls.load_config(pretrained_model_name_or_path, **{k: kwargs[k] for k in ("revision", "token",
+                                                                                          "cache_dir") if k in kwargs})
+        parts = {}
+        for name in ("unet", "scheduler"):
+            library, class_name = config.get(name, (None, None))
+            if library != "diffusers" or not hasattr(diffusers, class_name or ""):
+                raise ValueError(f"{pretrained_model_name_or_path}: model_index.json names {name} = {library}.{class_name}; "
+                                 "expected a diffusers class")
+            parts[name] = getattr(diffusers, class_name).from_pretrained(pretrained_model_name_or_path, subfolder=name,
+                                                                         **kwargs)
+        return cls(**parts)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """``DiffusionPipeline.save_pretrained``, then the folder names this class through its loader
+        module (module docstring), so that ``DiffusionPipeline.from_pretrained(folder)`` returns it."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        index = os.path.join(save_directory, "model_index.json")
+        with open(index) as f:
+            config = json.load(f)
+        config["_class_name"] = [LOADER_MODULE, type(self).__name__]
+        with open(index, "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+        with open(os.path.join(save_directory, f"{LOADER_MODULE}.py"), "w") as f:
+            f.write(_LOADER_SOURCE)
