@@ -36,8 +36,9 @@ __all__ = [
 ]
 
 GRID_DENSITIES = ("rho", "q", "q_sigma")
-#: the choice of METHOD.md §8 the benchmarks pick (benchmarks/results/infogrid_*.md)
-DEFAULT_GRID_DENSITY = "rho"
+#: the choice of METHOD.md §8 the benchmarks pick: q·σ gave the lowest FD (or within 0.5%) in every row of
+#: benchmarks/results/infogrid_recheck.md (0.23-0.43 of the default spacing at NFE 4, 0.72-0.90 at 18)
+DEFAULT_GRID_DENSITY = "q_sigma"
 
 
 @dataclass(frozen=True)
