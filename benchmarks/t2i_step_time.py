@@ -2,8 +2,10 @@
 script's default sampler (issue 4: the ratio must be below 1.02).
 
 The default sampler is what the script draws without ``--noise_sampler``, i.e. diffusers' own
-sampling: uniform t for ``train_text_to_image.py`` (SD), logit-normal(0, 1) for
-``train_text_to_image_sd3.py`` (SD3, ``--weighting_scheme logit_normal``).
+sampling: uniform t for ``train_text_to_image.py`` (SD) and ``train_text_to_image_sdxl.py`` (SDXL),
+logit-normal(0, 1) for ``train_text_to_image_sd3.py`` (SD3, ``--weighting_scheme logit_normal``),
+uniform s for ``train_text_to_image_flux.py`` (Flux, ``--weighting_scheme none``). SDXL and Flux
+have a tiny stand-in only (``--size tiny``).
 
 Method (as ``benchmarks/unconditional_step_time.py``). Both configurations run the unmodified script
 in this one process through its ``main([...])`` (same seed, model, data, loss), alternating run by
@@ -61,6 +63,8 @@ for extra in (REPO, REPO / "tests"):
 SCRIPTS = {
     "sd": ("train_text_to_image", "uniform"),
     "sd3": ("train_text_to_image_sd3", "logit_normal"),
+    "sdxl": ("train_text_to_image_sdxl", "uniform"),
+    "flux": ("train_text_to_image_flux", "uniform"),  # diffusers' Flux default --weighting_scheme none: uniform s
 }
 
 
@@ -73,8 +77,12 @@ def load_script(name: str):
 
 def build_model(kind: str, size: str, folder: str, dtype: str = "float32") -> str:
     """Save a random pipeline of ``size`` to ``folder`` (weights stored in ``dtype``); returns ``folder``."""
-    from _tiny_pipelines import save_tiny_sd3_pipeline, save_tiny_sd_pipeline
+    from _tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
 
+    if kind in ("sdxl", "flux"):
+        if size != "tiny":
+            raise ValueError(f"--size {size}: the {kind} stand-in exists in the tiny size only")
+        return {"sdxl": save_tiny_sdxl_pipeline, "flux": save_tiny_flux_pipeline}[kind](folder)
     build = save_tiny_sd_pipeline if kind == "sd" else save_tiny_sd3_pipeline
     previous = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, dtype))  # halves the files (and their loading) with bfloat16
@@ -120,6 +128,8 @@ def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opt
     ]
     if kind == "sd3":
         args += ["--max_sequence_length", "77"]
+    if kind == "flux":
+        args += ["--max_sequence_length", "16"]
     if opts.mixed_precision != "no":
         args += ["--allow_tf32"]
     if opts.use_lora:

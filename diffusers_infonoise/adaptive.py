@@ -132,9 +132,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.warmup_steps = self._resolved_warmup()
         self._warned: set[str] = set()
         if num_training_steps is not None and self.warmup_steps >= num_training_steps:
+            fix = (f"the automatic warm-up is at least one refresh (refresh_every={self.refresh_every}): pass a "
+                   "smaller refresh_every or warmup_steps" if warmup_steps == "auto" else
+                   "pass warmup_steps='auto' or a smaller warmup_steps")
             self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the warm-up "
-                                     f"{self.warmup_steps}; pi never leaves the base density. Pass warmup_steps='auto' "
-                                     "or a smaller warmup_steps")
+                                     f"{self.warmup_steps}; pi never leaves the base density ({fix})")
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
         self.num_updates = 0
         self.last_refresh: dict = {}
@@ -290,10 +292,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if self.optimizer_step < self.warmup_steps:
             return
         if not self.estimator.is_ready:
+            seen = int(self.estimator.total_counts.sum())
             self._warn_once("unfilled", f"noise sampler: step {self.optimizer_step}, warm-up over, but only "
                                         f"{self.estimator.num_filled} of {self.estimator.num_bins} bins have "
-                                        f"{self.estimator.min_count} samples yet; pi stays on the base density "
-                                        "until two do (lower min_count, or call update() every step)")
+                                        f"{self.estimator.min_count} samples yet ({seen} samples so far, kept: the bins "
+                                        f"fill across refreshes; {self.num_nonfinite} non-finite losses left out); pi "
+                                        "stays on the base density until two do. Small batches fill them later; fewer "
+                                        "num_bins or a lower min_count sooner")
             return
         self.probs = self._build_probs()
         self.num_updates += 1

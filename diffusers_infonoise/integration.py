@@ -15,8 +15,9 @@ diffusers option                sampler setting
 ``--precondition_outputs`` 1/0  flow: ``prediction_type="sample"`` (x0 target) / ``"flow"`` (velocity)
 ``--weighting_scheme``          ``sigma_sqrt``/``cosmap``: ``loss_weighting`` of that name (a weight
                                 on the loss) and a uniform base; ``logit_normal``/``mode``: InfoNoise's
-                                base density (warm-up and floor) with ``--logit_mean/--logit_std/
-                                --mode_scale``; ``none``: uniform s
+                                base density (warm-up and floor), the density diffusers draws with
+                                ``--logit_mean/--logit_std/--mode_scale`` (its ``logit_mean`` is
+                                the SD3 paper's with the sign reversed); ``none``: uniform s
 =============================== ==================================================================
 
 :func:`infonoise_sampler` adds what a script must not get wrong: the warm-up sized to
@@ -78,7 +79,9 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
         scheme = weighting_scheme or "none"
         if scheme not in _SCHEMES:
             raise ValueError(f"weighting_scheme: accepted values are {', '.join(_SCHEMES)}, got {scheme!r}")
-        base = {"logit_normal": ("logit_normal", {"mean": float(logit_mean), "std": float(logit_std)}),
+        # diffusers' scripts index a descending table with u ~ logit-normal(mean): their mean > 0 means
+        # less noise, the opposite of the SD3 paper's convention this package's density uses
+        base = {"logit_normal": ("logit_normal", {"mean": -float(logit_mean), "std": float(logit_std)}),
                 "mode": ("mode", {"scale": float(mode_scale)})}.get(scheme, "uniform")  # as diffusers draws
         return {
             "prediction_type": prediction_type or ("sample" if precondition_outputs else "flow"),

@@ -265,9 +265,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             why = (f"the run ended at optimizer step {self.optimizer_step}, before its warm-up of {self.warmup_steps} "
                    "steps" if self.optimizer_step < self.warmup_steps else
                    f"only {self.estimator.num_filled} bins ever held {self.estimator.min_count} samples")
+            fix = ("num_training_steps sizes the automatic warm-up to a tenth of the run, at least one refresh "
+                   f"(refresh_every={self.refresh_every}); a smaller warmup_steps or refresh_every adapts sooner"
+                   if self.optimizer_step < self.warmup_steps else "fewer num_bins or a lower min_count fill sooner")
             self._warn_once("unadapted", f"noise sampler: the schedule never adapted ({why}); the saved schedule is "
-                                         "the base density. Pass num_training_steps (or warmup_steps) to size the "
-                                         "warm-up to the run")
+                                         f"the base density ({fix})")
         write_schedule(noise_scheduler, self)
 
 

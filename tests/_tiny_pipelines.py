@@ -180,6 +180,65 @@ def save_tiny_sd3_pipeline(path: str, *, seed: int = 0, shift: float = 3.0, size
     return path
 
 
+def save_tiny_sdxl_pipeline(path: str, *, seed: int = 0) -> str:
+    """Save a random Stable Diffusion XL pipeline (UNet2DConditionModel with SDXL's ``text_time``
+    micro-conditioning, CLIPTextModel + CLIPTextModelWithProjection whose hidden states are
+    concatenated, AutoencoderKL with SDXL's scaling factor; the Hub's EulerDiscreteScheduler config)
+    to ``path``; returns ``path``."""
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+
+    torch.manual_seed(seed)
+    cfg = SIZES["tiny"]
+    clip_l, clip_g = _clip_config("tiny", False), _clip_config("tiny", True, big_g=True)
+    time_dim = 8
+    unet = UNet2DConditionModel(
+        sample_size=_latent_size("tiny"), in_channels=4, out_channels=4, cross_attention_dim=clip_l.hidden_size + clip_g.hidden_size,
+        addition_embed_type="text_time", addition_time_embed_dim=time_dim,
+        projection_class_embeddings_input_dim=6 * time_dim + clip_g.projection_dim, use_linear_projection=True,
+        **cfg["unet"],
+    )
+    scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                       num_train_timesteps=1000, steps_offset=1, timestep_spacing="leading")
+    pipe = StableDiffusionXLPipeline(
+        unet=unet, vae=_vae("tiny", 4, scaling_factor=0.13025), text_encoder=CLIPTextModel(clip_l),
+        tokenizer=build_clip_tokenizer(cfg["clip"][3]), text_encoder_2=CLIPTextModelWithProjection(clip_g),
+        tokenizer_2=build_clip_tokenizer(cfg["clip"][3]), scheduler=scheduler,
+    )
+    pipe.save_pretrained(path)
+    return path
+
+
+def save_tiny_flux_pipeline(path: str, *, seed: int = 0, guidance_embeds: bool = True) -> str:
+    """Save a random Flux.1 pipeline (FluxTransformer2DModel with the guidance embedding of the
+    guidance-distilled models, AutoencoderKL with Flux's scaling and shift factors, CLIPTextModel for
+    the pooled prompt, T5EncoderModel; FlowMatchEulerDiscreteScheduler with dynamic shifting, as
+    FLUX.1-dev ships it) to ``path``; returns ``path``."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextModel, T5Config, T5EncoderModel
+
+    torch.manual_seed(seed)
+    cfg = SIZES["tiny"]
+    clip = _clip_config("tiny", False)
+    channels = cfg["latent_channels_sd3"]
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=4 * channels, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=cfg["t5"]["d_model"], pooled_projection_dim=clip.hidden_size,
+        guidance_embeds=guidance_embeds, axes_dims_rope=(4, 6, 6),
+    )
+    t5 = T5EncoderModel(T5Config(vocab_size=128, relative_attention_num_buckets=8, decoder_start_token_id=0,
+                                 pad_token_id=0, eos_token_id=1, **cfg["t5"]))
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+                                                base_image_seq_len=256, max_image_seq_len=4096)
+    pipe = FluxPipeline(
+        transformer=transformer, scheduler=scheduler, vae=_vae("tiny", channels, scaling_factor=0.3611, shift_factor=0.1159),
+        text_encoder=CLIPTextModel(clip), tokenizer=build_clip_tokenizer(cfg["clip"][3]), text_encoder_2=t5,
+        tokenizer_2=build_t5_tokenizer(),
+    )
+    pipe.save_pretrained(path)
+    return path
+
+
 def write_captioned_image_folder(path: str, num_images: int = 6, size: int = 20) -> str:
     """An image folder with ``metadata.jsonl`` (``file_name``, ``text``) as diffusers' scripts read it."""
     import numpy as np

@@ -24,7 +24,7 @@ from diffusers_infonoise.training.loop import weighted_loss
     (DDPMScheduler(), {"prediction_type": "v_prediction"}, ("v_prediction", "none", None, None)),
     (FlowMatchEulerDiscreteScheduler(shift=3.0), {"weighting_scheme": "logit_normal", "precondition_outputs": 1,
                                                   "logit_mean": 0.1, "logit_std": 1.2},
-     ("sample", "none", None, ("logit_normal", {"mean": 0.1, "std": 1.2}))),
+     ("sample", "none", None, ("logit_normal", {"mean": -0.1, "std": 1.2}))),
     (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "mode", "mode_scale": 1.0},
      ("flow", "none", None, ("mode", {"scale": 1.0}))),
     (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "sigma_sqrt", "precondition_outputs": 0},
@@ -37,6 +37,31 @@ from diffusers_infonoise.training.loop import weighted_loss
 def test_diffusers_options_map_to_the_loss_the_script_trains(scheduler, options, expected):
     got = sampler_settings(scheduler, **options)
     assert (got["prediction_type"], got["loss_weighting"], got["snr_gamma"], got["base"]) == expected
+
+
+@pytest.mark.parametrize("scheme,options", [
+    ("logit_normal", {"logit_mean": 0.5, "logit_std": 1.0}), ("logit_normal", {"logit_mean": -0.3, "logit_std": 0.8}),
+    ("mode", {"mode_scale": 1.29}), ("none", {}),
+])
+def test_the_base_density_is_what_diffusers_scripts_draw(scheme, options):
+    """InfoNoise starts from the density the script drew before: diffusers' own draw (its
+    compute_density_for_timestep_sampling indexing the scheduler's descending table) and the sampler's
+    base agree in their quantiles of s."""
+    import numpy as np
+    from diffusers.training_utils import compute_density_for_timestep_sampling
+
+    sched = FlowMatchEulerDiscreteScheduler(shift=1.0)
+    torch.manual_seed(0)
+    u = compute_density_for_timestep_sampling(weighting_scheme=scheme, batch_size=200_000,
+                                              logit_mean=options.get("logit_mean"), logit_std=options.get("logit_std"),
+                                              mode_scale=options.get("mode_scale"))
+    theirs = (sched.timesteps[(u * 1000).long()] / 1000).numpy()
+    settings = sampler_settings(sched, weighting_scheme=scheme, **options)
+    base = settings["base"]
+    fixed = make_sampler(base, sched) if isinstance(base, str) else make_sampler(base[0], sched, **base[1])
+    ours = fixed.sample(200_000, generator=torch.Generator().manual_seed(0)).scheduler_sigmas.numpy()
+    qs = [0.05, 0.25, 0.5, 0.75, 0.95]
+    np.testing.assert_allclose(np.quantile(ours, qs), np.quantile(theirs, qs), atol=0.006)
 
 
 @pytest.mark.parametrize("scheduler,options,pattern", [

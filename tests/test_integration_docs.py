@@ -208,7 +208,7 @@ def test_sd3_dreambooth_snippets_each_weighting_scheme(weighting_scheme, precond
     code = snippets()
     args = argparse.Namespace(weighting_scheme=weighting_scheme, precondition_outputs=precondition_outputs,
                               logit_mean=0.0, logit_std=1.0, mode_scale=1.29, seed=0, max_train_steps=STEPS,
-                              output_dir=str(tmp_path))
+                              output_dir=str(tmp_path), with_prior_preservation=False)
     ns = {"noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0), "args": args, "os": os,
           "accelerator": _accelerator()}
     exec(code["sd3/setup"], ns)
@@ -229,7 +229,8 @@ def test_sd3_snippets_keep_class_images_out_of_the_statistics():
     """Prior preservation: the class images (scale 2, not 0.5) are noised and trained on, but only the
     instance half reaches the sampler, whose π is that of the instance data."""
     code = snippets()
-    args = argparse.Namespace(weighting_scheme="logit_normal", precondition_outputs=1, seed=0, max_train_steps=STEPS)
+    args = argparse.Namespace(weighting_scheme="logit_normal", precondition_outputs=1, seed=0, max_train_steps=STEPS,
+                              with_prior_preservation=True)
     ns = {"noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0), "args": args,
           "accelerator": _accelerator()}
     exec(code["sd3/setup"], ns)
@@ -237,6 +238,7 @@ def test_sd3_snippets_keep_class_images_out_of_the_statistics():
     sampler = ns["sampler"]
     assert sampler.is_adapted and float(sampler.estimator.total_counts.sum()) == STEPS * BATCH
     assert _tv_to_rho(sampler) <= 0.05 + 0.02
+    assert abs(sampler.data_variance - S**2) < 0.01  # the instance images' variance, not the class images' (4)
 
 
 def test_flux_dreambooth_snippets_with_dynamic_shifting(tmp_path):
@@ -245,7 +247,8 @@ def test_flux_dreambooth_snippets_with_dynamic_shifting(tmp_path):
     noise_scheduler_copy = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
                                                            max_shift=1.15)
     assert torch.allclose(noise_scheduler_copy.timesteps[:3], torch.tensor([1000.0, 999.0, 998.0]))  # not shifted
-    args = argparse.Namespace(weighting_scheme="none", seed=0, max_train_steps=STEPS, output_dir=str(tmp_path))
+    args = argparse.Namespace(weighting_scheme="none", seed=0, max_train_steps=STEPS, output_dir=str(tmp_path),
+                              with_prior_preservation=False)
     ns = {"noise_scheduler_copy": noise_scheduler_copy, "args": args, "os": os, "accelerator": _accelerator()}
     exec(code["flux/setup"], ns)
     sampler = ns["sampler"]

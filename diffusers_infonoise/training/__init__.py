@@ -8,23 +8,28 @@
 * :mod:`.outputs`: sample grids, model cards, the stored schedule, Hub pushes;
 * :mod:`.lora`: LoRA adapters (peft);
 * :mod:`.models`: train_unconditional's default UNets and the check that a config fits the data;
-* :mod:`.text_to_image`: what the Stable Diffusion and SD3 scripts share.
+* :mod:`.text_to_image`: what the text-to-image scripts share;
+* :mod:`.flow`: what the rectified-flow scripts (SD3, Flux) share;
+* :mod:`.vp`: what the VP scripts (Stable Diffusion, SDXL) share.
 
 Nothing here re-implements the sampler, the paths or the stored schedule: it calls the core.
 """
 
 from __future__ import annotations
 
-from . import args, checkpoints, datasets, loop, lora, models, monitor, outputs, text_to_image
+from . import args, checkpoints, datasets, flow, loop, lora, models, monitor, outputs, text_to_image, vp
 from .args import *  # noqa: F401,F403
 from .checkpoints import *  # noqa: F401,F403
 from .datasets import *  # noqa: F401,F403
+from .flow import *  # noqa: F401,F403
 from .loop import *  # noqa: F401,F403
 from .lora import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
 from .monitor import *  # noqa: F401,F403
 from .outputs import *  # noqa: F401,F403
 from .text_to_image import *  # noqa: F401,F403
+from .vp import *  # noqa: F401,F403
 
 __all__ = [*args.__all__, *datasets.__all__, *loop.__all__, *monitor.__all__, *checkpoints.__all__, *outputs.__all__,
-           *lora.__all__, *models.__all__, *text_to_image.__all__]
+           *lora.__all__, *models.__all__, *text_to_image.__all__,
+           *flow.__all__, *vp.__all__]

@@ -127,7 +127,7 @@ def baseline_density_params(args, name: str | None) -> dict | None:
 
 def build_noise_sampler(
     args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None,
-    name: str | None = None, default_base: str | None = None,
+    name: str | None = None, default_base: str | None = None, mu: float | None = None,
 ) -> TrainingTimestepSampler:
     """The sampler ``name`` (default ``--noise_sampler``) names, with the parameters of :func:`add_noise_sampler_args`.
 
@@ -138,6 +138,8 @@ def build_noise_sampler(
     (``sampler.add_noise``): pixels, or VAE latents.
     """
     common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
+    if mu is not None:  # the training path of a dynamic-shift flow scheduler (training.flow.training_mu)
+        common["mu"] = mu
     name = name or args.noise_sampler
     if name in ("infonoise", "kingma_gao"):
         base = args.infonoise_base or default_base
@@ -298,6 +300,7 @@ def text_to_image_config(args) -> TextToImageConfig:
         run=run_config(args), optimizer=optimizer_config(args), accelerator=accelerator_config(args),
         data=data_config(args, default_dataset=DEFAULT_CAPTIONED_DATASET), hub=hub_target(args),
         tracker=tracker_config(args), output_dir=args.output_dir, seed=args.seed,
+        pretrained_model_name_or_path=args.pretrained_model_name_or_path, revision=args.revision, variant=args.variant,
         show_noise_schedule=args.show_noise_schedule, use_lora=args.use_lora, lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha, mixed_precision=args.mixed_precision or "no", use_ema=args.use_ema,
         gradient_checkpointing=args.gradient_checkpointing, validation_prompts=tuple(args.validation_prompts or ()),

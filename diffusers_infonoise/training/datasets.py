@@ -89,7 +89,9 @@ def image_transform(resolution: int, *, center_crop: bool = False, random_flip: 
     """PIL image → float32 tensor (channels, resolution, resolution) in [−1, 1] (no torchvision).
 
     Resize (bilinear, shorter side to ``resolution``), crop (center or random), optional horizontal
-    flip; mode ``"L"`` for 1 channel, ``"RGB"`` for 3.
+    flip; mode ``"L"`` for 1 channel, ``"RGB"`` for 3. ``transform(image, rng, geometry=True)`` also
+    returns SDXL's micro-conditioning: the original ``(height, width)`` and the crop's top-left
+    ``(top, left)`` in the resized image (mirrored with the image when it is flipped).
     """
     from PIL import Image
 
@@ -97,10 +99,11 @@ def image_transform(resolution: int, *, center_crop: bool = False, random_flip: 
     if mode is None:
         raise ValueError(f"channels: accepted values are 1 and 3, got {channels}")
 
-    def transform(image, rng: np.random.Generator | None = None):
+    def transform(image, rng: np.random.Generator | None = None, *, geometry: bool = False):
         rng = rng or np.random.default_rng()
         image = image.convert(mode)
         w, h = image.size
+        original = (h, w)
         scale = resolution / min(w, h)
         image = image.resize((max(resolution, round(w * scale)), max(resolution, round(h * scale))), Image.BILINEAR)
         w, h = image.size
@@ -111,9 +114,11 @@ def image_transform(resolution: int, *, center_crop: bool = False, random_flip: 
         image = image.crop((left, top, left + resolution, top + resolution))
         if random_flip and rng.random() < 0.5:
             image = image.transpose(Image.FLIP_LEFT_RIGHT)
+            left = w - left - resolution  # the crop's corner in the mirrored image
         arr = np.asarray(image, dtype=np.float32) / 127.5 - 1.0
         arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-        return torch.from_numpy(np.ascontiguousarray(arr))
+        out = torch.from_numpy(np.ascontiguousarray(arr))
+        return (out, original, (top, left)) if geometry else out
 
     return transform
 
@@ -160,7 +165,8 @@ class AugmentedImageDataset(torch.utils.data.Dataset):
 
 
 class CaptionedImageDataset(AugmentedImageDataset):
-    """``{"pixel_values": (3, R, R) float32 in [−1, 1], "caption": str}`` examples of a captioned data set.
+    """``{"pixel_values": (3, R, R) float32 in [−1, 1], "caption": str, "original_size": (h, w),
+    "crop_top_left": (top, left)}`` examples of a captioned data set (the sizes: :func:`image_transform`).
 
     As :class:`AugmentedImageDataset`; the choice among several captions also depends only on
     ``(seed, epoch, index)``. Images are converted to RGB (the built-in sets are grayscale).
@@ -181,7 +187,8 @@ class CaptionedImageDataset(AugmentedImageDataset):
         if not isinstance(caption, str):
             raise ValueError(f"--caption_column {self.caption_column!r}: example {index} holds {type(caption).__name__}, "
                              "expected a string or a list of strings")
-        return {"pixel_values": self.transform(example[self.image_column], rng), "caption": caption}
+        pixels, original, corner = self.transform(example[self.image_column], rng, geometry=True)
+        return {"pixel_values": pixels, "caption": caption, "original_size": original, "crop_top_left": corner}
 
 
 class EpochShuffleSampler(torch.utils.data.Sampler):
@@ -206,9 +213,11 @@ class EpochShuffleSampler(torch.utils.data.Sampler):
 
 
 def collate_captioned(examples: list[dict]) -> dict:
-    """Stack ``pixel_values`` (B, 3, R, R) and list the captions."""
+    """Stack ``pixel_values`` (B, 3, R, R); list the captions, original sizes and crop corners."""
     return {"pixel_values": torch.stack([ex["pixel_values"] for ex in examples]).contiguous(),
-            "captions": [ex["caption"] for ex in examples]}
+            "captions": [ex["caption"] for ex in examples],
+            "original_sizes": [ex["original_size"] for ex in examples],
+            "crop_top_lefts": [ex["crop_top_left"] for ex in examples]}
 
 
 def batch_loader(dataset, data: DataConfig, *, collate_fn: Callable | None = None

@@ -6,14 +6,22 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
 from ..samplers import TrainingTimestepSampler
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, captioned_dataloader
-from .loop import AcceleratorConfig, OptimizerConfig, RunConfig, make_optimizer_and_lr_scheduler, start_run, training_length
+from .loop import (
+    AcceleratorConfig,
+    OptimizerConfig,
+    RunConfig,
+    make_optimizer_and_lr_scheduler,
+    run_training_loop,
+    start_run,
+    training_length,
+)
 from .lora import add_lora_adapter, lora_layers
 from .monitor import show_noise_schedule
 from .outputs import HubTarget, check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
@@ -25,9 +33,14 @@ __all__ = [
     "encode_latents",
     "weight_dtype_of",
     "start_text_to_image_run",
+    "load_pretrained_parts",
     "setup_trained_model",
+    "TextToImageRun",
+    "setup_text_to_image_run",
     "prepare_text_to_image_training",
+    "validation_callback",
     "log_validation_images",
+    "finish_text_to_image_run",
     "save_text_to_image_outputs",
 ]
 
@@ -56,6 +69,9 @@ class TextToImageConfig:
     optimizer: OptimizerConfig
     accelerator: AcceleratorConfig
     data: DataConfig
+    pretrained_model_name_or_path: str = ""
+    revision: str | None = None
+    variant: str | None = None
     hub: HubTarget = HubTarget()
     tracker: dict = field(default_factory=dict)
     output_dir: str = "infonoise-text-to-image"
@@ -73,14 +89,35 @@ class TextToImageConfig:
     learning_rate: float = 1e-4
 
 
-def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler):
-    """The run's ``Accelerator`` (:func:`start_run`), or None with ``--show_noise_schedule``: the
-    sampler's density is then printed and plotted (:func:`show_noise_schedule`) and there is nothing
-    to train."""
+def start_text_to_image_run(cfg: TextToImageConfig, args, *, load_noise_scheduler: Callable,
+                            build_sampler: Callable) -> tuple:
+    """The start of a text-to-image script's run; returns ``(noise_scheduler, sampler, accelerator)``.
+
+    The training scheduler is the script's ``load_noise_scheduler(args)``, the noise sampler its
+    ``build_sampler(args, noise_scheduler)`` (``args`` is handed to the script's own functions, not
+    read here). With ``--show_noise_schedule`` the sampler's density is printed and plotted
+    (:func:`show_noise_schedule`), there is nothing to train and ``accelerator`` is None; otherwise it
+    is the run's ``Accelerator`` (:func:`start_run`).
+    """
+    noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
     if cfg.show_noise_schedule:
         show_noise_schedule(sampler, cfg.output_dir)
-        return None
-    return start_run(cfg.accelerator)
+        return noise_scheduler, sampler, None
+    return noise_scheduler, sampler, start_run(cfg.accelerator)
+
+
+def load_pretrained_parts(pretrained_model_name_or_path: str, *, revision: str | None = None,
+                          variant: str | None = None, **parts) -> dict:
+    """``{name: cls.from_pretrained(model, subfolder=name)}`` for each ``name=cls``, named as the
+    pipeline's components (tokenizers get no ``variant``), e.g. ``tokenizer=CLIPTokenizer, vae=AutoencoderKL``."""
+    out = {}
+    for name, cls in parts.items():
+        kwargs = {"subfolder": name, "revision": revision}
+        if "Tokenizer" not in cls.__name__:
+            kwargs["variant"] = variant
+        out[name] = cls.from_pretrained(pretrained_model_name_or_path, **kwargs)
+    return out
 
 
 def setup_trained_model(cfg: TextToImageConfig, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device,
@@ -116,9 +153,9 @@ def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *
 
     The captioned dataloader (:func:`captioned_dataloader`, prepared); the optimizer and LR schedule
     (:func:`make_optimizer_and_lr_scheduler` over :func:`training_length`'s steps); ``model``, the
-    optimizer and the schedule prepared; the EMA on the device; each rank's generator of noise
-    levels, seeded ``seed·1000 + rank`` (the schedule π is shared through the sampler's all-reduce),
-    then the device-specific global seed; the checkpoint hooks of the model
+    optimizer and the schedule prepared; the EMA on the device; the sampler's per-rank stream seeded
+    from ``--seed`` (π is shared through the sampler's all-reduce), then the device-specific global
+    seed; the checkpoint hooks of the model
     (:func:`register_model_checkpointing` under ``subfolder``; with ``--use_lora`` the adapter through
     ``pipeline_cls.save_lora_weights`` with prefix ``subfolder``) and of the sampler
     (:func:`register_sampler_checkpointing`); the trackers, as ``tracker_project``, on the main process.
@@ -148,6 +185,94 @@ def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *
     if accelerator.is_main_process:
         accelerator.init_trackers(tracker_project, config=cfg.tracker)
     return model, optimizer, lr_scheduler, dataloader, (dataset, order)
+
+
+@dataclass
+class TextToImageRun:
+    """A text-to-image run between its start and its end (:func:`setup_text_to_image_run`).
+
+    ``parts``: the frozen components by pipeline name (tokenizers, text encoders, VAE), on the device;
+    ``model``: the trained model as prepared by accelerate (``unwrapped`` for building a pipeline).
+    ``accelerator`` is None with ``--show_noise_schedule`` (nothing else is set then).
+    """
+
+    cfg: TextToImageConfig
+    noise_scheduler: object
+    sampler: TrainingTimestepSampler
+    accelerator: object = None
+    parts: dict = field(default_factory=dict)
+    model: object = None
+    trained: str = ""
+    params: list = field(default_factory=list)
+    ema: object = None
+    optimizer: object = None
+    lr_scheduler: object = None
+    dataloader: object = None
+    epoch_setters: tuple = ()
+    weight_dtype: torch.dtype = torch.float32
+
+    @property
+    def device(self):
+        return self.accelerator.device
+
+    @property
+    def unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def train(self, compute_loss: Callable, pipeline, **validation_kwargs) -> dict:
+        """:func:`run_training_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``."""
+        return run_training_loop(self.accelerator, self.cfg.run, model=self.model, optimizer=self.optimizer,
+                                 lr_scheduler=self.lr_scheduler, dataloader=self.dataloader,
+                                 epoch_setters=self.epoch_setters, sampler=self.sampler, compute_loss=compute_loss,
+                                 params_to_clip=self.params, ema=self.ema,
+                                 validate=validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs))
+
+    def finish(self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None,
+               validation_kwargs: dict | None = None) -> dict:
+        """:func:`finish_text_to_image_run`; returns ``result`` with the sampler."""
+        finish_text_to_image_run(self.accelerator, self.cfg, pipeline=pipeline, build_pipeline=build_pipeline,
+                                 model_key=self.trained, noise_scheduler=self.noise_scheduler, sampler=self.sampler,
+                                 ema=self.ema, result=result, card=card, validation_kwargs=validation_kwargs)
+        return {**result, "sampler": self.sampler}
+
+
+def setup_text_to_image_run(cfg: TextToImageConfig, args, *, load_noise_scheduler: Callable, build_sampler: Callable,
+                            parts: dict, trained: str, lora_targets: Iterable[str], pipeline_cls,
+                            tracker_project: str) -> TextToImageRun:
+    """Everything a text-to-image script does before its loss: :func:`start_text_to_image_run`, the
+    components ``parts`` of ``cfg.pretrained_model_name_or_path`` (name → class,
+    :func:`load_pretrained_parts`), the ``trained`` one set up for training (:func:`setup_trained_model`,
+    the others frozen) and :func:`prepare_text_to_image_training`."""
+    noise_scheduler, sampler, accelerator = start_text_to_image_run(cfg, args, load_noise_scheduler=load_noise_scheduler,
+                                                                    build_sampler=build_sampler)
+    run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator,
+                         trained=trained)
+    if accelerator is None:
+        return run
+    run.weight_dtype = weight_dtype_of(accelerator)
+    run.parts = load_pretrained_parts(cfg.pretrained_model_name_or_path, revision=cfg.revision, variant=cfg.variant,
+                                      **parts)
+    model = run.parts.pop(trained)
+    frozen = [m for name, m in run.parts.items() if not name.startswith("tokenizer")]
+    model_cls = type(model)
+    run.params, run.ema = setup_trained_model(cfg, model, frozen=frozen, model_cls=model_cls, lora_targets=lora_targets,
+                                              device=accelerator.device, weight_dtype=run.weight_dtype)
+    run.model, run.optimizer, run.lr_scheduler, run.dataloader, run.epoch_setters = prepare_text_to_image_training(
+        accelerator, cfg, model, params=run.params, ema=run.ema, sampler=sampler, model_cls=model_cls,
+        subfolder=trained, pipeline_cls=pipeline_cls, tracker_project=tracker_project)
+    return run
+
+
+def validation_callback(accelerator, pipeline, cfg: TextToImageConfig, **pipeline_kwargs) -> Callable[[int], None]:
+    """``validate(step)`` for :func:`run_training_loop`: :func:`log_validation_images` of ``--validation_prompts``
+    into ``<output_dir>/validation`` (``pipeline_kwargs`` go to the pipeline's call)."""
+    def validate(step: int) -> None:
+        log_validation_images(accelerator, pipeline, list(cfg.validation_prompts), step=step, seed=cfg.seed,
+                              num_inference_steps=cfg.validation_inference_steps,
+                              guidance_scale=cfg.validation_guidance_scale,
+                              output_dir=os.path.join(cfg.output_dir, "validation"), **pipeline_kwargs)
+
+    return validate
 
 
 def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: int, seed: int | None,
@@ -183,8 +308,21 @@ def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: in
     return images
 
 
+def finish_text_to_image_run(accelerator, cfg: TextToImageConfig, *, pipeline=None, build_pipeline: Callable | None = None,
+                             **outputs) -> None:
+    """The end of every text-to-image run: all processes wait, the main one saves
+    (:func:`save_text_to_image_outputs` of ``pipeline``, or of ``build_pipeline()``, called there only,
+    with ``outputs``), all wait again and the trackers end (``accelerator.end_training``)."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        save_text_to_image_outputs(accelerator, cfg, pipeline=build_pipeline() if build_pipeline else pipeline, **outputs)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
 def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline, model_key: str, noise_scheduler,
-                               sampler: TrainingTimestepSampler, ema=None, result: dict, card: dict) -> str:
+                               sampler: TrainingTimestepSampler, ema=None, result: dict, card: dict,
+                               validation_kwargs: dict | None = None) -> str:
     """The end of a text-to-image run, on the main process; returns the output folder.
 
     * ``noise_scheduler``, the *training* scheduler (its ``prediction_type`` as trained), gets the
@@ -195,7 +333,8 @@ def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline,
     * ``noise_schedule.png``, validation images of the final weights (``validation.png``), and
       ``README.md`` from ``model_cards/text_to_image.md.j2`` (``card``: template variables the
       script adds: ``base_model``, ``pipeline_class``, ``family``, ``license``, ``extra_tags``,
-      ``details``); pushed to the Hub with ``--push_to_hub``.
+      ``details``); pushed to the Hub with ``--push_to_hub``. ``validation_kwargs`` go to the
+      pipeline's call (e.g. Flux's ``height``, ``width``, ``max_sequence_length``).
     """
     from ..diagnostics import plot_schedule
 
@@ -221,7 +360,8 @@ def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline,
         model.eval()
         images = log_validation_images(accelerator, pipeline, list(cfg.validation_prompts), step=result["global_step"],
                                        seed=cfg.seed, num_inference_steps=cfg.validation_inference_steps,
-                                       guidance_scale=cfg.validation_guidance_scale, tag="validation_final")
+                                       guidance_scale=cfg.validation_guidance_scale, tag="validation_final",
+                                       **(validation_kwargs or {}))
         validation_grid = "validation.png"
         save_image_grid(images, os.path.join(out, validation_grid), nrow=len(images))
     desc = sampler.describe()
