@@ -132,11 +132,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.warmup_steps = self._resolved_warmup()
         self._warned: set[str] = set()
         if num_training_steps is not None and self.warmup_steps >= num_training_steps:
-            fix = (f"the automatic warm-up is at least one refresh (refresh_every={self.refresh_every}): pass a "
-                   "smaller refresh_every or warmup_steps" if warmup_steps == "auto" else
-                   "pass warmup_steps='auto' or a smaller warmup_steps")
-            self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the warm-up "
-                                     f"{self.warmup_steps}; pi never leaves the base density ({fix})")
+            self._warn_short(num_training_steps)
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
         self.num_updates = 0
         self.last_refresh: dict = {}
@@ -161,9 +157,14 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if not self.is_adapted:
             self.warmup_steps = self._resolved_warmup()
         if self.warmup_steps >= num_training_steps and not self.is_adapted:
-            self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the "
-                                     f"warm-up {self.warmup_steps}; pi never leaves the base density. Pass "
-                                     "warmup_steps='auto' or a smaller warmup_steps")
+            self._warn_short(num_training_steps)
+
+    def _warn_short(self, num_training_steps: int) -> None:
+        fix = (f"the automatic warm-up is a tenth of the run but at least one refresh (refresh_every="
+               f"{self.refresh_every}): pass a smaller refresh_every or warmup_steps"
+               if self.hyperparameters.get("warmup_steps") == "auto" else "pass warmup_steps='auto' or a smaller one")
+        self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the warm-up "
+                                 f"{self.warmup_steps}; pi never leaves the base density ({fix})")
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

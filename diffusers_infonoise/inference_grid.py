@@ -110,14 +110,14 @@ def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, t
         scheduler = getattr(source, "scheduler", source)  # a pipeline or its scheduler
         source = load_learned_sampler(scheduler)
     if isinstance(source, Profile):
-        x, q, rho, edges = source.log_sigma, source.q, source.rho_hat, source.edges
+        x, q, rho, edges, path = source.log_sigma, source.q, source.rho_hat, source.edges, None
     else:
         if source.estimator.num_filled < 2:
             raise ValueError("source: the sampler has no estimate yet (fewer than two bins filled); train it first")
         p = source.profile()
-        x, q, rho, edges = p["log_sigma"], p["q"], p["rho_hat"], source.edges
+        x, q, rho, edges, path = p["log_sigma"], p["q"], p["rho_hat"], source.edges, source.path
     g = {"rho": rho, "q": q, "q_sigma": q * torch.exp(x)}[density]
-    return x, g, edges
+    return x, g, edges, path
 
 
 def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DENSITY) -> InferenceGrid:
@@ -136,8 +136,14 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
     """
     if density not in GRID_DENSITIES:
         raise ValueError(f"density: accepted values are {', '.join(GRID_DENSITIES)}, got {density!r}")
-    x, g, edges = _profile_arrays(source, density)
-    return InferenceGrid(entropic_time_sigmas(x, g, num_inference_steps, edges=edges), density)
+    x, g, edges, path = _profile_arrays(source, density)
+    sigmas = entropic_time_sigmas(x, g, num_inference_steps, edges=edges)
+    if path is not None:  # the outer bin edges reach half a bin past the path's range
+        sigmas = sigmas.clamp(path.sigma_min, path.sigma_max)
+        if sigmas.numel() > 1 and bool((sigmas[1:] >= sigmas[:-1]).any()):
+            raise ValueError(f"num_inference_steps: {num_inference_steps} steps do not fit the path's range as distinct "
+                             "levels; use fewer")
+    return InferenceGrid(sigmas, density)
 
 
 # -- the conventions of each scheduler's set_timesteps -------------------------------------------
@@ -173,6 +179,12 @@ def _flow_shift(noise_scheduler, mu: float | None) -> float:
     return float(cfg.shift)
 
 
+def _check_range(sig: torch.Tensor, lo: float, hi: float) -> None:
+    if float(sig[0]) > hi * (1 + 1e-3) or float(sig[-1]) < lo * (1 - 1e-3):  # float32 tables round
+        raise ValueError(f"sigmas: [{float(sig[-1]):.4g}, {float(sig[0]):.4g}] leaves the scheduler's range of VE sigma "
+                         f"[{lo:.4g}, {hi:.4g}]")
+
+
 def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -> dict:
     """What ``noise_scheduler.set_timesteps`` (and a pipeline's call) takes to step through VE ``sigmas``.
 
@@ -198,15 +210,18 @@ def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -
     """
     sig = _check_sigmas(sigmas)
     name = type(noise_scheduler).__name__
+    if mu is not None and name not in _FLOW:
+        raise ValueError(f"mu: only flow-matching schedulers take a dynamic shift; {name} does not")
+    if name in _SIGMA_VP + _TIMESTEP_VP + _FLOW:
+        path = path_from_scheduler(noise_scheduler, mu=mu) if name in _FLOW else path_from_scheduler(noise_scheduler)
+        _check_range(sig, path.sigma_min, path.sigma_max)
     if name in _EDM:
         cfg = noise_scheduler.config
         if cfg.sigma_schedule != "karras":
             raise ValueError(f"noise_scheduler: EDMEulerScheduler with sigma_schedule={cfg.sigma_schedule!r} ignores "
                              "the values of a custom grid; use sigma_schedule='karras'")
         lo, hi, rho = float(cfg.sigma_min), float(cfg.sigma_max), float(cfg.rho)
-        if float(sig[0]) > hi * (1 + 1e-6) or float(sig[-1]) < lo * (1 - 1e-6):
-            raise ValueError(f"sigmas: [{float(sig[-1]):.4g}, {float(sig[0]):.4g}] leaves the scheduler's range "
-                             f"[{lo:.4g}, {hi:.4g}]")
+        _check_range(sig, lo, hi)
         ramp = (sig ** (1 / rho) - hi ** (1 / rho)) / (lo ** (1 / rho) - hi ** (1 / rho))
         return {"sigmas": ramp.clamp(0, 1).to(torch.float64)}
     if name in _SIGMA_VP:

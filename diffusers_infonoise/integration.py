@@ -29,6 +29,7 @@ levels; nothing the script re-seeds repeats them), and the sampler registered wi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 
@@ -110,12 +111,13 @@ def infonoise_sampler(noise_scheduler, args=None, *, accelerator=None, mu: float
                       **overrides) -> InfoNoiseTrainingTimestepSampler:
     """An InfoNoise sampler for a diffusers training script, in one call.
 
-    Reads diffusers' option names from ``args`` (any object with attributes; missing ones count as
-    unset): ``prediction_type``, ``snr_gamma``, ``weighting_scheme``, ``precondition_outputs``,
-    ``logit_mean``, ``logit_std``, ``mode_scale`` (:func:`sampler_settings`), ``max_train_steps``
-    (sizes the warm-up, a tenth of the run) and ``seed``. Keyword arguments win over ``args``;
-    ``overrides`` go to :meth:`InfoNoiseTrainingTimestepSampler.from_scheduler` (``num_bins``,
-    ``floor``, ``gate``, ``warmup_steps``, a ``prediction_type`` other than the option's, ...).
+    Reads diffusers' option names from ``args`` (an argparse namespace, any object with attributes,
+    or a mapping such as ``vars(args)``; missing ones count as unset): ``prediction_type``,
+    ``snr_gamma``, ``weighting_scheme``, ``precondition_outputs``, ``logit_mean``, ``logit_std``,
+    ``mode_scale`` (:func:`sampler_settings`), ``max_train_steps`` (sizes the warm-up, a tenth of
+    the run) and ``seed``. Keyword arguments win over ``args``; ``overrides`` go to
+    :meth:`InfoNoiseTrainingTimestepSampler.from_scheduler` (``num_bins``, ``floor``, ``gate``,
+    ``warmup_steps``, a ``prediction_type`` other than the option's, ...).
 
     With ``accelerator``, the sampler is registered for checkpointing
     (``accelerator.register_for_checkpointing(sampler)``): call this before ``accelerator.load_state``.
@@ -129,6 +131,8 @@ def infonoise_sampler(noise_scheduler, args=None, *, accelerator=None, mu: float
         ValueError: as :func:`sampler_settings` and ``from_scheduler``.
     """
     def option(name, default=None):
+        if isinstance(args, Mapping):  # vars(args), or a config dict
+            return args.get(name, default)
         return getattr(args, name, default) if args is not None else default
 
     settings = sampler_settings(

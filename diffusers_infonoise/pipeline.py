@@ -9,9 +9,10 @@ wrong, with nothing but a per-step warning. This class samples through
 
 A saved folder names it in ``model_index.json`` as ``["pipeline_infonoise", "InfoNoiseUnconditionalPipeline"]``
 and holds a two-line ``pipeline_infonoise.py`` that imports it, diffusers' mechanism for custom
-pipelines: ``DiffusionPipeline.from_pretrained(folder)`` then returns this class (from the Hub,
-diffusers asks for ``trust_remote_code=True`` for that file). Without this package installed the
-import fails with a message that names the install command.
+pipelines: ``DiffusionPipeline.from_pretrained(folder, trust_remote_code=True)`` returns this class;
+without ``trust_remote_code`` diffusers stops and asks for it (a local folder too), and
+``InfoNoiseUnconditionalPipeline.from_pretrained(folder)`` loads it with no code from the folder.
+Without this package installed the import fails with a message that names the install command.
 """
 
 from __future__ import annotations
@@ -72,14 +73,20 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
             ``ImagePipelineOutput`` (``.images``), or a tuple with ``return_dict=False``.
 
         Raises:
-            ValueError: ``sigmas`` and ``infogrid`` together, an unknown ``output_type``, ``"pil"`` for a 1-D
-            model, or ``infogrid`` for a scheduler without a learned schedule.
+            ValueError: ``batch_size`` or ``num_inference_steps`` not an int >= 1; ``sigmas`` together with
+            ``infogrid`` or ``num_inference_steps``; an unknown ``output_type``; ``"pil"`` for a 1-D model;
+            ``infogrid`` for a scheduler without a learned schedule.
         """
         from .generation import generate_images, is_1d_model
         from .inference_grid import DEFAULT_GRID_DENSITY
         from .inference_grid import infogrid as make_grid
         from .paths import scheduler_kind
 
+        for name, value in (("batch_size", batch_size), ("num_inference_steps", num_inference_steps)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: must be an int >= 1, got {value!r}")
+        if sigmas is not None and num_inference_steps is not None:
+            raise ValueError("sigmas, num_inference_steps: a grid of sigmas sets the steps; give one of them")
         if output_type not in ("pil", "np", "pt"):
             raise ValueError(f"output_type: accepted values are 'pil', 'np' and 'pt', got {output_type!r}")
         if output_type == "pil" and is_1d_model(self.unet):
@@ -89,8 +96,9 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
         steps = num_inference_steps or _DEFAULT_STEPS[scheduler_kind(self.scheduler)]
         if infogrid:
             sigmas = make_grid(self.scheduler, steps, density=DEFAULT_GRID_DENSITY if infogrid is True else infogrid)
+        progress = not getattr(self, "_progress_bar_config", {}).get("disable", False)  # set_progress_bar_config
         images = generate_images(self.unet, self.scheduler, batch_size, num_inference_steps=steps, generator=generator,
-                                 device=self.device, sigmas=sigmas, progress=True)
+                                 device=self.device, sigmas=sigmas, progress=progress)
         if output_type != "pt":
             images = images.cpu().permute(0, 2, 3, 1).numpy() if images.ndim == 4 else images.cpu().numpy()
             if output_type == "pil":
@@ -124,7 +132,8 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """``DiffusionPipeline.save_pretrained``, then the folder names this class through its loader
-        module (module docstring), so that ``DiffusionPipeline.from_pretrained(folder)`` returns it."""
+        module (module docstring), so that ``DiffusionPipeline.from_pretrained(folder, trust_remote_code=True)``
+        returns it."""
         super().save_pretrained(save_directory, *args, **kwargs)
         index = os.path.join(save_directory, "model_index.json")
         with open(index) as f:

@@ -178,6 +178,11 @@ def test_saved_edm_pipeline_samples_with_the_stock_loader_or_says_what_to_do(tmp
     assert pil[0].size == (8, 8)
     with pytest.raises(ValueError, match="output_type"):
         ours(output_type="latent")
+    for bad, pattern in (({"batch_size": 0}, "batch_size"), ({"num_inference_steps": 2.5}, "num_inference_steps"),
+                         ({"num_inference_steps": 0}, "num_inference_steps"),
+                         ({"sigmas": grid.sigmas, "num_inference_steps": 7}, "give one")):
+        with pytest.raises(ValueError, match=pattern):
+            ours(**bad)
 
 
 def test_cli_grid_prints_the_grid_the_library_computes(tmp_path, capsys):
@@ -193,3 +198,34 @@ def test_cli_grid_prints_the_grid_the_library_computes(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     np.testing.assert_allclose([float(r[1]) for r in rows], want.numpy(), rtol=1e-3)
     assert (tmp_path / "g.png").is_file() and "sigmas=[" in out
+
+
+def test_grids_stay_in_the_paths_range_and_the_cli_says_which_form_is_which(tmp_path, capsys):
+    """The outer bin edges of a VP path reach past its table; the InfoGrid does not. A σ outside a
+    scheduler's range, or a mu for a scheduler without a dynamic shift, is refused."""
+    from diffusers_infonoise.cli import main
+    from diffusers_infonoise.paths import path_from_scheduler
+
+    ddpm = DDPMScheduler()
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(ddpm, warmup_steps=2, refresh_every=1, gate=None)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lv = sampler.sample(8192, generator=gen)
+        sig = lv.sigmas.double()
+        sampler.update(lv, 0.25 / (sig**2 + 0.25))  # the ε error of Bayes-optimal N(0, 0.25) data
+        sampler.step()
+    grid = infogrid(sampler, 6)
+    path = path_from_scheduler(ddpm)
+    assert float(grid.sigmas[0]) <= path.sigma_max and float(grid.sigmas[-1]) >= path.sigma_min
+    with pytest.raises(ValueError, match="range"):
+        set_infogrid(EulerDiscreteScheduler(), torch.tensor([1e6, 1.0], dtype=F64))
+    with pytest.raises(ValueError, match="range"):
+        scheduler_grid_kwargs(DDPMScheduler(), torch.tensor([1e6, 1.0], dtype=F64))
+    with pytest.raises(ValueError, match="mu"):
+        scheduler_grid_kwargs(DDPMScheduler(), torch.tensor([10.0, 1.0], dtype=F64), mu=0.5)
+    sampler.save_to_scheduler(ddpm)
+    ddpm.save_pretrained(str(tmp_path / "scheduler"))
+    assert main(["grid", str(tmp_path), "--steps", "4", "--mu", "0.5"]) == 2  # a clean error, not a traceback
+    assert main(["grid", str(tmp_path), "--steps", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "InfoNoiseUnconditionalPipeline(sigmas=...)" in out and "timesteps=[" in out

@@ -315,19 +315,21 @@ def _cmd_profile(args) -> int:
 def _cmd_grid(args) -> int:
     import copy
 
-    from ..inference_grid import infogrid, scheduler_grid_kwargs, scheduler_sigmas_as_ve
+    from ..inference_grid import _FLOW, infogrid, scheduler_grid_kwargs, scheduler_sigmas_as_ve
 
     config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
     scheduler = _scheduler_from_config(config, where)
+    flow = type(scheduler).__name__ in _FLOW
+    if args.mu is not None and not flow:
+        raise CLIError(f"--mu: only flow-matching schedulers take a dynamic shift; {where} has a {type(scheduler).__name__}")
+    if flow and scheduler.config.get("use_dynamic_shifting") and args.mu is None:
+        raise CLIError("--mu: the scheduler uses dynamic shifting; pass the pipeline's mu (Flux: calculate_shift of the "
+                       "image's sequence length)")
     grid = infogrid(scheduler, args.steps, density=args.density)
     default = copy.deepcopy(scheduler)
-    if args.mu is not None:
-        default.set_timesteps(args.steps, mu=args.mu)
-    else:
-        default.set_timesteps(args.steps)
+    default.set_timesteps(args.steps, **({"mu": args.mu} if args.mu is not None else {}))
     spacing = scheduler_sigmas_as_ve(default)
-    kwargs = scheduler_grid_kwargs(scheduler, grid.sigmas, mu=args.mu)
-    (key, values), = kwargs.items()
+    (key, values), = scheduler_grid_kwargs(scheduler, grid.sigmas, mu=args.mu).items()
     values = [float(v) for v in values]
     print(f"{where}: InfoGrid ({args.density}) of {args.steps} steps for {type(scheduler).__name__}")
     print(f"{'step':>4}  {'InfoGrid sigma':>14}  {'default sigma':>13}  {key + '=':>12}")
@@ -335,7 +337,12 @@ def _cmd_grid(args) -> int:
         d = f"{float(spacing[i]):13.4g}" if i < spacing.numel() else f"{'':13}"
         v = f"{values[i]:12.6g}" if i < len(values) else ""
         print(f"{i:4d}  {float(grid.sigmas[i]):14.4g}  {d}  {v}")
-    print(f"pass to set_timesteps or the pipeline: {key}={[round(v, 6) for v in values]}")
+    print("VE sigmas, for generate_images(sigmas=...) and InfoNoiseUnconditionalPipeline(sigmas=...): "
+          f"{[round(float(v), 6) for v in grid.sigmas]}")
+    what = {"sigmas": "its Karras ramp positions, as a tensor" if type(scheduler).__name__.startswith("EDM") else
+            "its sigmas" + (" before its shift, which it re-applies" if flow else "")}.get(key, "its integer timesteps")
+    print(f"for {type(scheduler).__name__}.set_timesteps and diffusers pipelines ({what}): {key}="
+          f"{[round(v, 6) for v in values]}")
     if args.plot:
         import matplotlib
 

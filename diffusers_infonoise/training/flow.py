@@ -30,6 +30,7 @@ resolution-dependent shifts).
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 import torch
@@ -80,6 +81,8 @@ def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
     """``parser.error`` on flow options that conflict (``--snr_gamma``; two sampling densities)."""
     if args.snr_gamma is not None:
         parser.error("--snr_gamma is Min-SNR for VP models; flow models weight their loss with --weighting_scheme")
+    if args.training_mu is not None and not (math.isfinite(args.training_mu) and abs(args.training_mu) <= 20):
+        parser.error(f"--training_mu must be a finite number with |mu| <= 20 (a shift of exp(mu)), got {args.training_mu}")
     if args.noise_sampler not in (None, "infonoise", "kingma_gao") and args.weighting_scheme in _DENSITIES \
             and args.noise_sampler != args.weighting_scheme:
         parser.error(f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
