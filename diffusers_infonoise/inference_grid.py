@@ -114,6 +114,14 @@ def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, t
     else:
         if source.estimator.num_filled < 2:
             raise ValueError("source: the sampler has no estimate yet (fewer than two bins filled); train it first")
+        if source.estimator.mmse_cap is not None:
+            import warnings
+
+            warnings.warn("infogrid: this schedule's m̂ is capped at the data's variance (an epsilon/v loss, METHOD.md "
+                          "§5.4), which hides the model's own error at large sigma; measured on DDPM-epsilon, its grid "
+                          "sampled worse than trailing spacing. Prefer the model's offline profile "
+                          "(diagnostics.profile_from_model) for the grid of an epsilon/v model (METHOD.md §8)",
+                          UserWarning, stacklevel=3)
         p = source.profile()
         x, q, rho, edges, path = p["log_sigma"], p["q"], p["rho_hat"], source.edges, source.path
     g = {"rho": rho, "q": q, "q_sigma": q * torch.exp(x)}[density]

@@ -229,3 +229,16 @@ def test_grids_stay_in_the_paths_range_and_the_cli_says_which_form_is_which(tmp_
     assert main(["grid", str(tmp_path), "--steps", "4"]) == 0
     out = capsys.readouterr().out
     assert "InfoNoiseUnconditionalPipeline(sigmas=...)" in out and "timesteps=[" in out
+
+
+def test_a_capped_schedules_grid_warns():
+    """ε/v schedules cap m̂ at the data's variance: fine for training, measured worse for sampling."""
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1,
+                                                              mmse_cap=0.25)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lv = sampler.sample(4096, generator=gen)
+        sampler.update(lv, 0.25 / (lv.sigmas.double() ** 2 + 0.25))
+        sampler.step()
+    with pytest.warns(UserWarning, match="profile_from_model"):
+        infogrid(sampler, 4)
