@@ -1,9 +1,11 @@
-"""Shared fixtures: one intra-op thread, the training scripts as modules, the repository on sys.path
-(so that ``benchmarks`` imports as a package)."""
+"""Shared fixtures: one intra-op thread, accelerate's process-wide state reset after each in-process
+run, the training scripts as modules, a free TCP port, the repository on sys.path (so that
+``benchmarks`` imports as a package)."""
 
 from __future__ import annotations
 
 import importlib.util
+import socket
 import sys
 from pathlib import Path
 
@@ -35,3 +37,21 @@ def load_training_script(name: str, module_name: str | None = None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    """Each in-process script run builds its own Accelerator; clear accelerate's process-wide state after it
+    (modules that run scripts in-process use it for every test: ``pytestmark = usefixtures(...)``)."""
+    yield
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def free_port() -> int:
+    """A free local TCP port (for a process group or ``accelerate launch --main_process_port``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

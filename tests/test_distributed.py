@@ -3,22 +3,15 @@ bit-identical π, equal to one process fed the union of their losses (and data).
 
 from __future__ import annotations
 
-import socket
-
 import torch
 import torch.multiprocessing as mp
 
 import _dist_worker as W
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port
 
 
 def test_two_processes_share_pi_equal_to_union(tmp_path):
-    mp.spawn(W.worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(W.worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     assert r0["world"] == r1["world"] == 2
     assert r0["probs"] is not None
@@ -56,10 +49,10 @@ def test_two_processes_share_pi_equal_to_union(tmp_path):
 def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path):
     """What ``accelerator.register_for_checkpointing(sampler)`` relies on: accelerate writes the state of
     rank 0 only, and every rank loads it."""
-    mp.spawn(W.resume_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(W.resume_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"resumed{r}.pt") for r in (0, 1))
     # the uninterrupted two-rank run of the same batches
-    mp.spawn(W.worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(W.worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ref = torch.load(tmp_path / "rank0.pt")
     assert torch.equal(r0["probs"], ref["probs"]) and torch.equal(r1["probs"], ref["probs"])
     # the saved open statistics are both ranks' (step 2's batch of 1024 on each: 2048 samples)

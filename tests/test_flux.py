@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from _tiny_pipelines import RESOLUTION, save_tiny_flux_pipeline
-from conftest import load_training_script
+from conftest import free_port, load_training_script
 
 ROOT = Path(__file__).resolve().parents[1]
 flux_script = load_training_script("train_text_to_image_flux")
@@ -29,13 +29,7 @@ INFONOISE = ["--noise_sampler", "infonoise", "--infonoise_warmup_steps", "1", "-
              "--infonoise_min_count", "1", "--infonoise_num_bins", "16"]
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 @pytest.fixture(scope="module")
@@ -112,20 +106,12 @@ def test_flux_refuses_conflicting_options(flux_model, tmp_path):
         flux_script.parse_args([*base, "--weighting_scheme", "mode", "--noise_sampler", "logit_normal"])
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_flux_lora_two_processes_share_pi(flux_model, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-           "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+           "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
            str(ROOT / "training_scripts" / "train_text_to_image_flux.py"), "--pretrained_model_name_or_path", flux_model,
            "--output_dir", str(out), "--use_lora", "--max_train_steps", "2", "--checkpointing_steps", "2", *FAST,
            *INFONOISE]

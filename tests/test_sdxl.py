@@ -21,13 +21,7 @@ INFONOISE = ["--noise_sampler", "infonoise", "--infonoise_warmup_steps", "1", "-
              "--infonoise_min_count", "1", "--infonoise_num_bins", "16"]
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 import torch
 
 from _tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, write_captioned_image_folder
-from conftest import load_training_script
+from conftest import free_port, load_training_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,14 +33,7 @@ sd_script = load_training_script("train_text_to_image")
 sd3_script = load_training_script("train_text_to_image_sd3")
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    """Each in-process run builds its own Accelerator; clear accelerate's process-wide state after it."""
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 @pytest.fixture(scope="module")
@@ -258,10 +250,8 @@ def test_sd_resume_from_checkpoint_is_exact(sd_model, tmp_path):
 @pytest.mark.slow
 def test_sd_two_processes_share_pi(sd_model, tmp_path):
     """``accelerate launch`` with two CPU processes (LoRA): both ranks hold the same π after every
-    refresh, each draws with its own generator, and only the main process writes the outputs."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    refresh, each draws from its own stream, and only the main process writes the outputs."""
+    port = free_port()
     out = tmp_path / "ddp"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "TOKENIZERS_PARALLELISM": "false"}

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import warnings
@@ -27,7 +26,7 @@ import torch
 from diffusers_infonoise import samplers as S
 from diffusers_infonoise.schedule_io import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, read_schedule
 
-from conftest import load_training_script
+from conftest import free_port, load_training_script
 
 pytestmark = pytest.mark.slow
 
@@ -424,10 +423,6 @@ def test_incompatible_prediction_type(script, capsys, prediction_type, diffusion
 # ----------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_process_run_shares_pi(unet_config, tmp_path):
@@ -436,7 +431,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
            "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(SCRIPT),
+           "--main_process_port", str(free_port()), str(SCRIPT),
            *base_args(unet_config, out, "--logger", "tensorboard", "--max_train_steps", 4,
                       "--infonoise_refresh_every", 1, "--schedule_plot_steps", 2, "--checkpointing_steps", 4)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -485,7 +480,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
          "samples_epoch_0000.png", "schedule", "scheduler", "unet"])
 
     # resume the two-process run: the load hooks need the model's own class, not the DDP wrapper's
-    cmd[cmd.index("--main_process_port") + 1] = str(_free_port())
+    cmd[cmd.index("--main_process_port") + 1] = str(free_port())
     proc = subprocess.run(cmd + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
@@ -499,7 +494,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
 
     def launch(folder, *extra):
         c = [x if x != str(out) else str(folder) for x in cmd] + ["--max_train_steps", "6", *extra]
-        c[c.index("--main_process_port") + 1] = str(_free_port())
+        c[c.index("--main_process_port") + 1] = str(free_port())
         p = subprocess.run(c, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
 from ..samplers import NoiseLevels, TrainingTimestepSampler
 from .args import build_noise_sampler
 
@@ -50,9 +51,9 @@ __all__ = [
     "flow_x0_estimate",
 ]
 
-FLOW_WEIGHTING_SCHEMES = ("none", "sigma_sqrt", "cosmap", "logit_normal", "mode")
-_LOSS_WEIGHTS = ("sigma_sqrt", "cosmap")  # weights on the loss
-_DENSITIES = ("logit_normal", "mode")  # sampling densities
+# the kinds of --weighting_scheme, defined once with the drop-in's mapping (integration.sampler_settings)
+_LOSS_WEIGHTS, _DENSITIES = LOSS_WEIGHTING_SCHEMES, DENSITY_SCHEMES
+FLOW_WEIGHTING_SCHEMES = ("none", *_LOSS_WEIGHTS, *_DENSITIES)
 
 
 def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, precondition_outputs: bool,
