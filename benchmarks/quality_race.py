@@ -313,15 +313,27 @@ def tier_races(tier: str) -> list[Race]:
         # (1 seed). Seeds 3 and 4 on binarized MNIST were added by a later session (the issue's 5); the
         # π-floor variant there is left for a later run. Sizes as the former full tier (600 steps at 16x16,
         # 800 on DNA), 4 evaluations at 16x16.
+        # A third session added the study of the method's settings on binarized MNIST 16x16 (2 seeds each; 1 for
+        # the profile gate, which applied no gate on DNA): the library's default warm-up (a tenth of the run,
+        # 60 steps, where the races pin 150), logit-normal as the warm-up and floor base, twice as many
+        # refreshes, a faster EMA, the former π-space floor, no gate; seeds 1-2 on continuous MNIST 16x16 with
+        # the gate rules that differ from `auto` (none) there; the π-space floor on DNA (2 seeds).
         three = ("infonoise", "edm_lognormal", "logit_normal")
         gates = ("infonoise-gate_none", "infonoise-gate_profile")
+        study = ("infonoise-warmup_steps_auto", "infonoise-base=logit_normal", "infonoise-refresh_every_25",
+                 "infonoise-ema_decay_0.5", "infonoise-floor_space_pi", "infonoise-gate_none")
         mid = dict(steps=600, eval_every=150, extra_args=("--infonoise_warmup_steps", "150"))
         dna = dict(steps=800, eval_every=160, channels=(32, 64), sample_batch=2000,
                    extra_args=("--infonoise_warmup_steps", "200"))
-        return [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", three, "edm_lognormal", _seeds(three, 5), **mid),
-                Race("edm-dna64", "dna64", "edm", three + gates, "edm_lognormal", _seeds(three + gates, 1, {s: 5 for s in three}),
-                     **dna),
-                Race("edm-mnist16", "mnist16", "edm", three, "edm_lognormal", _seeds(three, 1), **mid)]
+        bin16 = three + study + ("infonoise-gate_profile",)
+        dna_samplers = three + gates + ("infonoise-floor_space_pi",)
+        cont16 = three + ("infonoise-gate_0.2", "infonoise-gate_profile")
+        return [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", bin16, "edm_lognormal",
+                     _seeds(bin16, 2, {**{s: 5 for s in three}, "infonoise-gate_profile": 1}), **mid),
+                Race("edm-dna64", "dna64", "edm", dna_samplers, "edm_lognormal",
+                     _seeds(dna_samplers, 1, {**{s: 5 for s in three}, "infonoise-floor_space_pi": 2}), **dna),
+                Race("edm-mnist16", "mnist16", "edm", cont16, "edm_lognormal", _seeds(cont16, 1, {s: 3 for s in three}),
+                     **mid)]
     if tier == "recheck_paths":
         # Issue 10's re-measure of the other two paths, as in the former full tier: DDPM-ε (the m̂ cap now
         # on by default in the library) and flow, 3 seeds.
@@ -344,7 +356,9 @@ def tier_races(tier: str) -> list[Race]:
 TIER_SIZING = {
     "recheck_full": "cut to ~100 min on 2 shared cores, then seeds 3-4 added: 5 seeds of infonoise/edm_lognormal/"
                     "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on DNA; "
-                    "4 evaluations at 16x16",
+                    "4 evaluations at 16x16; then a settings study (2 seeds of 6 variants and 1 of the profile gate on "
+                    "binarized MNIST 16x16), seeds 1-2 and 1 seed of two gate rules on MNIST 16x16, 2 seeds of the "
+                    "π-space floor on DNA; every other sampler is left to the former full tier",
     "full": "sized for ~2 h on 2 cores: every sampler on digits and binarized digits (8x8, 3 seeds) and DNA (2 seeds, "
             "5 for infonoise/edm_lognormal); on 16x16 MNIST and binarized MNIST only infonoise vs edm_lognormal "
             "(a 2000-sample evaluation at 16x16 costs ~45 s per core), 600 steps; MNIST 16x16 runs last and may be "
@@ -355,8 +369,8 @@ TIER_SIZING = {
 #: "others" = the other samplers, "all". The full tier puts the issue's central question first
 #: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
 TIER_PRIORITY = {
-    "recheck_full": [("edm-binarized_mnist16", "main"), ("edm-dna64", "main"), ("edm-mnist16", "all"),
-                     ("edm-dna64", "variants")],
+    "recheck_full": [("edm-binarized_mnist16", "main"), ("edm-dna64", "main"), ("edm-binarized_mnist16", "variants"),
+                     ("edm-mnist16", "main"), ("edm-dna64", "variants"), ("edm-mnist16", "variants")],
     "full": [("edm-binarized_mnist16", "all"), ("edm-dna64", "pair"), ("ddpm-binarized_digits", "all"),
              ("flow-digits", "all"), ("edm-binarized_digits", "all"), ("edm-dna64", "others"), ("edm-digits", "all"),
              ("edm-mnist16", "all")],
@@ -421,10 +435,22 @@ class RunSpec:
         ]
         if name in ("infonoise", "kingma_gao"):
             a += list(r.extra_args)
-        for option in options:
+        return a + variant_args(options)
+
+
+def variant_args(options: list[str]) -> list[str]:
+    """The flags of a variant sampler ``infonoise-<option>-<option>...``: ``<flag>_<value>`` gives
+    ``--infonoise_<flag> <value>`` (``gate_none``, ``warmup_steps_auto``); ``<flag>=<value>`` is for
+    values with an underscore (``base=logit_normal``)."""
+    out = []
+    for option in options:
+        flag, sep, value = option.partition("=")
+        if not sep:
             flag, _, value = option.rpartition("_")
-            a += [f"--infonoise_{flag}", value]
-        return a
+        if not flag or not value:
+            raise ValueError(f"variant option {option!r}: expected <flag>_<value> or <flag>=<value>")
+        out += [f"--infonoise_{flag}", value]
+    return out
 
 
 def eval_scheduler(race: Race):
@@ -520,9 +546,9 @@ def run_one(spec: RunSpec) -> dict:
     if sched_cfg.exists():
         payload = json.loads(sched_cfg.read_text()).get("_infonoise_schedule")
         if payload:
-            schedule = {k: payload.get(k) for k in ("edges", "pi", "rho_hat", "gate", "base", "hyperparameters",
-                                                    "optimizer_steps", "num_updates", "loss_weighting", "prediction_type",
-                                                    "tv_phi_rho", "data")}
+            keys = ("edges", "pi", "rho_hat", "gate", "base", "hyperparameters", "optimizer_steps",
+                    "warmup_steps_resolved", "num_updates", "loss_weighting", "prediction_type", "tv_phi_rho", "data")
+            schedule = {k: payload.get(k) for k in keys}
             schedule = json.loads(json.dumps(schedule), parse_float=lambda s: round(float(s), 6))
     result = {
         "run_id": spec.run_id, "tier": spec.tier, "race": race.name, "dataset": race.dataset, "path": race.diffusion,
@@ -714,6 +740,11 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             tvs = [allocation_tv(race, r, refs.get(r["seed"])) for r in lst]
             if lst and all(t is not None for t in tvs):
                 entry["tv_phi_rho"][s] = _stats(tvs)
+        entry["pi_width"] = {}
+        for s, lst in by.items():
+            ws = [allocation_width(race, r, refs.get(r["seed"])) for r in lst]
+            if lst and all(w is not None for w in ws):
+                entry["pi_width"][s] = {k: _stats([w[k] for w in ws]) for k in ws[0]}
         waste = [_base_mass_where_pi_small(r["schedule"], race) for r in by.get("infonoise", []) if r.get("schedule")]
         if waste:
             entry["base_mass_where_final_pi_below_1pct_of_peak"] = _stats(waste)
@@ -806,6 +837,31 @@ def allocation_tv(race: Race, run: dict, reference: dict | None) -> float | None
         pi = bin_masses(_base_density(race, run["sampler"]), torch.from_numpy(edges)).numpy()
     phi = pi * _x0_weight(race, ref)
     return 0.5 * float(np.abs(phi / phi.sum() - rho / rho.sum()).sum())
+
+
+def allocation_width(race: Race, run: dict, reference: dict | None) -> dict | None:
+    """How wide a run's draw density π is (the issue's "how wide the adapted π is next to the best fixed
+    density"): the std of ln σ under π and its 10%/90% VE-σ quantiles, on the bins of its own InfoNoise
+    schedule, or of ``reference`` (the same seed's InfoNoise run) for a fixed density."""
+    import torch
+
+    from diffusers_infonoise.densities import bin_masses
+
+    own = run.get("schedule") or {}
+    ref = own if own.get("pi") else reference
+    if not ref:
+        return None
+    edges = _schedule_edges(race, ref)
+    if own.get("pi"):
+        pi = np.asarray(own["pi"], float)
+    else:
+        pi = bin_masses(_base_density(race, run["sampler"]), torch.from_numpy(edges)).numpy()
+    pi = pi / pi.sum()
+    centres = 0.5 * (edges[1:] + edges[:-1])
+    mean = float((pi * centres).sum())
+    cdf = np.concatenate([[0.0], np.cumsum(pi)])
+    q10, q90 = (float(np.exp(np.interp(q, cdf, edges))) for q in (0.1, 0.9))
+    return {"std_log_sigma": float(np.sqrt((pi * (centres - mean) ** 2).sum())), "sigma_q10": q10, "sigma_q90": q90}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -970,9 +1026,9 @@ def write_markdown(tier, races, summary, meta, path: Path):
             gates = {f"{g['source']} {g['pivot']}" + (f" ({g['reason']})" if g.get("reason") else "") for g in e["gate"].values()}
             L.append(f"Gate at the end of the InfoNoise runs: {'; '.join(sorted(gates))}.")
         cont = m == "fd_thresholded"
-        L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) |"
+        L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) | π: std ln σ, σ 10–90% |"
               + (" final `fd` (continuous) |" if cont else ""),
-              "|---|---|---|---|---|---|" + ("---|" if m == "fd_thresholded" else "")]
+              "|---|---|---|---|---|---|---|" + ("---|" if m == "fd_thresholded" else "")]
         for s in race.samplers:
             if s not in e["final"]:
                 continue
@@ -980,7 +1036,10 @@ def write_markdown(tier, races, summary, meta, path: Path):
             tv = (e.get("tv_phi_rho") or {}).get(s)
             row = f"| {s} | {_fmt(e['final'][s][m])} | " + " | ".join(
                 f"{ab[k][m]['mean']:.3g} ± {ab[k][m]['std']:.2g}" for k in ("25%", "50%", "100%")) + " | " + (
-                f"{tv['mean']:.2f}" if tv else "—") + " |"
+                f"{tv['mean']:.2f}" if tv else "—") + " | "
+            wd = (e.get("pi_width") or {}).get(s)
+            row += (f"{wd['std_log_sigma']['mean']:.2f}, {wd['sigma_q10']['mean']:.2g}–{wd['sigma_q90']['mean']:.2g}"
+                    if wd else "—") + " |"
             if m == "fd_thresholded":
                 row += f" {_fmt(e['final'][s]['fd'])} |"
             L.append(row)

@@ -84,6 +84,8 @@ def schedule_payload(sampler) -> dict[str, Any]:
         "hyperparameters": {k: v for k, v in sampler.hyperparameters.items()},
         "gate": {"pivot": gate.pivot, "source": gate.source, "reason": gate.reason},
         "optimizer_steps": int(sampler.optimizer_step),
+        # what warmup_steps="auto" became for this run (a tenth of its length)
+        "warmup_steps_resolved": int(sampler.warmup_steps),
         "num_updates": int(sampler.num_updates),
         "adapted": bool(sampler.is_adapted),
         "data": {"variance": sampler.data_variance, "min_gap": est.data_min_gap},

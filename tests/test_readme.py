@@ -42,6 +42,7 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     payload = json.loads((tmp_path / "out" / "scheduler" / "scheduler_config.json").read_text())["_infonoise_schedule"]
     assert payload["adapted"] and payload["optimizer_steps"] == 120
     assert ns["sampler"].warmup_steps == 50  # a tenth of 120 steps, at least one refresh
+    assert payload["warmup_steps_resolved"] == 50 and payload["hyperparameters"]["warmup_steps"] == "auto"
     assert abs(payload["data"]["variance"] - 1.0) < 0.05 and payload["hyperparameters"]["mmse_cap"] == payload["data"]["variance"]
     assert payload["tv_phi_rho"] <= 0.05 + 0.02
     assert payload["gate"]["source"] == "data" and abs(payload["gate"]["pivot"] - 0.2) < 1e-9  # {-1, 1}: gap 2
