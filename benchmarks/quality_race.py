@@ -313,25 +313,36 @@ def tier_races(tier: str) -> list[Race]:
         # (1 seed). Seeds 3 and 4 on binarized MNIST were added by a later session (the issue's 5); the
         # π-floor variant there is left for a later run. Sizes as the former full tier (600 steps at 16x16,
         # 800 on DNA), 4 evaluations at 16x16.
-        # A third session added the study of the method's settings on binarized MNIST 16x16 (2 seeds each; 1 for
-        # the profile gate, which applied no gate on DNA): the library's default warm-up (a tenth of the run,
-        # 60 steps, where the races pin 150), logit-normal as the warm-up and floor base, twice as many
-        # refreshes, a faster EMA, the former π-space floor, no gate; seeds 1-2 on continuous MNIST 16x16 with
-        # the gate rules that differ from `auto` (none) there; the π-space floor on DNA (2 seeds).
+        # A later session added the study of the method's settings on binarized MNIST 16x16 (2 seeds each; 1
+        # for the profile gate, which applied no gate on DNA): the library's default warm-up (a tenth of the
+        # run, 60 steps, where the races pin 150), logit-normal as the warm-up and floor base, twice as many
+        # refreshes, a faster EMA, the former π-space floor, no gate, a larger floor, more smoothing; seeds 1-2
+        # on continuous MNIST 16x16 with the gate rules that differ from `auto` (none) there; the π-space
+        # floor on DNA (2 seeds).
         three = ("infonoise", "edm_lognormal", "logit_normal")
         gates = ("infonoise-gate_none", "infonoise-gate_profile")
-        study = ("infonoise-warmup_steps_auto", "infonoise-base=logit_normal", "infonoise-refresh_every_25",
-                 "infonoise-ema_decay_0.5", "infonoise-floor_space_pi", "infonoise-gate_none")
+        # "infonoise-warmup_steps_150" is InfoNoise as the race runs it (the race pins 150), rerun on the code
+        # of the study: s0-s2 of the other samplers ran before the sampler owned its random stream (issue 13),
+        # so this is the study's same-code control, and a measure of how much a seed's draws alone move a run.
+        study = ("infonoise-warmup_steps_150", "infonoise-warmup_steps_auto", "infonoise-base=logit_normal", "infonoise-refresh_every_25",
+                 "infonoise-ema_decay_0.5", "infonoise-floor_space_pi", "infonoise-gate_none",
+                 # wider π (the adapted π is narrower than logit-normal's at the noisy end): a larger floor,
+                 # three times the smoothing
+                 "infonoise-floor_0.15", "infonoise-smoothing_3")
         mid = dict(steps=600, eval_every=150, extra_args=("--infonoise_warmup_steps", "150"))
         dna = dict(steps=800, eval_every=160, channels=(32, 64), sample_batch=2000,
                    extra_args=("--infonoise_warmup_steps", "200"))
         bin16 = three + study + ("infonoise-gate_profile",)
-        dna_samplers = three + gates + ("infonoise-floor_space_pi",)
+        # the other samplers on DNA (the former full tier ran them there): Kingma & Gao's adaptive density
+        # shares the floor and carry-over InfoNoise got in issue 10; the fixed densities are unchanged by it
+        others = ("kingma_gao", "uniform", "log_uniform", "cosine")
+        dna_samplers = three + gates + ("infonoise-floor_space_pi",) + others
         cont16 = three + ("infonoise-gate_0.2", "infonoise-gate_profile")
         return [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", bin16, "edm_lognormal",
                      _seeds(bin16, 2, {**{s: 5 for s in three}, "infonoise-gate_profile": 1}), **mid),
                 Race("edm-dna64", "dna64", "edm", dna_samplers, "edm_lognormal",
-                     _seeds(dna_samplers, 1, {**{s: 5 for s in three}, "infonoise-floor_space_pi": 2}), **dna),
+                     _seeds(dna_samplers, 1, {**{s: 5 for s in three}, "infonoise-floor_space_pi": 2, "kingma_gao": 2}),
+                     **dna),
                 Race("edm-mnist16", "mnist16", "edm", cont16, "edm_lognormal", _seeds(cont16, 1, {s: 3 for s in three}),
                      **mid)]
     if tier == "recheck_paths":
@@ -355,10 +366,11 @@ def tier_races(tier: str) -> list[Race]:
 #: What a tier leaves out of the issue's specification to fit its time budget (recorded in the results).
 TIER_SIZING = {
     "recheck_full": "cut to ~100 min on 2 shared cores, then seeds 3-4 added: 5 seeds of infonoise/edm_lognormal/"
-                    "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on DNA; "
-                    "4 evaluations at 16x16; then a settings study (2 seeds of 6 variants and 1 of the profile gate on "
-                    "binarized MNIST 16x16), seeds 1-2 and 1 seed of two gate rules on MNIST 16x16, 2 seeds of the "
-                    "π-space floor on DNA; every other sampler is left to the former full tier",
+                    "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on "
+                    "DNA; 4 evaluations at 16x16; then a settings study (2 seeds of 9 variants, a same-code control "
+                    "among them, and 1 of the profile gate on binarized MNIST 16x16), seeds 1-2 and 1 seed of two gate "
+                    "rules on MNIST 16x16, 2 seeds of the π-space floor on DNA, 2 seeds of kingma_gao and 1 of each "
+                    "other fixed density on DNA; the other samplers on the 8x8 races are left to the former full tier",
     "full": "sized for ~2 h on 2 cores: every sampler on digits and binarized digits (8x8, 3 seeds) and DNA (2 seeds, "
             "5 for infonoise/edm_lognormal); on 16x16 MNIST and binarized MNIST only infonoise vs edm_lognormal "
             "(a 2000-sample evaluation at 16x16 costs ~45 s per core), 600 steps; MNIST 16x16 runs last and may be "
@@ -366,11 +378,13 @@ TIER_SIZING = {
 }
 
 #: The order runs start in, as (race, which runs): "pair" = InfoNoise and the race's baseline,
-#: "others" = the other samplers, "all". The full tier puts the issue's central question first
+#: "others" = the other samplers, "main" = InfoNoise, EDM log-normal and logit-normal, "variants" =
+#: InfoNoise's variants, "rest" = the samplers neither main nor a variant, "all". The full tier puts the issue's central question first
 #: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
 TIER_PRIORITY = {
     "recheck_full": [("edm-binarized_mnist16", "main"), ("edm-dna64", "main"), ("edm-binarized_mnist16", "variants"),
-                     ("edm-mnist16", "main"), ("edm-dna64", "variants"), ("edm-mnist16", "variants")],
+                     ("edm-mnist16", "main"), ("edm-dna64", "variants"), ("edm-mnist16", "variants"),
+                     ("edm-dna64", "rest")],
     "full": [("edm-binarized_mnist16", "all"), ("edm-dna64", "pair"), ("ddpm-binarized_digits", "all"),
              ("flow-digits", "all"), ("edm-binarized_digits", "all"), ("edm-dna64", "others"), ("edm-digits", "all"),
              ("edm-mnist16", "all")],
@@ -388,8 +402,10 @@ def run_priority(tier: str, spec) -> int:
     for i, (race, which) in enumerate(rules):
         if race != spec.race.name:
             continue
+        main = spec.sampler in ("infonoise", "edm_lognormal", "logit_normal")
         if which == "all" or (which in ("pair", "others") and (which == "pair") == pair) \
-                or (which in ("main", "variants") and (which == "variants") == variant):
+                or (which == "main" and main) or (which == "variants" and variant) \
+                or (which == "rest" and not main and not variant):
             return i
     return len(rules)
 

@@ -23,6 +23,7 @@ Statistics are float64; inputs may be any float dtype.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,8 @@ __all__ = [
     "profile_gate_pivot",
     "data_grid_pivot",
     "apply_gate",
+    "gated_shape",
+    "log_gate",
     "GATE_EXPONENT",
 ]
 
@@ -126,13 +129,26 @@ def data_grid_pivot(min_gap: float, fraction: float = DATA_GRID_FRACTION) -> flo
     return fraction * float(min_gap)
 
 
+def log_gate(sigmas: torch.Tensor, pivot: float | None) -> torch.Tensor:
+    """``log(σⁿ/(σⁿ + cⁿ)) = −softplus(n·(log c − log σ))`` with n = 3 (paper; METHOD.md §5.5), finite for
+    every σ > 0 and pivot c > 0 (the gate itself underflows to 0 once c/σ ≳ 1e100); zeros when
+    ``pivot`` is None. ``sigmas``: VE σ, any shape, float64."""
+    if pivot is None:
+        return torch.zeros_like(sigmas)
+    return -torch.nn.functional.softplus(GATE_EXPONENT * (math.log(pivot) - torch.log(sigmas)))
+
+
 def apply_gate(sigmas: torch.Tensor, q: torch.Tensor, pivot: float | None) -> torch.Tensor:
     """``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3 (paper); ``pivot=None`` returns q unchanged."""
-    if pivot is None:
-        return q.clone()
-    n = GATE_EXPONENT
-    # σⁿ/(σⁿ + cⁿ) = 1/(1 + (c/σ)ⁿ): finite for every σ > 0
-    return q / (1.0 + (pivot / sigmas) ** n)
+    return q * torch.exp(log_gate(sigmas, pivot))
+
+
+def gated_shape(sigmas: torch.Tensor, q: torch.Tensor, pivot: float | None) -> torch.Tensor:
+    """:func:`apply_gate` up to a constant factor, with its largest value 1: the gated profile's shape
+    computed in log space, so that a pivot far above the grid (every bin gated to ~0) still
+    normalises to ρ̂ ∝ q·σⁿ instead of 0/0."""
+    log_r = torch.log(q) + log_gate(sigmas, pivot)
+    return torch.exp(log_r - log_r.max())
 
 
 class ProfileEstimator:
@@ -195,6 +211,13 @@ class ProfileEstimator:
         self.min_count = int(min_count)
         self.smoothing = float(smoothing)
         self.gate = gate if gate is None or isinstance(gate, str) else float(gate)
+        if isinstance(self.gate, float) and self.gate > math.exp(float(edges[-1])):
+            warnings.warn(
+                f"gate={self.gate:g} is above the grid's largest sigma {math.exp(float(edges[-1])):.3g}: it suppresses "
+                "every bin, and rho_hat becomes (m_hat/sigma^2)*sigma^3, piled at the noisy end. The pivot is a VE "
+                "sigma (convert a DDPM timestep or a flow s first: NoisePath.timesteps_to_sigma).",
+                stacklevel=2,
+            )
         self.data_min_gap: float | None = None  # smallest gap between the data's values (set_data_grid)
         self.gate_fallback = float(gate_fallback)
         k = self.num_bins
@@ -364,7 +387,7 @@ class ProfileEstimator:
         sig = torch.exp(self.centers)
         q = m / sig**2
         self.last_gate = self.resolve_gate(sig, m)
-        r = apply_gate(sig, q, self.last_gate.pivot)
+        r = gated_shape(sig, q, self.last_gate.pivot)
         rho = r / (r * self.widths).sum()
         return rho, q
 

@@ -510,3 +510,16 @@ def test_custom_base_density_is_used_for_warmup_and_floor():
     z = stats.norm.cdf(math.log(80.0), 0.4, 0.7) - stats.norm.cdf(math.log(0.002), 0.4, 0.7)
     np.testing.assert_allclose(sampler.log_prob(torch.from_numpy(np.exp(x))).numpy(),
                                stats.norm.logpdf(x, 0.4, 0.7) - math.log(z), atol=1e-10)
+
+
+def test_pinned_gate_far_above_the_grid_normalises_in_log_space():
+    """A pivot 1e150 gates every bin to ~1e-450 (0 in float64): ρ̂ must still be q·σ³ normalised, by
+    hand, not 0/0 (and the constructor warns that the pivot is above the grid)."""
+    m = gauss_mmse(SIG, S_D)
+    with pytest.warns(UserWarning, match="gate=1e"):
+        est = _estimator_with(m, gate=1e150)
+    rho, _ = est.profile()
+    r = (m / SIG**2) * SIG**3
+    np.testing.assert_allclose(rho.numpy(), r / (r * float(GRID[1] - GRID[0])).sum(), rtol=1e-8)
+    # an ordinary pinned pivot gives the hand formula exactly as before
+    np.testing.assert_allclose(_estimator_with(m, gate=0.3).profile()[0].numpy(), _hand_rho(m, 0.3), rtol=1e-10)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..estimator import ProfileEstimator, apply_gate
+from ..estimator import ProfileEstimator, gated_shape
 from ..generation import EDM_TIMESTEP_SCALE, call_model, model_output
 from ..paths import NoisePath, path_from_scheduler, scheduler_kind
 from ..samplers import (
@@ -143,7 +143,7 @@ def profile_from_errors(
     m_filled = est.filled_m_hat()
     q = m_filled / sig**2
     gate_result = est.resolve_gate(sig, m_filled)
-    r = apply_gate(sig, q, gate_result.pivot)
+    r = gated_shape(sig, q, gate_result.pivot)
     rho = normalize_density(r, x)
     validate_loss_weighting(loss_weighting, snr_gamma)
     validate_prediction_type(prediction_type)
