@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -67,3 +68,29 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
     assert Q.reuse_run(spec, source)
     copied = json.loads(spec.result_path.read_text())
     assert copied["reused_from"].endswith(f"{spec.run_id}.json") and copied["command"] == result["command"]
+
+
+def test_variant_samplers_name_their_flags():
+    assert Q.variant_args(["gate_none"]) == ["--infonoise_gate", "none"]
+    assert Q.variant_args(["warmup_steps_auto", "base=logit_normal"]) == [
+        "--infonoise_warmup_steps", "auto", "--infonoise_base", "logit_normal"]
+    with pytest.raises(ValueError, match="variant option"):
+        Q.variant_args(["gate"])
+    # recheck_full: the three main samplers, then the variants, then the other samplers on DNA
+    rank = lambda race, sampler: Q.run_priority("recheck_full", _spec("recheck_full", race, sampler))  # noqa: E731
+    assert rank("edm-binarized_mnist16", "logit_normal") == 0
+    assert rank("edm-binarized_mnist16", "infonoise-ema_decay_0.5") == 2
+    assert rank("edm-dna64", "cosine") == len(Q.TIER_PRIORITY["recheck_full"]) - 1
+
+
+def test_allocation_width_by_hand():
+    """π with mass 1/2 in each of two bins of ln σ [0, 1] and [1, 3]: centres 0.5 and 2, mean 1.25, std
+    0.75; the 10% quantile at ln σ 0.2, the 90% one at 1 + 0.8·2 = 2.6 (uniform inside a bin)."""
+    race = Q.tier_races("recheck_full")[0]
+    run = {"sampler": "infonoise", "schedule": {"edges": [0.0, 1.0, 3.0], "pi": [0.5, 0.5]}}
+    w = Q.allocation_width(race, run, None)
+    assert w["std_log_sigma"] == pytest.approx(0.75)
+    assert w["sigma_q10"] == pytest.approx(math.exp(0.2)) and w["sigma_q90"] == pytest.approx(math.exp(2.6))
+    # an adaptive baseline that stored no schedule has no known π (its base would stand in wrongly)
+    assert Q.allocation_width(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
+    assert Q.allocation_tv(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
