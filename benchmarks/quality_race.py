@@ -746,6 +746,17 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                                      "num_not_reached": sum(p["speedup"] is None for p in per_seed),
                                      "note": "a not-reached seed enters the median with its upper bound (baseline steps / budget)"}
                 entry["speedup_vs"][b] = per_metric
+        # each InfoNoise variant against the fixed densities, on the primary metric (same pairing by seed)
+        entry["variant_speedup_vs"] = {}
+        for v in (x for x in race.samplers if x.startswith("infonoise-") and by.get(x)):
+            for b in (x for x in (race.baseline, "logit_normal") if by.get(x)):
+                per_seed = [{"seed": rb["seed"], **speedup(rb, rv[0], metric)} for rb in by[b]
+                            if (rv := [r for r in by[v] if r["seed"] == rb["seed"]])]
+                if per_seed:
+                    vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
+                    entry["variant_speedup_vs"].setdefault(v, {})[b] = {
+                        "per_seed": per_seed, "median": float(np.median(vals)),
+                        "num_not_reached": sum(p["speedup"] is None for p in per_seed)}
         jit = [r["jitter"] for r in rr if r.get("jitter")]
         if jit:
             entry["jitter"] = {m: {"mean_std": float(np.mean([j["std"][m] for j in jit])),
@@ -1078,6 +1089,13 @@ def write_markdown(tier, races, summary, meta, path: Path):
                 row += f" {_fmt(e['final'][s]['fd'])} |"
             L.append(row)
         L.append("")
+        for v, against in (e.get("variant_speedup_vs") or {}).items():
+            cells = []
+            for b, sp in against.items():
+                seeds = ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}"
+                                  for p in sp["per_seed"])
+                cells.append(f"vs `{b}` {'≤ ' if sp['num_not_reached'] else ''}**{sp['median']:.2f}** [{seeds}]")
+            L.append(f"Steps-to-target speedup of `{v}` on `{m}`: " + "; ".join(cells) + ".  ")
         for b, per_metric in e["speedup_vs"].items():
             for mm, sp in per_metric.items():
                 seeds = ", ".join(
