@@ -338,7 +338,7 @@ def tier_races(tier: str) -> list[Race]:
         others = ("kingma_gao", "uniform", "log_uniform", "cosine")
         dna_samplers = three + gates + ("infonoise-floor_space_pi", "infonoise-warmup_steps_auto",
                                          "infonoise-ema_decay_0.5") + others
-        cont16 = three + ("infonoise-gate_0.2", "infonoise-gate_profile")
+        cont16 = three + ("infonoise-gate_0.2", "infonoise-gate_profile", "infonoise-warmup_steps_auto")
         return [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", bin16, "edm_lognormal",
                      _seeds(bin16, 2, {**{s: 5 for s in three}, "infonoise-gate_profile": 1,
                                        # the faster adaptation led on seed 0, the library's default warm-up
@@ -349,8 +349,8 @@ def tier_races(tier: str) -> list[Race]:
                      _seeds(dna_samplers, 1, {**{s: 5 for s in three}, "infonoise-floor_space_pi": 2, "kingma_gao": 2,
                                                     "infonoise-warmup_steps_auto": 5, "infonoise-ema_decay_0.5": 2}),
                      **dna),
-                Race("edm-mnist16", "mnist16", "edm", cont16, "edm_lognormal", _seeds(cont16, 1, {s: 3 for s in three}),
-                     **mid)]
+                Race("edm-mnist16", "mnist16", "edm", cont16, "edm_lognormal",
+                     _seeds(cont16, 1, {**{s: 3 for s in three}, "infonoise-warmup_steps_auto": 3}), **mid)]
     if tier == "recheck_paths":
         # Issue 10's re-measure of the other two paths, as in the former full tier: DDPM-ε (the m̂ cap now
         # on by default in the library) and flow, 3 seeds.
@@ -377,7 +377,7 @@ TIER_SIZING = {
                     "among them, and 1 of the profile gate on binarized MNIST 16x16), seeds 1-2 and 1 seed of two gate "
                     "rules on MNIST 16x16, 2 seeds of the π-space floor on DNA, 2 seeds of kingma_gao and 1 of each "
                     "other fixed density on DNA, 5 seeds of the default warm-up (a tenth of the run) on binarized MNIST "
-                    "16x16 and DNA and 2 of EMA 0.5 on DNA; the other samplers on the 8x8 races are left to the "
+                    "16x16 and DNA, 3 on MNIST 16x16, and 2 of EMA 0.5 on DNA; the other samplers on the 8x8 races are left to the "
                     "former full tier",
     "full": "sized for ~2 h on 2 cores: every sampler on digits and binarized digits (8x8, 3 seeds) and DNA (2 seeds, "
             "5 for infonoise/edm_lognormal); on 16x16 MNIST and binarized MNIST only infonoise vs edm_lognormal "
