@@ -299,12 +299,14 @@ def tier_races(tier: str) -> list[Race]:
         # races against EDM log-normal and logit-normal (the best fixed density found so far); the former
         # hybrid (π-space floor) as its own sampler on binarized digits. Sized for ~45 min on 2 cores:
         # 2 seeds, an evaluation every 160 steps.
+        # A later session added the library's default warm-up (a tenth of the run, 80 steps; the races pin 200).
         both = ("infonoise", "edm_lognormal", "logit_normal")
-        return [Race("edm-binarized_digits", "binarized_digits", "edm", both + ("infonoise-floor_space_pi",),
-                     "edm_lognormal", _seeds(both + ("infonoise-floor_space_pi",), 2), steps=800, eval_every=160,
+        auto = ("infonoise-warmup_steps_auto",)
+        return [Race("edm-binarized_digits", "binarized_digits", "edm", both + ("infonoise-floor_space_pi",) + auto,
+                     "edm_lognormal", _seeds(both + ("infonoise-floor_space_pi",) + auto, 2), steps=800, eval_every=160,
                      sample_batch=2000),
-                Race("edm-digits", "digits", "edm", both, "edm_lognormal", _seeds(both, 2), steps=800, eval_every=160,
-                     sample_batch=2000)]
+                Race("edm-digits", "digits", "edm", both + auto, "edm_lognormal", _seeds(both + auto, 2), steps=800,
+                     eval_every=160, sample_batch=2000)]
     if tier == "recheck_full":
         # Issue 10's re-measure of the full tier with the corrected method, cut to this session's ~100 min
         # of 2 cores (a 16x16 run costs ~10 min of a core next to other jobs): binarized MNIST 16x16 with 3
