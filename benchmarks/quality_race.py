@@ -738,27 +738,16 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                     continue
                 per_metric = {}
                 for m in (metric,) + tuple(x for x in ("fd",) if x != metric and x in metrics):
-                    per_seed = []
-                    for rb in by[b]:
-                        ri = [r for r in by["infonoise"] if r["seed"] == rb["seed"]]
-                        if ri:
-                            per_seed.append({"seed": rb["seed"], **speedup(rb, ri[0], m)})
-                    vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
-                    per_metric[m] = {"per_seed": per_seed, "median": float(np.median(vals)) if vals else None,
-                                     "num_not_reached": sum(p["speedup"] is None for p in per_seed),
+                    per_metric[m] = {**_paired_speedups(by[b], by["infonoise"], m),
                                      "note": "a not-reached seed enters the median with its upper bound (baseline steps / budget)"}
                 entry["speedup_vs"][b] = per_metric
         # each InfoNoise variant against the fixed densities, on the primary metric (same pairing by seed)
         entry["variant_speedup_vs"] = {}
         for v in (x for x in race.samplers if x.startswith("infonoise-") and by.get(x)):
             for b in (x for x in (race.baseline, "logit_normal") if by.get(x)):
-                per_seed = [{"seed": rb["seed"], **speedup(rb, rv[0], metric)} for rb in by[b]
-                            if (rv := [r for r in by[v] if r["seed"] == rb["seed"]])]
-                if per_seed:
-                    vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
-                    entry["variant_speedup_vs"].setdefault(v, {})[b] = {
-                        "per_seed": per_seed, "median": float(np.median(vals)),
-                        "num_not_reached": sum(p["speedup"] is None for p in per_seed)}
+                sp = _paired_speedups(by[b], by[v], metric)
+                if sp["per_seed"]:
+                    entry["variant_speedup_vs"].setdefault(v, {})[b] = sp
         jit = [r["jitter"] for r in rr if r.get("jitter")]
         if jit:
             entry["jitter"] = {m: {"mean_std": float(np.mean([j["std"][m] for j in jit])),
@@ -790,6 +779,16 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by["infonoise"] if r.get("schedule")}
         summary[race.name] = entry
     return summary
+
+
+def _paired_speedups(baseline_runs: list, runs: list, metric: str) -> dict:
+    """:func:`speedup` of ``runs`` against ``baseline_runs`` seed by seed (the seeds both have), their
+    median (a not-reached seed with its upper bound) and how many did not reach the target."""
+    per_seed = [{"seed": rb["seed"], **speedup(rb, ri[0], metric)} for rb in baseline_runs
+                if (ri := [r for r in runs if r["seed"] == rb["seed"]])]
+    vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
+    return {"per_seed": per_seed, "median": float(np.median(vals)) if vals else None,
+            "num_not_reached": sum(p["speedup"] is None for p in per_seed)}
 
 
 def _base_density(race: Race, sampler_name: str):
@@ -854,6 +853,19 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
     return ref.x0_loss_weight(torch.exp(centres)).numpy()
 
 
+def _run_pi(race: Race, run: dict, edges: np.ndarray) -> np.ndarray:
+    """A run's π masses on the bins ``edges``: its stored final π (an InfoNoise run, on its own bins), else
+    its fixed density's."""
+    import torch
+
+    from diffusers_infonoise.densities import bin_masses
+
+    own = (run.get("schedule") or {}).get("pi")
+    if own and len(own) == len(edges) - 1:
+        return np.asarray(own, float)
+    return bin_masses(_base_density(race, run["sampler"]), torch.from_numpy(np.asarray(edges, float))).numpy()
+
+
 def _adaptive_without_schedule(run: dict) -> bool:
     """An adaptive sampler (Kingma & Gao) that stored no schedule: its final π is unknown, and its base
     density would stand in for it wrongly."""
@@ -864,9 +876,7 @@ def allocation_tv(race: Race, run: dict, reference: dict | None) -> float | None
     """TV(φ, ρ̂) of a run (METHOD.md §5's check): its effective allocation φ = π·w on the bins of an
     InfoNoise schedule against that schedule's final ρ̂. An InfoNoise run is measured against its own ρ̂;
     a fixed density against ``reference``, the InfoNoise run of the same race and seed."""
-    import torch
 
-    from diffusers_infonoise.densities import bin_masses
 
     own = run.get("schedule") or {}
     if _adaptive_without_schedule(run):
@@ -876,11 +886,7 @@ def allocation_tv(race: Race, run: dict, reference: dict | None) -> float | None
         return None
     edges = _schedule_edges(race, ref)
     rho = np.asarray(ref["rho_hat"], float) * np.diff(edges)
-    if own.get("pi") and len(own["pi"]) == len(rho):
-        pi = np.asarray(own["pi"], float)
-    else:
-        pi = bin_masses(_base_density(race, run["sampler"]), torch.from_numpy(edges)).numpy()
-    phi = pi * _x0_weight(race, ref)
+    phi = _run_pi(race, run, edges) * _x0_weight(race, ref)
     return 0.5 * float(np.abs(phi / phi.sum() - rho / rho.sum()).sum())
 
 
@@ -888,9 +894,7 @@ def allocation_width(race: Race, run: dict, reference: dict | None) -> dict | No
     """How wide a run's draw density π is (the issue's "how wide the adapted π is next to the best fixed
     density"): the std of ln σ under π and its 10%/90% VE-σ quantiles, on the bins of its own InfoNoise
     schedule, or of ``reference`` (the same seed's InfoNoise run) for a fixed density."""
-    import torch
 
-    from diffusers_infonoise.densities import bin_masses
 
     own = run.get("schedule") or {}
     if _adaptive_without_schedule(run):
@@ -899,10 +903,7 @@ def allocation_width(race: Race, run: dict, reference: dict | None) -> dict | No
     if not ref:
         return None
     edges = _schedule_edges(race, ref)
-    if own.get("pi"):
-        pi = np.asarray(own["pi"], float)
-    else:
-        pi = bin_masses(_base_density(race, run["sampler"]), torch.from_numpy(edges)).numpy()
+    pi = _run_pi(race, run, edges)
     pi = pi / pi.sum()
     centres = 0.5 * (edges[1:] + edges[:-1])
     mean = float((pi * centres).sum())
