@@ -6,6 +6,7 @@ The public names; see METHOD.md (shipped in the repository's docs) for the mathe
 __version__ = "0.1.0"
 
 from .densities import Density  # noqa: E402
+from .integration import infonoise_sampler  # noqa: E402
 from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler  # noqa: E402
 from .samplers import (  # noqa: E402
     SAMPLER_NAMES,
@@ -18,6 +19,29 @@ from .samplers import (  # noqa: E402
 )
 from .schedule_io import ScheduleError, read_schedule, write_schedule  # noqa: E402
 from .weighting import x0_error_factor, x0_loss_weight  # noqa: E402
+
+#: public names whose modules import diffusers' pipelines or the diagnostics: loaded on first use
+#: (``import diffusers_infonoise`` stays light for spawned worker processes)
+_LAZY = {
+    "InfoNoiseUnconditionalPipeline": "pipeline",
+    "InferenceGrid": "inference_grid",
+    "infogrid": "inference_grid",
+    "scheduler_grid_kwargs": "inference_grid",
+    "set_infogrid": "inference_grid",
+    "load_learned_sampler": "diagnostics",
+    "profile_from_model": "diagnostics",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",
@@ -34,9 +58,11 @@ __all__ = [
     "KingmaGaoSampler",
     "SAMPLER_NAMES",
     "make_sampler",
+    "infonoise_sampler",
     "ScheduleError",
     "read_schedule",
     "write_schedule",
     "x0_error_factor",
     "x0_loss_weight",
+    *_LAZY,
 ]

@@ -39,16 +39,6 @@ _ADAPTIVE_KEYS = frozenset(SCHEDULE_SETTINGS) | {
 _FLOOR_SPACES = ("phi", "pi")
 
 
-def _world_size() -> int:
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _rank() -> int:
-    dist = torch.distributed
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
 def default_warmup_steps(num_training_steps: int | None, refresh_every: int) -> int:
     """The warm-up sized to the run (METHOD.md §5.2, ours): a tenth of ``num_training_steps``, at
     least one refresh and at most 500 optimizer steps; 500 when the run's length is unknown."""
@@ -137,6 +127,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.num_updates = 0
         self.last_refresh: dict = {}
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
+        # a zero-terminal-SNR VP step (σ = inf) is clamped into the top bin (METHOD.md §5.1)
+        self.estimator.top_includes_inf = bool(path.is_discrete and not math.isfinite(float(path.sigmas_table[-1])))
 
     # -- run length and warm-up -------------------------------------------------------------
     def _resolved_warmup(self) -> int:
@@ -177,24 +169,6 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         return self.estimator.edges
 
     # -- the data the sampler sees -----------------------------------------------------------
-    def set_mmse_cap(self, value: float | str | None) -> None:
-        """Set the cap on m̂ (METHOD.md §5.4): a value (the per-dimension x0 variance of the training
-        data, in the units of the data given to :meth:`add_noise`), ``"auto"`` (measured from that
-        data) or ``None`` (no cap); it applies from the next refresh.
-
-        Raises:
-            ValueError: ``value`` is not None, ``"auto"`` or a finite float > 0.
-        """
-        if not (value is None or value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                                     and math.isfinite(value) and value > 0)):
-            raise ValueError(f"mmse_cap: must be None, 'auto' or a finite float > 0 (per-dimension x0 variance), got {value!r}")
-        if value == "auto":
-            self.estimator.mmse_cap = self.data.variance
-            self.hyperparameters["mmse_cap"] = "auto" if self.data.variance is None else self.data.variance
-        else:
-            self.estimator.mmse_cap = None if value is None else float(value)
-            self.hyperparameters["mmse_cap"] = self.estimator.mmse_cap
-
     def observe_data(self, x0: torch.Tensor) -> None:
         """Record statistics of a (B, ...) batch of clean training data: its per-dimension variance
         (V of the ``"auto"`` m̂ cap, METHOD.md §5.4) and the smallest gap between its values (the
@@ -270,6 +244,12 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         """How many per-sample losses were NaN/inf and left out of the statistics (this process)."""
         return self.estimator.num_nonfinite + int(self.estimator._nonfinite_open)  # reads the device count back
 
+    @property
+    def num_outside(self) -> int:
+        """How many noise levels given to :meth:`update` lay outside the sampler's grid and were left out
+        of the statistics (this process); levels drawn by :meth:`sample` never do."""
+        return self.estimator.num_outside + int(self.estimator._outside_open)
+
     def step(self, global_step: int | None = None):
         """Count one optimizer step; refresh the estimate and the density when due (METHOD.md §5.3-4).
 
@@ -279,17 +259,28 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         Statistics are folded in every ``refresh_every`` steps from step 0; the density leaves the
         base at ``warmup_steps`` and is rebuilt at every refresh after that (each refresh is
         described in :attr:`last_refresh` and logged). Under data parallelism every process must
-        call this at the same steps: the refresh sums statistics across ranks.
+        call this at the same steps: at every step the statistics of all ranks since the last step
+        are summed (a small ``all_reduce``, :meth:`ProfileEstimator.merge`), so every rank holds the
+        same state, and :meth:`state_dict` (which makes no collective call) is complete on any rank.
 
-        Warns (``UserWarning``, once) when the warm-up ended with no bin filled.
+        Warns (``UserWarning``, once each) when the warm-up ended with no bin filled, and when levels
+        given to :meth:`update` lay outside the grid.
         """
         self.optimizer_step += 1
         self._check_global_step(global_step)
         due = self.optimizer_step % self.refresh_every == 0 or self.optimizer_step == self.warmup_steps
         if not due:
+            # the one place where every rank meets: what was recorded since the last step is summed here
+            self.estimator.merge()
+            self.data.merge()
             return
         self._resolve_data_statistics()
         self.estimator.refresh()
+        if self.estimator.num_outside:
+            lo, hi = (math.exp(float(e)) for e in (self.edges[0], self.edges[-1]))
+            self._warn_once("outside", f"noise sampler: {self.estimator.num_outside} noise levels given to update() lay "
+                                       f"outside the sampler's grid (VE sigma {lo:.4g} to {hi:.4g}) and were left out of "
+                                       "the statistics; give update() the levels that sample() drew")
         if self.optimizer_step < self.warmup_steps:
             return
         if not self.estimator.is_ready:
@@ -316,24 +307,16 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         return hashlib.sha256(data).hexdigest()[:16]
 
     def state_dict(self):
-        """Everything for an exact resume, as CPU tensors and plain values.
+        """Everything for an exact resume, as CPU tensors and plain values; no collective call.
 
-        Under data parallelism the open (not yet refreshed) bin sums of all ranks are summed into the
-        returned state, and :meth:`load_state_dict` gives them back to rank 0 only: a checkpoint
-        written by one rank, as ``accelerator.save_state`` writes custom objects, then resumes every
-        rank with no sample lost or counted twice. So, like ``save_state`` itself, call this on every
-        rank at the same step (``accelerator.register_for_checkpointing(sampler)`` does).
+        Under data parallelism :meth:`step` sums the open (not yet refreshed) statistics of all ranks at
+        every optimizer step, so after a step every rank's state is the same and complete: a checkpoint
+        written by any one rank (diffusers' scripts call ``accelerator.save_state`` on the main process
+        only; accelerate writes custom objects from the main process) resumes every rank with no sample
+        lost or counted twice. Batches recorded since the last :meth:`step` are this rank's own.
         """
         state = super().state_dict()
         estimator = self.estimator.state_dict()
-        if _world_size() > 1:
-            backend = torch.distributed.get_backend()
-            device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-            buf = torch.cat([estimator["sums"], estimator["counts"]]).to(device)
-            torch.distributed.all_reduce(buf)
-            buf = buf.cpu()
-            k = estimator["sums"].numel()
-            estimator["sums"], estimator["counts"] = buf[:k].clone(), buf[k:].clone()
         state.update(
             {
                 "estimator": estimator,
@@ -370,11 +353,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses "
                                  "summing to 1")
         super().load_state_dict(state)
-        self.estimator.load_state_dict(state["estimator"])
-        if _rank() > 0:
-            # the saved open sums are those of all ranks (state_dict): rank 0 holds them
-            self.estimator.sums.zero_()
-            self.estimator.counts.zero_()
+        self.estimator.load_state_dict(state["estimator"])  # the same on every rank (already summed over them)
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
@@ -382,8 +361,6 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.warmup_steps = int(state["warmup_steps"])
         data = state.get("data")
         if isinstance(data, dict):  # states written before the data statistics have none
-            if _rank() > 0:  # another rank's rows not yet reduced (at most the first refreshes): not counted twice
-                data = {**data, "open": None, "seen": 0}
             self.data.load_state_dict(data)
             self.estimator.set_data_grid(self.data.min_gap)
             cap = data.get("mmse_cap")

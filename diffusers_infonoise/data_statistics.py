@@ -9,8 +9,9 @@ Two numbers, both properties of the data rather than of the model:
   gate pivot is a tenth of it.
 
 :class:`DataStatistics` accumulates them on the data's own device (no host synchronisation per
-step) and resolves them at a refresh, reduced over processes so that every rank holds the same
-values, until about :data:`OBSERVE_SAMPLES` samples were seen.
+step), sums them over processes at every optimizer step (:meth:`DataStatistics.merge`, where every
+rank meets, so that any one rank's checkpoint holds them all) and resolves them at a refresh, until
+about :data:`OBSERVE_SAMPLES` samples were seen over all processes.
 """
 
 from __future__ import annotations
@@ -21,12 +22,27 @@ import torch
 
 __all__ = ["DataStatistics", "OBSERVE_SAMPLES"]
 
-OBSERVE_SAMPLES = 4096  # x0 samples the statistics are measured on
+OBSERVE_SAMPLES = 4096  # x0 samples (over all processes) after which the statistics freeze at a refresh
 _OBSERVE_VALUES = 1 << 16  # values of one batch the value grid is measured on
 
 
 def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+
+def _comm_device(device: torch.device) -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _shape_key(shape: tuple) -> float:
+    """An integer below 2**50 (exact in float64) that tells the shapes of two batches apart."""
+    h = len(shape)
+    for d in shape:
+        h = (h * 1_000_003 + int(d)) % (1 << 50)
+    return float(h)
+
+
+_NO_DATA = -1e300  # a rank without data this step: ignored by the MAX reductions of merge()
 
 
 class DataStatistics:
@@ -42,16 +58,17 @@ class DataStatistics:
         self.variance: float | None = None
         self.min_gap: float | None = None
         self.frozen = False
-        self._open: dict | None = None  # the open sums, on the data's device (see _new)
-        self._seen = 0  # batch rows offered to observe (an upper bound of the valid ones; no sync needed)
+        self._open: dict | None = None  # this process's sums since the last merge, on the data's device (see _new)
+        self._merged: dict | None = None  # every process's sums (merge), the same on every rank
 
     @staticmethod
     def _new(shape: tuple, dtype, device) -> dict:
         z = lambda *s: torch.zeros(s, dtype=dtype, device=device)  # noqa: E731
         # n, sum, sq: per-dimension sums of the rows of the first shape seen; el, esum, esq: element totals
-        # of every batch (the fallback when shapes differ); gap: smallest value gap; mixed: shapes differed
+        # of every batch (the fallback when shapes differ); rows: batch rows offered; gap: smallest value
+        # gap; mixed: shapes differed
         return {"shape": shape, "n": z(), "sum": z(*shape), "sq": z(*shape), "el": z(), "esum": z(), "esq": z(),
-                "gap": torch.full((), math.inf, dtype=dtype, device=device), "mixed": False}
+                "rows": z(), "gap": torch.full((), math.inf, dtype=dtype, device=device), "mixed": False}
 
     def observe(self, x0: torch.Tensor) -> None:
         """Add a (B, ...) batch of clean data. Non-finite values are left out (a row with one is left out
@@ -60,7 +77,7 @@ class DataStatistics:
         Raises:
             ValueError: ``x0`` is not a floating-point tensor with a batch dimension.
         """
-        if self.frozen or self._seen >= OBSERVE_SAMPLES:
+        if self.frozen:
             return
         if not torch.is_tensor(x0) or not x0.is_floating_point() or x0.ndim < 2:
             raise ValueError("x0: expected a floating-point tensor of shape (batch_size, ...)")
@@ -69,11 +86,7 @@ class DataStatistics:
         if self._open is None:
             self._open = self._new(tuple(x.shape[1:]), dtype, x.device)
         obs = self._open
-        if obs["sum"].device != x.device or obs["sum"].dtype != dtype:  # e.g. resumed on another device
-            for key, value in obs.items():
-                if torch.is_tensor(value):
-                    obs[key] = value.to(x.device, dtype)
-        self._seen += x.shape[0]
+        obs["rows"] += x.shape[0]
         finite = torch.isfinite(x)
         clean = torch.where(finite, x, torch.zeros_like(x))
         obs["el"] += finite.sum()
@@ -102,51 +115,106 @@ class DataStatistics:
         gap = torch.where(torch.isfinite(d) & (d > tol), d, torch.full_like(d, math.inf)).amin()
         obs["gap"] = torch.minimum(obs["gap"], gap)
 
-    def resolve(self, *, freeze: bool = False) -> None:
-        """Reduce the open sums over processes and set :attr:`variance` and :attr:`min_gap`.
+    def merge(self) -> None:
+        """Add this process's open sums, summed over every process, to the merged ones (until frozen).
 
-        Every rank must call this at the same steps (a refresh) while not :attr:`frozen`; a rank that saw
-        no data joins with empty sums. V is the per-dimension one when every batch on every rank had one
-        shape; otherwise the variance over all elements (an upper bound of it, which still bounds the
-        Bayes MMSE). The statistics freeze once about :data:`OBSERVE_SAMPLES` rows were seen over all
-        ranks, or when ``freeze``.
+        Under ``torch.distributed`` this is a collective (one ``all_reduce`` of the sums and one of the
+        smallest gap; the first merge of a run also agrees on the batches' shape, reading it back once):
+        every rank must call it at the same points (the sampler's ``step``), a rank that saw no data
+        included. Otherwise nothing is read back to the host: the merged sums stay on the device.
+        """
+        if self.frozen:
+            self._open = None
+            return
+        obs, self._open = self._open, None
+        dist = _distributed()
+        if self._merged is None:
+            layout = self._agree_layout(obs, dist)
+            if layout is None:  # no process has seen data yet
+                return
+            self._merged = self._empty(*layout)
+        m = self._merged
+        vec, neg_gap = self._contribution(obs, m)
+        if dist:
+            torch.distributed.all_reduce(vec)
+            torch.distributed.all_reduce(neg_gap, op=torch.distributed.ReduceOp.MAX)
+        self._add(m, vec, neg_gap)
+
+    @staticmethod
+    def _agree_layout(obs: dict | None, dist: bool) -> tuple | None:
+        """``(numel, shape key, per-dimension sums kept, device)`` of the merged sums, the same on every rank."""
+        if not dist:
+            if obs is None:
+                return None
+            return obs["sum"].numel(), _shape_key(obs["shape"]), not obs["mixed"], obs["sum"].device
+        device = _comm_device(obs["sum"].device if obs is not None else torch.device("cpu"))
+        if obs is None:
+            key = torch.tensor([_NO_DATA] * 4 + [0.0], dtype=torch.float64, device=device)
+        else:
+            k, h = float(obs["sum"].numel()), _shape_key(obs["shape"])
+            key = torch.tensor([k, -k, h, -h, float(obs["mixed"])], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(key, op=torch.distributed.ReduceOp.MAX)
+        k_max, k_min, h_max, h_min, mixed = (float(v) for v in key.cpu())  # once a run, at its first merge
+        if k_max == _NO_DATA:
+            return None
+        same = k_max == -k_min and h_max == -h_min and mixed == 0.0 and k_max > 0
+        return int(k_max), h_max, same, device
+
+    @staticmethod
+    def _empty(numel: int, key: float, per_dim: bool, device) -> dict:
+        z = lambda n=(): torch.zeros(n, dtype=torch.float64, device=device)  # noqa: E731
+        return {"totals": z(6), "gap": torch.full((), math.inf, dtype=torch.float64, device=device),
+                "sum": z(numel) if per_dim else None, "sq": z(numel) if per_dim else None, "numel": numel, "key": key}
+
+    @staticmethod
+    def _contribution(obs: dict | None, m: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """This process's open sums in the merged layout: ``(vec, -gap)`` on the merged sums' device.
+
+        ``vec`` is ``[n, el, esum, esq, rows, mismatch, sum..., sq...]``; a batch of another shape than the
+        merged one sends zero per-dimension sums and ``mismatch = 1`` (the element totals then stand in).
+        """
+        device = m["totals"].device
+        k = m["numel"] if m["sum"] is not None else 0
+        if obs is None:
+            return torch.zeros(6 + 2 * k, dtype=torch.float64, device=device), torch.full((), -math.inf, dtype=torch.float64,
+                                                                                         device=device)
+        mismatch = bool(obs["mixed"]) or obs["sum"].numel() != m["numel"] or _shape_key(obs["shape"]) != m["key"]
+        f = lambda t: t.reshape(-1).to(device, torch.float64)  # noqa: E731
+        parts = [f(obs[name]) for name in ("n", "el", "esum", "esq", "rows")]
+        parts.append(torch.full((1,), float(mismatch), dtype=torch.float64, device=device))
+        if k:
+            parts += [torch.zeros(2 * k, dtype=torch.float64, device=device)] if mismatch else [f(obs["sum"]), f(obs["sq"])]
+        return torch.cat(parts), -f(obs["gap"]).reshape(())
+
+    @staticmethod
+    def _add(m: dict, vec: torch.Tensor, neg_gap: torch.Tensor) -> None:
+        m["totals"] = m["totals"] + vec[:6]
+        m["gap"] = torch.minimum(m["gap"], -neg_gap)
+        if m["sum"] is not None:
+            k = m["numel"]
+            m["sum"], m["sq"] = m["sum"] + vec[6: 6 + k], m["sq"] + vec[6 + k:]
+
+    def resolve(self, *, freeze: bool = False) -> None:
+        """Set :attr:`variance` and :attr:`min_gap` from the merged sums (:meth:`merge` first, a collective).
+
+        Every rank must call this at the same steps (a refresh) while not :attr:`frozen`. V is the
+        per-dimension one when every batch on every rank had one shape; otherwise the variance over all
+        elements (an upper bound of it, which still bounds the Bayes MMSE). The statistics freeze once
+        about :data:`OBSERVE_SAMPLES` rows were seen over all ranks, or when ``freeze``.
         """
         if self.frozen:
             return
-        dist = _distributed()
-        obs = self._open
-        if obs is None and not dist:
+        self.merge()
+        m = self._merged
+        if m is None:
             if freeze:
                 self.frozen = True
             return
-        if obs is None:
-            obs = self._new((), torch.float64, torch.device("cpu"))
-            obs["mixed"] = True
-        device = obs["sum"].device
-        if dist and torch.distributed.get_backend() == "nccl":
-            device = torch.device("cuda", torch.cuda.current_device())
-        elif dist:
-            device = torch.device("cpu")
-        f64 = torch.float64 if device.type != "mps" else torch.float32
-        k = obs["sum"].numel() if obs["shape"] else 0
-        shape_key = torch.tensor([k, -k, float(obs["mixed"] or self._open is None)], dtype=f64, device=device)
-        totals = torch.stack([obs["n"], obs["el"], obs["esum"], obs["esq"]]).to(device, f64)
-        gap = obs["gap"].reshape(1).to(device, f64)
-        if dist:
-            torch.distributed.all_reduce(shape_key, op=torch.distributed.ReduceOp.MAX)
-            torch.distributed.all_reduce(totals)
-            torch.distributed.all_reduce(gap, op=torch.distributed.ReduceOp.MIN)
-        same_shape = bool(shape_key[0] == -shape_key[1]) and not bool(shape_key[2]) and k > 0
-        per_dim = None
-        if same_shape:
-            per_dim = torch.cat([obs["sum"].flatten(), obs["sq"].flatten()]).to(device, f64)
-            if dist:
-                torch.distributed.all_reduce(per_dim)
-            per_dim = per_dim.cpu().to(torch.float64)
-        totals, gap = totals.cpu().to(torch.float64), float(gap.cpu())  # the synchronisation, at a refresh
-        rows, elements = float(totals[0]), float(totals[1])
-        if per_dim is not None and rows > 0:
-            mean, sq = per_dim[:k] / rows, per_dim[k:] / rows
+        totals = m["totals"].cpu()  # the synchronisation, at a refresh
+        gap = float(m["gap"].cpu())
+        rows, elements, mismatched = float(totals[0]), float(totals[1]), float(totals[5])
+        if m["sum"] is not None and mismatched == 0 and rows > 0:
+            mean, sq = m["sum"].cpu() / rows, m["sq"].cpu() / rows
             variance = float((sq - mean**2).clamp_min(0).mean())
         elif elements > 0:
             variance = max(0.0, float(totals[3] / elements - (totals[2] / elements) ** 2))
@@ -156,29 +224,31 @@ class DataStatistics:
             self.variance = variance
         if math.isfinite(gap):
             self.min_gap = gap
-        seen = torch.tensor([float(self._seen)], dtype=torch.float64)
-        if dist:
-            seen = seen.to(device)
-            torch.distributed.all_reduce(seen)
-        if freeze or float(seen.cpu()) >= OBSERVE_SAMPLES:
+        if freeze or float(totals[4]) >= OBSERVE_SAMPLES:
             self.frozen = True
-            self._open = None
+            self._merged = None
 
     def state_dict(self) -> dict:
-        """Numbers and (CPU) tensors for an exact resume."""
-        state = {"variance": self.variance, "min_gap": self.min_gap, "frozen": self.frozen, "seen": self._seen}
-        if self._open is not None:
-            obs = self._open
-            state["open"] = {key: (value.cpu().clone().reshape(-1) if key in ("n", "el", "esum", "esq", "gap") else
-                                   value.cpu().clone()) for key, value in obs.items() if torch.is_tensor(value)}
-            state["open_mixed"] = bool(obs["mixed"])
+        """Numbers and (CPU) tensors for an exact resume, without a collective call: the merged sums of
+        every process plus this process's unmerged ones (none right after an optimizer step)."""
+        state = {"variance": self.variance, "min_gap": self.min_gap, "frozen": self.frozen}
+        m = self._merged
+        if self._open is not None and not self.frozen:  # off the optimizer-step pattern: this process's batches count too
+            layout = self._agree_layout(self._open, False)
+            m = self._empty(*layout) if m is None else {k: (v.clone() if torch.is_tensor(v) else v) for k, v in m.items()}
+            self._add(m, *self._contribution(self._open, m))
+        if m is not None:
+            state["open"] = {"totals": m["totals"].cpu().clone(), "gap": m["gap"].cpu().clone().reshape(1)}
+            if m["sum"] is not None:
+                state["open"]["sum"], state["open"]["sq"] = m["sum"].cpu().clone(), m["sq"].cpu().clone()
+            state["open_numel"], state["open_key"] = int(m["numel"]), float(m["key"])
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` output.
+        """Restore :meth:`state_dict` output, on every rank alike (the saved sums are already merged).
 
         Raises:
-            ValueError: a variance or gap that is not None or a finite number >= 0.
+            ValueError: a variance or gap that is not None or a finite number >= 0, or malformed sums.
         """
         for key in ("variance", "min_gap"):
             v = state.get(key)
@@ -186,11 +256,22 @@ class DataStatistics:
                 raise ValueError(f"state_dict['data'][{key!r}]: must be None or a finite number >= 0, got {v!r}")
         self.variance, self.min_gap = state.get("variance"), state.get("min_gap")
         self.frozen = bool(state.get("frozen", False))
-        self._seen = int(state.get("seen", 0))
         self._open = None
-        if isinstance(state.get("open"), dict):
-            o = state["open"]
-            s = torch.as_tensor(o["sum"])
-            self._open = {"shape": tuple(s.shape), "sum": s.clone(), "sq": torch.as_tensor(o["sq"]).clone(),
-                          "mixed": bool(state.get("open_mixed", False)),
-                          **{key: torch.as_tensor(o[key]).reshape(()).to(s.dtype).clone() for key in ("n", "el", "esum", "esq", "gap")}}
+        self._merged = None
+        o = state.get("open")
+        if not isinstance(o, dict) or self.frozen:
+            return
+        f64 = lambda t: torch.as_tensor(t, dtype=torch.float64).flatten()  # noqa: E731
+        if "totals" in o:
+            totals = f64(o["totals"])
+        else:  # written before the per-step merge: n, el, esum, esq as scalars, rows as "seen"
+            totals = torch.cat([f64(o[name]) for name in ("n", "el", "esum", "esq")]
+                               + [f64([float(state.get("seen", 0)), float(state.get("open_mixed", False))])])
+        if totals.shape != (6,) or not bool(torch.isfinite(totals).all()):
+            raise ValueError("state_dict['data']['open']: expected 6 finite totals")
+        per_dim = "sum" in o and "sq" in o
+        numel = int(state.get("open_numel", f64(o["sum"]).numel() if per_dim else 0))
+        key = float(state.get("open_key", _shape_key(tuple(torch.as_tensor(o["sum"]).shape)) if per_dim else 0.0))
+        self._merged = {"totals": totals, "gap": f64(o.get("gap", math.inf)).reshape(()),
+                        "sum": f64(o["sum"]) if per_dim else None, "sq": f64(o["sq"]) if per_dim else None,
+                        "numel": numel, "key": key}

@@ -3,7 +3,9 @@
 :class:`ProfileEstimator` keeps, on K bins uniform in log σ, running sums of the unweighted
 x0-space error ``e`` the training loop already computes. At each refresh it
 
-1. sums the bin statistics across all processes (``torch.distributed`` when initialised),
+1. takes the bin statistics :meth:`ProfileEstimator.merge` summed across all processes
+   (``torch.distributed`` when initialised; merged at every optimizer step, where every rank meets,
+   so that the state any one rank holds is complete),
 2. updates ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count`` new samples
    (β = ``ema_decay`` is the weight on the old value; a bin's first value is taken as is); a bin
    with fewer keeps its sums and counts open into the next refresh (§5.4 carry-over: no sample is
@@ -155,7 +157,9 @@ class ProfileEstimator:
     """Binned EMA estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
 
     Args:
-        edges: (K+1,) increasing bin edges in log σ (VE σ). Samples outside fall into the edge bins.
+        edges: (K+1,) increasing bin edges in log σ (VE σ). Samples outside them are left out and
+            counted (``num_outside``), except σ = +inf with ``top_includes_inf`` (a zero-terminal-SNR
+            VP step, clamped into the top bin, METHOD.md §5.1).
         ema_decay: β, the weight on the old value in ``m̂ ← β·m̂ + (1 − β)·mean`` (METHOD.md §5.4).
         min_count: bins with fewer new samples keep their value at a refresh.
         smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
@@ -221,15 +225,21 @@ class ProfileEstimator:
         self.data_min_gap: float | None = None  # smallest gap between the data's values (set_data_grid)
         self.gate_fallback = float(gate_fallback)
         k = self.num_bins
-        self.sums = torch.zeros(k, dtype=torch.float64)  # this process, since the last refresh
+        self.sums = torch.zeros(k, dtype=torch.float64)  # this process, since the last merge()
         self.counts = torch.zeros(k, dtype=torch.float64)
+        # every process's open sums since the last refresh, summed at merge(): the same on every rank
+        self.merged_sums = torch.zeros(k, dtype=torch.float64)
+        self.merged_counts = torch.zeros(k, dtype=torch.float64)
+        self.top_includes_inf = False  # σ = +inf belongs to the top bin (zero-terminal-SNR VP)
         # summed over processes, carried over from refreshes where the bin had < min_count (§5.4)
         self.carry_sums = torch.zeros(k, dtype=torch.float64)
         self.carry_counts = torch.zeros(k, dtype=torch.float64)
         self.m_hat = torch.full((k,), math.nan, dtype=torch.float64)  # NaN = never filled
         self.total_counts = torch.zeros(k, dtype=torch.float64)
         self.num_nonfinite = 0
+        self.num_outside = 0
         self._nonfinite_open = torch.zeros((), dtype=torch.int64)  # on the open sums' device
+        self._outside_open = torch.zeros((), dtype=torch.int64)
         self._open_device = torch.device("cpu")
         self._inner_edges = self.edges[1:-1]
         self.num_refreshes = 0
@@ -256,11 +266,12 @@ class ProfileEstimator:
 
     # -- accumulation -----------------------------------------------------------------------
     def accumulate(self, log_sigmas: torch.Tensor, errors: torch.Tensor) -> None:
-        """Add per-sample x0 errors ``errors`` (B,) at ``log_sigmas`` (B,) to the open bin sums.
+        """Add per-sample x0 errors ``errors`` (B,) at ``log_sigmas`` (B,) to this process's open bin sums.
 
         Runs on the errors' device without reading anything back to the host: the open sums live
-        there until the next :meth:`refresh`, the only place that synchronises. Non-finite errors
-        are left out and counted in ``num_nonfinite``.
+        there until :meth:`merge` and :meth:`refresh`. Non-finite errors are left out and counted in
+        ``num_nonfinite``; levels outside the grid (beyond rounding) in ``num_outside`` (both read at
+        the next host synchronisation, :meth:`refresh` or :meth:`state_dict`).
         """
         errors = errors.detach().flatten()
         device = errors.device
@@ -269,41 +280,63 @@ class ProfileEstimator:
         if self._open_device != device:
             self._move_open(device, dtype)
         finite = torch.isfinite(errors)
-        x = torch.nan_to_num(log_sigmas.detach().flatten().to(device, dtype), posinf=1e300, neginf=-1e300)
+        x = log_sigmas.detach().flatten().to(device, dtype)
+        lo, hi = float(self.edges[0]) - _EDGE_TOLERANCE, float(self.edges[-1]) + _EDGE_TOLERANCE
+        inside = (x >= lo) & (x <= hi)
+        if self.top_includes_inf:
+            inside = inside | (x == math.inf)
+        x = torch.nan_to_num(x, nan=0.0, posinf=1e300, neginf=-1e300)
         idx = searchsorted(self._inner_edges, x, right=True).clamp(0, self.num_bins - 1)
-        self.sums.index_add_(0, idx, torch.where(finite, errors, torch.zeros_like(errors)))
-        self.counts.index_add_(0, idx, finite.to(dtype))
+        kept = finite & inside
+        self.sums.index_add_(0, idx, torch.where(kept, errors, torch.zeros_like(errors)))
+        self.counts.index_add_(0, idx, kept.to(dtype))
         self._nonfinite_open += (~finite).sum()
+        self._outside_open += (finite & ~inside).sum()
 
     def _move_open(self, device: torch.device, dtype: torch.dtype) -> None:
         """Keep the open statistics (and the bin edges they are indexed by) on ``device``."""
         self.sums, self.counts = self.sums.to(device, dtype), self.counts.to(device, dtype)
+        self.merged_sums, self.merged_counts = self.merged_sums.to(device, dtype), self.merged_counts.to(device, dtype)
         self._nonfinite_open = self._nonfinite_open.to(device)
+        self._outside_open = self._outside_open.to(device)
         self._inner_edges = self.edges[1:-1].to(device, dtype)
         self._open_device = device
 
     def _host_open(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The open sums and counts as CPU float64 (the synchronisation), and the non-finite count folded in."""
+        """The merged plus this process's open sums and counts as CPU float64 (the synchronisation),
+        with the non-finite and outside-the-grid counts folded in."""
         self.num_nonfinite += int(self._nonfinite_open)
+        self.num_outside += int(self._outside_open)
         self._nonfinite_open = torch.zeros_like(self._nonfinite_open)
-        return self.sums.to("cpu", torch.float64).clone(), self.counts.to("cpu", torch.float64).clone()
+        self._outside_open = torch.zeros_like(self._outside_open)
+        sums, counts = self.merged_sums + self.sums, self.merged_counts + self.counts
+        return sums.to("cpu", torch.float64).clone(), counts.to("cpu", torch.float64).clone()
 
-    def _all_reduce(self) -> None:
-        """Sum the open statistics over processes so every rank computes a bit-identical profile."""
-        sums, counts = self._host_open()
-        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            backend = torch.distributed.get_backend()
-            device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-            buf = torch.cat([sums, counts]).to(device)
+    def merge(self) -> None:
+        """Add this process's open sums, summed over all processes, to the merged ones, and empty them.
+
+        Under ``torch.distributed`` this is a collective (one ``all_reduce`` of 2K values on the sums'
+        device; NCCL: the current CUDA device, gloo: the CPU): every rank must call it at the same
+        points, as :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.step` does at every
+        optimizer step. Afterwards every rank holds the same merged sums, so a checkpoint that any
+        one rank writes (:meth:`state_dict`, which makes no collective call) is complete. On one
+        process it only moves the sums (no synchronisation).
+        """
+        sums, counts = self.sums, self.counts
+        if _distributed():
+            device = _comm_device(sums.device)
+            buf = torch.cat([sums, counts]).to(device, torch.float64)
             torch.distributed.all_reduce(buf)
-            buf = buf.cpu()
-            sums, counts = buf[: self.num_bins].clone(), buf[self.num_bins :].clone()
-        self.sums, self.counts = sums, counts
-        self._open_device = torch.device("cpu")
+            buf = buf.to(sums.device, sums.dtype)
+            sums, counts = buf[: self.num_bins], buf[self.num_bins:]
+        self.merged_sums = self.merged_sums + sums
+        self.merged_counts = self.merged_counts + counts
+        self.sums = torch.zeros_like(self.sums)
+        self.counts = torch.zeros_like(self.counts)
 
     # -- refresh ----------------------------------------------------------------------------
     def refresh(self) -> torch.Tensor:
-        """Fold the open bin statistics into ``m̂`` (across processes).
+        """Fold the bin statistics of every process into ``m̂`` (:meth:`merge` first: a collective).
 
         Bins with at least ``min_count`` samples (this window's plus those carried over) update m̂
         and are reset; the others keep their summed statistics open into the next refresh, so no
@@ -313,9 +346,14 @@ class ProfileEstimator:
         Returns:
             (K,) bool mask of the bins that were updated.
         """
-        self._all_reduce()
-        self.total_counts += self.counts
-        sums, counts = self.sums + self.carry_sums, self.counts + self.carry_counts
+        self.merge()
+        window_sums, window_counts = self._host_open()
+        self.sums, self.counts = torch.zeros_like(window_sums), torch.zeros_like(window_counts)
+        self.merged_sums, self.merged_counts = torch.zeros_like(window_sums), torch.zeros_like(window_counts)
+        self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
+        self._nonfinite_open, self._outside_open = self._nonfinite_open.cpu(), self._outside_open.cpu()
+        self.total_counts += window_counts
+        sums, counts = window_sums + self.carry_sums, window_counts + self.carry_counts
         means = sums / counts.clamp_min(1)
         update = (counts >= self.min_count) & (counts > 0)
         first = update & torch.isnan(self.m_hat)
@@ -324,8 +362,6 @@ class ProfileEstimator:
         self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
         self.carry_sums = torch.where(update, torch.zeros_like(sums), sums)
         self.carry_counts = torch.where(update, torch.zeros_like(counts), counts)
-        self.sums.zero_()
-        self.counts.zero_()
         self.num_refreshes += 1
         return update
 
@@ -422,6 +458,9 @@ class ProfileEstimator:
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """The estimate and its open statistics (CPU tensors). No collective call: ``sums``/``counts``
+        are the merged sums of every process (:meth:`merge`) plus this process's own unmerged ones (none
+        right after an optimizer step, where checkpoints are written)."""
         sums, counts = self._host_open()
         return {
             "sums": sums,
@@ -431,12 +470,14 @@ class ProfileEstimator:
             "m_hat": self.m_hat.clone(),
             "total_counts": self.total_counts.clone(),
             "num_nonfinite": self.num_nonfinite,
+            "num_outside": self.num_outside,
             "num_refreshes": self.num_refreshes,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` output. States written before the carry-over (§5.4) have no
-        ``carry_*`` entries and load with nothing carried."""
+        """Restore :meth:`state_dict` output, on every rank alike: its open sums become the merged
+        ones (they are already summed over processes and are not reduced again). States written
+        before the carry-over (§5.4) have no ``carry_*`` entries and load with nothing carried."""
         state = {"carry_sums": torch.zeros(self.num_bins), "carry_counts": torch.zeros(self.num_bins), **state}
         for key in ("sums", "counts", "carry_sums", "carry_counts", "m_hat", "total_counts"):
             value = torch.as_tensor(state[key], dtype=torch.float64)
@@ -446,10 +487,31 @@ class ProfileEstimator:
             if not bool(torch.isfinite(known).all()) or bool((known < 0).any()):
                 raise ValueError(f"state_dict[{key!r}]: expected finite values >= 0")
             setattr(self, key, value.clone())
+        self.merged_sums, self.merged_counts = self.sums, self.counts
+        self.sums, self.counts = torch.zeros_like(self.merged_sums), torch.zeros_like(self.merged_counts)
         self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
         self._nonfinite_open = torch.zeros((), dtype=torch.int64)
+        self._outside_open = torch.zeros((), dtype=torch.int64)
         self.num_nonfinite = int(state["num_nonfinite"])
+        self.num_outside = int(state.get("num_outside", 0))
         self.num_refreshes = int(state["num_refreshes"])
+
+
+#: levels this far outside the grid (in log σ) still count as inside: float32 rounding of the edges
+_EDGE_TOLERANCE = 1e-5
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _comm_device(device: torch.device) -> torch.device:
+    """Where a collective of the default process group takes its tensors: NCCL the current CUDA
+    device, other backends (gloo) the CPU."""
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _gaussian_smooth(y: torch.Tensor, std_bins: float) -> torch.Tensor:

@@ -53,9 +53,9 @@ def worker(rank: int, world: int, port: int, outdir: str):
 
 
 def resume_worker(rank: int, world: int, port: int, outdir: str):
-    """Steps 0-2, a checkpoint of the sampler (every rank calls ``state_dict``, rank 0's is kept, as
-    ``accelerator.save_state`` keeps custom objects), then steps 3-5 on fresh samplers that all load
-    rank 0's state. Also records two draws of each rank's own stream."""
+    """Steps 0-2, a checkpoint of the sampler written by rank 0 alone (``state_dict`` makes no collective
+    call: diffusers' scripts call ``save_state`` on the main process only), then steps 3-5 on fresh
+    samplers that all load it. Also records two draws of each rank's own stream."""
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
@@ -65,8 +65,8 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
             sampler.update(levels, loss)
             sampler.step()
         stream = [sampler.sample(16).sigmas for _ in range(2)]
-        state = sampler.state_dict()  # collective: the open sums of step 2 on both ranks
         path = os.path.join(outdir, "checkpoint.pt")
+        state = sampler.state_dict() if rank == 0 else None  # rank 0 alone: no collective call may hang here
         if rank == 0:
             torch.save(state, path)
         torch.distributed.barrier()
@@ -78,7 +78,8 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
             resumed.update(levels, loss)
             resumed.step()
         torch.save({"probs": resumed.probs, "stream": stream, "after": after, "next": sampler.sample(16).sigmas,
-                    "open_counts": state["estimator"]["counts"], "own_counts": sampler.estimator.counts.clone()},
+                    "open_counts": None if state is None else state["estimator"]["counts"],
+                    "merged_counts": sampler.estimator.merged_counts.clone(), "unmerged": sampler.estimator.counts.clone()},
                    os.path.join(outdir, f"resumed{rank}.pt"))
     finally:
         torch.distributed.destroy_process_group()

@@ -48,16 +48,19 @@ def test_two_processes_share_pi_equal_to_union(tmp_path):
 
 def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path):
     """What ``accelerator.register_for_checkpointing(sampler)`` relies on: accelerate writes the state of
-    rank 0 only, and every rank loads it."""
+    rank 0 only (and diffusers' scripts call ``save_state`` on rank 0 only), and every rank loads it."""
     mp.spawn(W.resume_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"resumed{r}.pt") for r in (0, 1))
     # the uninterrupted two-rank run of the same batches
     mp.spawn(W.worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ref = torch.load(tmp_path / "rank0.pt")
     assert torch.equal(r0["probs"], ref["probs"]) and torch.equal(r1["probs"], ref["probs"])
-    # the saved open statistics are both ranks' (step 2's batch of 1024 on each: 2048 samples)
+    # the saved open statistics are both ranks' (step 2's batch of 1024 on each: 2048 samples), merged at
+    # the step on every rank alike, with nothing left unmerged
     assert float(r0["open_counts"].sum()) == 2 * W.BATCH
-    assert float(r0["own_counts"].sum()) == float(r1["own_counts"].sum()) == W.BATCH
+    assert float(r0["merged_counts"].sum()) == float(r1["merged_counts"].sum()) == 2 * W.BATCH
+    assert torch.equal(r0["merged_counts"], r1["merged_counts"])
+    assert float(r0["unmerged"].sum()) == float(r1["unmerged"].sum()) == 0
     # each rank's own stream draws other levels, and a resumed rank continues its own stream
     assert not torch.equal(r0["stream"][0], r1["stream"][0])
     assert not torch.equal(r0["stream"][0], r0["stream"][1])

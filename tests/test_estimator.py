@@ -360,17 +360,21 @@ def test_nonfinite_losses_are_excluded_and_counted():
     assert torch.equal(a.probs, b.probs) and bool(torch.isfinite(a.probs).all())
 
 
-def test_sigmas_outside_grid_fall_in_edge_bins():
+def test_sigmas_outside_grid_are_left_out_counted_and_warned():
+    """Levels beyond the grid used to land in the edge bins and bias them silently (issue 20)."""
     sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
         EDMEulerScheduler(), num_bins=8, warmup_steps=1, refresh_every=1, min_count=1, smoothing=0.0
     )
-    sig = torch.tensor([1e-7, 1e-4, 500.0, 1e8], dtype=torch.float32)
+    # four levels far outside [0.002, 80]; the grid's own ends in float32 (rounding) and one inside count
+    sig = torch.tensor([1e-7, 1e-4, 500.0, 1e8, 0.002, 80.0, 1.0], dtype=torch.float32)
     levels = NoiseLevels(0.25 * torch.log(sig), sig, -2 * torch.log(sig))
-    sampler.update(levels, torch.tensor([1.0, 3.0, 10.0, 20.0]))
-    sampler.step()
+    sampler.update(levels, torch.tensor([1.0, 3.0, 10.0, 20.0, 2.0, 15.0, 0.5]))
+    assert sampler.num_outside == 4
+    with pytest.warns(UserWarning, match=r"4 noise levels given to update\(\) lay outside the sampler's grid \(VE sigma 0.002 to 80\)"):
+        sampler.step()
     m = sampler.estimator.m_hat
-    assert m[0].item() == 2.0 and m[-1].item() == 15.0
-    assert bool(torch.isnan(m[1:-1]).all())
+    assert m[0].item() == 2.0 and m[-1].item() == 15.0  # only the in-grid ends, not the means with the outliers
+    assert int(sampler.estimator.total_counts.sum()) == 3
     # ±inf log σ too (bin index only; a σ = inf VP step)
     idx = sampler.estimator.bin_index(torch.tensor([-math.inf, math.inf], dtype=F64))
     assert idx.tolist() == [0, 7]
