@@ -8,7 +8,8 @@ import math
 
 from .estimator import parse_gate
 
-__all__ = ["positive_int", "nonnegative_int", "positive_float", "gate_arg", "mmse_cap_arg", "warmup_arg"]
+__all__ = ["positive_int", "nonnegative_int", "plot_steps_arg", "positive_float", "nonnegative_float", "gate_arg", "mmse_cap_arg",
+           "warmup_arg"]
 
 
 def _int_at_least(value: str, low: int) -> int:
@@ -31,6 +32,11 @@ def nonnegative_int(value: str) -> int:
     return _int_at_least(value, 0)
 
 
+def plot_steps_arg(value: str) -> int:
+    """argparse type of ``--schedule_plot_steps``: an int >= 1, 0 (every refresh) or -1 (never)."""
+    return _int_at_least(value, -1)
+
+
 def positive_float(value: str) -> float:
     """argparse type: a finite float > 0."""
     try:
@@ -39,6 +45,17 @@ def positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}") from None
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value!r}")
+    return v
+
+
+def nonnegative_float(value: str) -> float:
+    """argparse type: a finite float >= 0 (``--max_grad_norm``: 0 turns clipping off)."""
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}")
     return v
 
 

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# the fixtures of the train_unconditional tests (script, unet_config, draws, dna_dataset)
+pytest_plugins = ["_unconditional"]
+
 
 @pytest.fixture(autouse=True, scope="module")
 def single_thread():

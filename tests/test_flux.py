@@ -96,8 +96,14 @@ def test_flux_full_finetune_with_a_loss_weighting_and_a_training_mu(flux_model, 
     assert again["sampler"].name == "uniform"
 
 
-def test_flux_refuses_conflicting_options(flux_model, tmp_path):
+def test_flux_refuses_conflicting_options(flux_model, tmp_path, capsys):
     base = ["--pretrained_model_name_or_path", flux_model, "--output_dir", str(tmp_path)]
+    # issue 20: --lora_alpha 0 trained nothing and exited 0; --max_sequence_length 0 was taken
+    for bad, message in ((["--use_lora", "--lora_alpha", "0"], "--lora_alpha: expected a finite number > 0"),
+                         (["--max_sequence_length", "0"], "--max_sequence_length: expected an integer >= 1")):
+        with pytest.raises(SystemExit):
+            flux_script.parse_args([*base, *bad])
+        assert message in capsys.readouterr().err
     with pytest.raises(SystemExit):
         flux_script.parse_args([*base, "--snr_gamma", "5"])
     with pytest.raises(SystemExit):

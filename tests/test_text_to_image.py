@@ -333,7 +333,7 @@ def test_sd3_noise_sampler_and_weighting_scheme_together(sd3_model):
     assert sampler.base_description == {"name": "uniform"} and sampler.loss_weighting == "cosmap"
     assert sampler.prediction_type == "flow"
     sampler = build("--noise_sampler", "infonoise", "--infonoise_base", "logit_normal", "--logit_mean", "0.5")
-    assert sampler.base_description == {"name": "logit_normal", "mean": 0.5, "std": 1.0}
+    assert sampler.base_description == {"name": "logit_normal", "mean": -0.5, "std": 1.0}  # diffusers' sign
     # a fixed sampler wins over the default scheme, and a loss-weight scheme combines with it
     assert build("--noise_sampler", "edm_lognormal").name == "edm_lognormal"
     sampler = build("--noise_sampler", "log_uniform", "--weighting_scheme", "sigma_sqrt")
@@ -344,9 +344,10 @@ def test_sd3_noise_sampler_and_weighting_scheme_together(sd3_model):
             sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, *bad])
 
 
-def test_sd3_logit_mean_positive_means_more_noise(sd3_model):
-    """Our --logit_mean follows the SD3 paper (positive: more noise), and the shift translates it:
-    on SD3's shift-3 scheduler logit-normal(0, 1) has its median at σ = 3 (s = 0.75)."""
+def test_sd3_logit_mean_keeps_diffusers_meaning_positive_is_less_noise(sd3_model):
+    """Our --logit_mean keeps diffusers' meaning (positive: less noise; issue 20: the same flags gave
+    mean s 0.846 here and 0.156 in diffusers), and the shift translates it: on SD3's shift-3 scheduler
+    logit-normal(0, 1) has its median at σ = 3 (s = 0.75)."""
     medians = {}
     for mean in (-1.0, 0.0, 1.0):
         args = sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, "--logit_mean", str(mean)])
@@ -355,9 +356,9 @@ def test_sd3_logit_mean_positive_means_more_noise(sd3_model):
         s = levels.timesteps.double() / 1000
         torch.testing.assert_close(s, levels.sigmas.double() / (1 + levels.sigmas.double()), rtol=1e-5, atol=1e-6)
         medians[mean] = float(levels.sigmas.double().median())
-    assert medians[-1.0] < medians[0.0] < medians[1.0]
+    assert medians[1.0] < medians[0.0] < medians[-1.0]
     assert abs(math.log(medians[0.0] / 3.0)) < 0.05
-    assert abs(math.log(medians[1.0] / (3.0 * math.e))) < 0.05
+    assert abs(math.log(medians[1.0] / (3.0 / math.e))) < 0.05
 
 
 @pytest.mark.slow

@@ -22,8 +22,8 @@ weight on the x0-space error is then ``u(s)`` or ``u(s)/s²`` (METHOD.md §4 row
 ``cosmap``). The scheduler's ``shift`` is respected: the sampler reads it from the scheduler.
 
 Noise levels follow the SD3 paper: ``x = (1 − s)·x0 + s·ε``; the transformer's timestep is
-``1000·s`` (``levels.timesteps``). ``--logit_mean`` > 0 means MORE noise (the SD3 paper's
-convention; diffusers' own SD3 scripts index a descending table and so read the sign reversed).
+``1000·s`` (``levels.timesteps``). ``--logit_mean`` keeps diffusers' meaning: > 0 means LESS noise
+(diffusers' scripts index a descending table with u, so s ≈ 1 − u; the SD3 paper's mean is its negative).
 """
 
 from __future__ import annotations

@@ -8,7 +8,16 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ..argtypes import gate_arg, mmse_cap_arg, nonnegative_int, positive_float, positive_int, warmup_arg
+from ..argtypes import (
+    gate_arg,
+    mmse_cap_arg,
+    nonnegative_float,
+    nonnegative_int,
+    plot_steps_arg,
+    positive_float,
+    positive_int,
+    warmup_arg,
+)
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
 from .datasets import DEFAULT_CAPTIONED_DATASET, DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
@@ -68,13 +77,14 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
     g.add_argument("--edm_p_std", type=float, default=1.2, help="P_std of 'edm_lognormal'.")
     g.add_argument("--logit_mean", type=float, default=0.0,
-                   help="Mean of 'logit_normal' on the flow noise level s = sigma/(1+sigma); POSITIVE means MORE noise "
-                        "(SD3 paper convention; diffusers' own SD3 script uses the opposite sign).")
+                   help="Mean of 'logit_normal' in diffusers' meaning: u ~ logit-normal(logit_mean, logit_std) indexes the "
+                        "descending table, so the noise level is s = 1 - u and a POSITIVE value means LESS noise (the SD3 "
+                        "paper's mean with the sign reversed).")
     g.add_argument("--logit_std", type=float, default=1.0, help="Std of 'logit_normal'.")
     g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
     g.add_argument("--snr_gamma", type=positive_float, default=None,
                    help="Min-SNR-gamma loss weighting (Hang et al. 2023); the sampler is told about it.")
-    g.add_argument("--schedule_plot_steps", type=int, default=500,
+    g.add_argument("--schedule_plot_steps", type=plot_steps_arg, default=500,
                    help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
                         "every this many optimizer steps (the first refresh always; rendering takes about a second of "
                         "CPU, more than the sampler itself); 0: at every refresh; -1: never (the logged scalars and "
@@ -102,7 +112,7 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a("--adam_beta2", type=float, default=0.999)
     a("--adam_weight_decay", type=float, default=1e-6 if d.get("unconditional") else 1e-2)
     a("--adam_epsilon", type=float, default=1e-08)
-    a("--max_grad_norm", type=float, default=1.0, help="Gradient clipping norm.")
+    a("--max_grad_norm", type=nonnegative_float, default=1.0, help="Gradient clipping norm (0: no clipping).")
     a("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
     a("--dataloader_num_workers", type=nonnegative_int, default=0)
     a("--checkpointing_steps", type=positive_int, default=500, help="Save an accelerate checkpoint every X optimizer steps.")
@@ -117,10 +127,12 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
 
 def baseline_density_params(args, name: str | None) -> dict | None:
     """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
-    ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters."""
+    ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters. ``--logit_mean``
+    has diffusers' meaning (> 0: less noise); :func:`~diffusers_infonoise.baselines.base_density` takes the SD3
+    paper's (> 0: more noise), so its sign is reversed here, as in :func:`~diffusers_infonoise.integration.sampler_settings`."""
     return {
         "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
-        "logit_normal": {"mean": args.logit_mean, "std": args.logit_std},
+        "logit_normal": {"mean": 0.0 - float(args.logit_mean), "std": args.logit_std},  # 0.0 - x: no -0.0
         "mode": {"scale": args.mode_scale},
     }.get(name)
 
@@ -211,7 +223,7 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g = parser.add_argument_group("LoRA (peft)")
     g.add_argument("--use_lora", action="store_true", help="Train LoRA adapters on the attention projections only.")
     g.add_argument("--lora_rank", type=positive_int, default=4, help="LoRA rank r.")
-    g.add_argument("--lora_alpha", type=float, default=None, help="LoRA alpha (default: the rank, scale 1).")
+    g.add_argument("--lora_alpha", type=positive_float, default=None, help="LoRA alpha (default: the rank, scale 1).")
     g = parser.add_argument_group("validation")
     g.add_argument("--validation_prompts", type=str, nargs="+", default=None,
                    help="Prompts sampled every --validation_epochs epochs and at the end; logged to the tracker.")

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..argtypes import positive_int
 from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
 from ..samplers import NoiseLevels, TrainingTimestepSampler
 from .args import build_noise_sampler
@@ -71,7 +72,7 @@ def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, preco
         g.add_argument("--precondition_outputs", type=int, nargs="?", const=1, default=1, choices=(0, 1),
                        help="1 (default, as diffusers): the loss is on x0 = x - s*v_pred (prediction_type 'sample'); "
                             "0: the loss is on the velocity noise - x0 (prediction_type 'flow').")
-    g.add_argument("--max_sequence_length", type=int, default=max_sequence_length, help="T5 tokens per prompt.")
+    g.add_argument("--max_sequence_length", type=positive_int, default=max_sequence_length, help="T5 tokens per prompt.")
     g.add_argument("--training_mu", type=float, default=None,
                    help="Schedulers with dynamic shifting (Flux): the mu of the training levels' path. Default 0: the "
                         "scheduler's unshifted table, which diffusers' Flux training scripts draw from; inference shifts "

@@ -56,6 +56,12 @@ class RunConfig:
     validation_epochs: int = 1
     validation_prompts: tuple = ()
 
+    def __post_init__(self):
+        g = self.max_grad_norm
+        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0):
+            # clip_grad_norm_ scales by max_norm/norm: a negative value would turn every step uphill, NaN poison it
+            raise ValueError(f"--max_grad_norm: must be a finite number >= 0 (0: no clipping), got {g!r}")
+
 
 @dataclass(frozen=True)
 class OptimizerConfig:
@@ -295,9 +301,19 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
     _, max_steps, num_epochs = training_length(run, dataloader)
     size_warmup_to_run(sampler, max_steps)
     global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
+    if global_step > max_steps:
+        raise ValueError(f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, past this run's "
+                         f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
+                         "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N")
+    total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
+    if global_step == max_steps and max_steps > 0 and run.resume_from_checkpoint:
+        # a requeued job, or a kill during the final save: the checkpoint already is the end of the run
+        logger.warning(f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, the run's last "
+                       f"({max_steps}); nothing is left to train, no step is taken and the weights, EMA and schedule "
+                       "stay as they are (the final outputs are written from them)")
+        return {"global_step": global_step, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps}
 
     monitor = ScheduleMonitor(sampler, run.output_dir, plot_every=run.schedule_plot_steps or None)
-    total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
     logger.info(f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
                 f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
                 f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
