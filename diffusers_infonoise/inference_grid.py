@@ -145,12 +145,24 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
     if density not in GRID_DENSITIES:
         raise ValueError(f"density: accepted values are {', '.join(GRID_DENSITIES)}, got {density!r}")
     x, g, edges, path = _profile_arrays(source, density)
-    sigmas = entropic_time_sigmas(x, g, num_inference_steps, edges=edges)
-    if path is not None:  # the outer bin edges reach half a bin past the path's range
-        sigmas = sigmas.clamp(path.sigma_min, path.sigma_max)
-        if sigmas.numel() > 1 and bool((sigmas[1:] >= sigmas[:-1]).any()):
-            raise ValueError(f"num_inference_steps: {num_inference_steps} steps do not fit the path's range as distinct "
-                             "levels; use fewer")
+
+    def grid(n: int) -> torch.Tensor | None:
+        """The n-step grid, or None when it has fewer than n distinct levels on the path."""
+        sig = entropic_time_sigmas(x, g, n, edges=edges)
+        if path is None:
+            return sig
+        sig = sig.clamp(path.sigma_min, path.sigma_max)  # the outer bin edges reach half a bin past the range
+        return None if sig.numel() > 1 and bool((sig[1:] >= sig[:-1]).any()) else sig
+
+    sigmas = grid(num_inference_steps)
+    if sigmas is None:
+        lo, hi = 1, num_inference_steps  # the largest n that fits (grid(1) always does)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if grid(mid) is not None else (lo, mid)
+        raise ValueError(f"num_inference_steps: {num_inference_steps} steps of this {density} grid do not fit the path's "
+                         f"range as distinct levels: the entropic-time "
+                         f"spacing crowds them where the profile is large; at most {lo} fit here")
     return InferenceGrid(sigmas, density)
 
 

@@ -10,7 +10,9 @@ per-sample error is in (``prediction_type``) and which weight the loss puts on i
 =============================== ==================================================================
 diffusers option                sampler setting
 =============================== ==================================================================
-``--prediction_type`` (VP)      ``prediction_type`` (default: the scheduler's)
+``--prediction_type`` (VP)      ``prediction_type`` (default: the scheduler's); ``sample`` is
+                                train_unconditional.py's x0 loss weighted by ``SNR = ᾱ/(1 − ᾱ)``:
+                                ``loss_weighting="snr"`` (w = SNR on x0, the ε error)
 ``--snr_gamma`` (VP)            ``loss_weighting="min_snr"``, ``snr_gamma``
 ``--precondition_outputs`` 1/0  flow: ``prediction_type="sample"`` (x0 target) / ``"flow"`` (velocity)
 ``--weighting_scheme``          ``sigma_sqrt``/``cosmap``: ``loss_weighting`` of that name (a weight
@@ -67,9 +69,14 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
 
     Raises:
         ValueError: an option that does not belong to the scheduler's path (``--snr_gamma`` or
-        ``--prediction_type`` on flow, ``--weighting_scheme`` off flow), or an unknown scheme.
+        ``--prediction_type`` on flow, ``--weighting_scheme`` off flow), an unknown scheme or prediction
+        type, a ``snr_gamma`` that is not a finite number > 0 (``True`` is not γ = 1), or options that
+        contradict each other (``prediction_type="sample"`` with ``precondition_outputs=0`` on flow).
     """
     kind = scheduler_kind(noise_scheduler)
+    if snr_gamma is not None and not (isinstance(snr_gamma, (int, float)) and not isinstance(snr_gamma, bool)
+                                      and math.isfinite(snr_gamma) and snr_gamma > 0):
+        raise ValueError(f"snr_gamma: must be a finite number > 0 (diffusers' --snr_gamma, e.g. 5.0) or None, got {snr_gamma!r}")
     if kind == "flow":
         if snr_gamma is not None:
             raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; flow scripts weight with "
@@ -77,12 +84,16 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
         if prediction_type not in (None, "flow", "sample"):
             raise ValueError(f"prediction_type: a flow model's loss is on the velocity ('flow') or, with "
                              f"precondition_outputs, on x0 ('sample'); got {prediction_type!r}")
+        if precondition_outputs is not None and prediction_type is not None \
+                and prediction_type != ("sample" if precondition_outputs else "flow"):
+            raise ValueError(f"prediction_type: {prediction_type!r} contradicts precondition_outputs={int(precondition_outputs)} "
+                             "(1: the loss is on x0, 'sample'; 0: on the velocity, 'flow'); give one of them")
         scheme = weighting_scheme or "none"
         if scheme not in _SCHEMES:
             raise ValueError(f"weighting_scheme: accepted values are {', '.join(_SCHEMES)}, got {scheme!r}")
         # diffusers' scripts index a descending table with u ~ logit-normal(mean): their mean > 0 means
         # less noise, the opposite of the SD3 paper's convention this package's density uses
-        base = {"logit_normal": ("logit_normal", {"mean": -float(logit_mean), "std": float(logit_std)}),
+        base = {"logit_normal": ("logit_normal", {"mean": 0.0 - float(logit_mean), "std": float(logit_std)}),
                 "mode": ("mode", {"scale": float(mode_scale)})}.get(scheme, "uniform")  # as diffusers draws
         return {
             "prediction_type": prediction_type or ("sample" if precondition_outputs else "flow"),
@@ -98,10 +109,19 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
     if kind == "ve":  # EDM: the loss on the denoiser D with EDM's weight, whatever the output sign
         if snr_gamma is not None:
             raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; EDM weights with lambda(sigma)")
+        if prediction_type not in (None, "epsilon", "v_prediction", "sample"):
+            raise ValueError(f"prediction_type: {prediction_type!r} is not an EDM option; accepted: epsilon or v_prediction "
+                             "(EDM schedulers' sign of c_out; the loss is on the denoiser D either way) or sample")
         return {"prediction_type": "sample", "loss_weighting": "edm", "snr_gamma": None, "base": None}
     pt = prediction_type or noise_scheduler.config.prediction_type
-    if snr_gamma is not None and not (isinstance(snr_gamma, (int, float)) and math.isfinite(snr_gamma) and snr_gamma > 0):
-        raise ValueError(f"snr_gamma: must be a finite float > 0 or None, got {snr_gamma!r}")
+    if pt not in ("epsilon", "v_prediction", "sample"):
+        raise ValueError(f"prediction_type: {pt!r} is not a VP option; accepted: epsilon, v_prediction, sample")
+    if pt == "sample":
+        # diffusers' train_unconditional.py weights its x0 loss by SNR = ᾱ/(1 − ᾱ): the ε error (METHOD.md §4)
+        if snr_gamma is not None:
+            raise ValueError("snr_gamma: diffusers' sample (x0) loss is SNR-weighted (train_unconditional.py) and has no "
+                             "Min-SNR form; leave snr_gamma unset")
+        return {"prediction_type": "sample", "loss_weighting": "snr", "snr_gamma": None, "base": None}
     return {"prediction_type": pt, "loss_weighting": "min_snr" if snr_gamma else "none",
             "snr_gamma": float(snr_gamma) if snr_gamma else None, "base": None}
 

@@ -138,16 +138,36 @@ class TrainingTimestepSampler:
             raise ValueError(
                 f"loss_weighting: {loss_weighting!r} is defined on the {' / '.join(_WEIGHTING_PATHS[loss_weighting])} path, "
                 f"this is a {path.kind} path; accepted here: "
-                + ", ".join(w for w, kinds in (("none", ()), ("edm", ("ve", "vp")), ("min_snr", ()), ("sigma_sqrt", ("flow",)),
+                + ", ".join(w for w, kinds in (("none", ()), ("edm", ("ve", "vp")), ("min_snr", ()), ("snr", ()), ("sigma_sqrt", ("flow",)),
                                               ("cosmap", ("flow",))) if not kinds or path.kind in kinds)
             )
         self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
         self.snr_gamma = snr_gamma
         self.sigma_data = path.data_scale or 0.5
+        self._check_finite_loss_weight()
         self.optimizer_step = 0
         self.seed = 0
         self.num_draws = 0  # draws from the sampler's own stream, on every rank alike
         self._cell_cache: tuple[int, torch.Tensor] | None = None
+
+    def _check_finite_loss_weight(self) -> None:
+        """Refuse a loss weighting that is infinite somewhere on the path (e.g. EDM's λ(σ) on an ε loss at
+        the σ = inf step of a zero-terminal-SNR scheduler): the loss would be inf there, every time."""
+        if self.path.is_discrete:
+            sig = self.path.sigmas_table
+        else:
+            lo, hi = self.path.log_sigma_range
+            sig = torch.exp(torch.linspace(lo, hi, 257, dtype=torch.float64))
+        u = self.loss_weight(sig)
+        bad = ~torch.isfinite(u)
+        if bool(bad.any()):
+            where = float(sig[bad][0])
+            at = ("the zero-terminal-SNR step (sigma = inf, rescale_betas_zero_snr=True)" if math.isinf(where)
+                  else f"VE sigma {where:.4g}")
+            name = self.loss_weighting if isinstance(self.loss_weighting, str) else "the callable"
+            raise ValueError(f"loss_weighting: {name!r} on a {self.prediction_type!r} loss is infinite at {at} of this "
+                             "scheduler, so the loss would be infinite there; use 'none', 'min_snr' (+ snr_gamma) or a "
+                             "scheduler without that step")
 
     # -- the random stream -------------------------------------------------------------------
     def manual_seed(self, seed: int) -> "TrainingTimestepSampler":

@@ -151,12 +151,38 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         rho_mass = rho * self.estimator.widths
         return float(0.5 * (self.effective_allocation() - rho_mass / rho_mass.sum()).abs().sum())
 
+    def measured_mass(self) -> float:
+        """The share of π's mass in bins that hold a measured m̂ (the others are interpolated or
+        extrapolated, METHOD.md §5.4): a first refresh from 2 of 64 bins can report a small TV(φ, ρ̂)
+        with most of π resting on extrapolation."""
+        probs = self.probs if self.probs is not None else self.base_masses
+        return float(probs[~torch.isnan(self.estimator.m_hat)].sum())
+
+    def metrics(self, prefix: str = "infonoise/") -> dict[str, float]:
+        """The sampler's figures as plain floats for a tracker: ``accelerator.log(sampler.metrics(), step=global_step)``.
+
+        Keys (after ``prefix``): ``adapted`` (0/1), ``num_updates``, ``filled_bins``, ``measured_mass``
+        (:meth:`measured_mass`), ``pi_sigma_p10``/``_p50``/``_p90`` (VE σ quantiles of π), and once an
+        estimate exists ``tv_phi_rho`` (TV(φ, ρ̂), METHOD.md §5's check: ≤ floor + 0.02) and, when a gate
+        applies, ``gate_pivot`` (VE σ). Cheap (bin arithmetic on the CPU; no synchronisation).
+        """
+        q = torch.exp(self.density.icdf(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)))
+        out = {"adapted": float(self.is_adapted), "num_updates": float(self.num_updates),
+               "filled_bins": float(self.estimator.num_filled), "measured_mass": self.measured_mass(),
+               "pi_sigma_p10": float(q[0]), "pi_sigma_p50": float(q[1]), "pi_sigma_p90": float(q[2])}
+        if self.estimator.is_ready:
+            out["tv_phi_rho"] = self.allocation_total_variation()
+            if self.estimator.last_gate.pivot is not None:
+                out["gate_pivot"] = float(self.estimator.last_gate.pivot)
+        return {prefix + k: v for k, v in out.items()}
+
     def _describe_refresh(self) -> dict:
         gate = self.estimator.last_gate
         return {
             "step": self.optimizer_step,
             "tv_phi_rho": self.allocation_total_variation(),
             "filled_bins": self.estimator.num_filled,
+            "measured_mass": self.measured_mass(),
             "gate": gate.source,
             "gate_pivot": gate.pivot,
             "gate_reason": gate.reason,
@@ -256,19 +282,21 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def save_to_scheduler(self, noise_scheduler) -> None:
         """Write the learned schedule into ``noise_scheduler``'s config (see :mod:`.schedule_io`).
 
-        Warns (``UserWarning``) when the schedule never adapted: the run ended before its warm-up, or
-        no bin ever filled; what is stored is then the base density.
+        Warns (``UserWarning``) when the schedule has not adapted yet: saved before the warm-up ended (a
+        mid-run save, or a run shorter than its warm-up), or no bin filled; what is stored is then the base
+        density.
         """
         from .schedule_io import write_schedule
 
         if not self.is_adapted:
-            why = (f"the run ended at optimizer step {self.optimizer_step}, before its warm-up of {self.warmup_steps} "
-                   "steps" if self.optimizer_step < self.warmup_steps else
-                   f"only {self.estimator.num_filled} bins ever held {self.estimator.min_count} samples")
+            why = (f"saved at optimizer step {self.optimizer_step}, before the warm-up of {self.warmup_steps} steps "
+                   "ended" if self.optimizer_step < self.warmup_steps else
+                   f"saved at optimizer step {self.optimizer_step}, and only {self.estimator.num_filled} bins held "
+                   f"{self.estimator.min_count} samples so far")
             fix = ("num_training_steps sizes the automatic warm-up to a tenth of the run, at least one refresh "
                    f"(refresh_every={self.refresh_every}); a smaller warmup_steps or refresh_every adapts sooner"
                    if self.optimizer_step < self.warmup_steps else "fewer num_bins or a lower min_count fill sooner")
-            self._warn_once("unadapted", f"noise sampler: the schedule never adapted ({why}); the saved schedule is "
+            self._warn_once("unadapted", f"noise sampler: the schedule has not adapted ({why}); the saved schedule is "
                                          f"the base density ({fix})")
         write_schedule(noise_scheduler, self)
 

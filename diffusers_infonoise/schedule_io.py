@@ -112,29 +112,33 @@ def validate_payload(payload: Any) -> dict:
     if missing:
         raise ScheduleError(f"{CONFIG_KEY}: missing field(s) {missing}")
     edges, pi, m_hat = payload["edges"], payload["pi"], payload["m_hat"]
-    if not (isinstance(edges, list) and isinstance(pi, list) and isinstance(m_hat, list)):
-        raise ScheduleError(f"{CONFIG_KEY}: edges, pi and m_hat must be lists of numbers")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    for name, values, nulls in (("edges", edges, False), ("pi", pi, False), ("m_hat", m_hat, True)):
+        if not isinstance(values, list) or not all(number(v) or (nulls and v is None) for v in values):
+            raise ScheduleError(f"{CONFIG_KEY}: {name} must be a flat list of numbers" + (" (null where a bin never "
+                                                                                         "filled)" if nulls else ""))
     k = len(pi)
-    if k < 2 or len(edges) != k + 1 or len(m_hat) != k:
+    if len(edges) != k + 1 or len(m_hat) != k:
         raise ScheduleError(f"{CONFIG_KEY}: need len(edges) == len(pi) + 1 == len(m_hat) + 1, got {len(edges)}, {k}, {len(m_hat)}")
-    try:
-        e = torch.tensor(edges, dtype=torch.float64)
-        p = torch.tensor(pi, dtype=torch.float64)
-        m = torch.tensor([math.nan if v is None else v for v in m_hat], dtype=torch.float64)
-    except (TypeError, ValueError) as err:
-        raise ScheduleError(f"{CONFIG_KEY}: non-numeric values in edges, pi or m_hat ({err})") from None
+    if k < MIN_BINS:
+        raise ScheduleError(f"{CONFIG_KEY}: the stored schedule has {k} bins; a schedule has at least {MIN_BINS}")
+    e = torch.tensor(edges, dtype=torch.float64)
+    p = torch.tensor(pi, dtype=torch.float64)
+    m = torch.tensor([math.nan if v is None else v for v in m_hat], dtype=torch.float64)
     if not bool(torch.isfinite(e).all()) or not bool((e[1:] > e[:-1]).all()):
         raise ScheduleError(f"{CONFIG_KEY}: edges must be finite and strictly increasing")
     if not bool(torch.isfinite(p).all()) or bool((p < 0).any()) or abs(float(p.sum()) - 1.0) > 1e-6:
         raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
     filled = m[~torch.isnan(m)]
-    if bool((filled < 0).any()) or not bool(torch.isfinite(filled).all()):
-        raise ScheduleError(f"{CONFIG_KEY}: m_hat must hold finite values >= 0 (null where a bin never filled)")
+    if bool((filled < 0).any()) or not bool(torch.isfinite(filled).all()) or bool((filled > MAX_M_HAT).any()):
+        raise ScheduleError(f"{CONFIG_KEY}: m_hat must hold finite x0-space errors in [0, {MAX_M_HAT:g}] (null where a bin "
+                            f"never filled), got a largest value of {float(filled.max()) if filled.numel() else 0:g}")
     if not isinstance(payload["hyperparameters"], dict):
         raise ScheduleError(f"{CONFIG_KEY}: hyperparameters must be an object, got {type(payload['hyperparameters']).__name__}")
     gate = payload["hyperparameters"].get("gate", "auto")
     if not (gate is None or isinstance(gate, str) or (isinstance(gate, (int, float)) and not isinstance(gate, bool))):
         raise ScheduleError(f"{CONFIG_KEY}: hyperparameters.gate must be a rule name, a number or null, got {gate!r}")
+    _check_edges_span_path(payload["path"], e)
     steps = payload["optimizer_steps"]
     if type(steps) is not int or steps < 0:
         raise ScheduleError(f"{CONFIG_KEY}: optimizer_steps must be an int >= 0, got {steps!r}")
@@ -147,6 +151,32 @@ def validate_payload(payload: Any) -> dict:
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ScheduleError(f"{CONFIG_KEY}: data.{key} must be null or a finite number >= 0, got {v!r}")
     return payload
+
+
+MIN_BINS = 4  # the smallest grid a sampler takes (num_bins >= 4)
+#: an x0-space error is of the order of the data's variance; far above it a payload is corrupted
+#: (and m̂/σ² would overflow on the grid)
+MAX_M_HAT = 1e30
+
+
+def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
+    """The grid must be the recorded path's: from log σ_min to log σ_max (VE, flow), or a VP table's cells
+    around them (they reach half a step beyond the table's first and last σ)."""
+    if not isinstance(path, dict) or path.get("kind") not in ("ve", "vp", "flow"):
+        raise ScheduleError(f"{CONFIG_KEY}: path must be an object with kind 've', 'vp' or 'flow', got {path!r}")
+    try:
+        lo, hi = math.log(float(path["sigma_min"])), math.log(float(path["sigma_max"]))
+    except (KeyError, TypeError, ValueError):
+        raise ScheduleError(f"{CONFIG_KEY}: path needs sigma_min and sigma_max > 0, got {path!r}") from None
+    first, last = float(edges[0]), float(edges[-1])
+    if path["kind"] == "vp":
+        ok = first <= lo + 1e-9 and last >= hi - 1e-9
+    else:
+        ok = abs(first - lo) <= 1e-9 and abs(last - hi) <= 1e-9
+    if not ok:
+        raise ScheduleError(f"{CONFIG_KEY}: edges span log sigma [{first:.6g}, {last:.6g}], but its {path['kind']} path's "
+                            f"sigma range [{path['sigma_min']:.6g}, {path['sigma_max']:.6g}] is log sigma [{lo:.6g}, "
+                            f"{hi:.6g}]; the payload is inconsistent (edited or corrupted)")
 
 
 #: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
@@ -210,10 +240,16 @@ def apply_payload(sampler, payload: dict) -> None:
             f"{sampler.path.config()}; pass use_stored_schedule=False to start from the base density"
         )
     edges = torch.tensor(payload["edges"], dtype=torch.float64)
-    if edges.shape != sampler.edges.shape or not torch.allclose(edges, sampler.edges, rtol=0, atol=1e-9):
+    if edges.shape != sampler.edges.shape:
         raise ValueError(
             f"num_bins: the stored schedule has {edges.numel() - 1} bins, this sampler {sampler.edges.numel() - 1}; "
             "use the same num_bins or pass use_stored_schedule=False"
+        )
+    if not torch.allclose(edges, sampler.edges, rtol=0, atol=1e-9):
+        raise ValueError(
+            f"noise_scheduler: the stored schedule's grid spans log sigma [{float(edges[0]):.6g}, {float(edges[-1]):.6g}], "
+            f"this sampler's [{float(sampler.edges[0]):.6g}, {float(sampler.edges[-1]):.6g}] (both {edges.numel() - 1} "
+            "bins); pass use_stored_schedule=False to start from the base density"
         )
     sampler.estimator.m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
     data = payload.get("data") or {}
@@ -226,8 +262,18 @@ def apply_payload(sampler, payload: dict) -> None:
         return
     mine = _settings(sampler)
     theirs = _payload_settings(payload, mine["hyperparameters"])
-    if mine == theirs or not sampler.estimator.is_ready:
-        sampler.probs = torch.tensor(payload["pi"], dtype=torch.float64)
+    stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
+    if not sampler.estimator.is_ready:
+        raise ScheduleError(f"{CONFIG_KEY}: marked adapted, but m_hat holds fewer than two filled bins")
+    if mine == theirs:
+        # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
+        # floor or the estimate (one refresh's arithmetic)
+        rebuilt = sampler._build_probs()
+        tv = 0.5 * float((rebuilt - stored_pi).abs().sum())
+        if mine["loss_weighting"] != "custom" and tv > 1e-6:
+            raise ScheduleError(f"{CONFIG_KEY}: its pi does not follow from its own m_hat and settings (TV {tv:.3g} from "
+                                "the pi they give): the payload was edited or corrupted")
+        sampler.probs = stored_pi
     else:
         changed = sorted(k for k in mine if mine[k] != theirs[k])
         logging.getLogger(__name__).info(
@@ -253,6 +299,14 @@ def write_schedule(noise_scheduler, sampler) -> dict:
     mu = math.log(sampler.path.shift) if getattr(noise_scheduler.config, "use_dynamic_shifting", False) else None
     if path_from_scheduler(noise_scheduler, mu=mu).config() != sampler.path.config():
         raise ValueError("noise_scheduler: its corruption path differs from the one the sampler was built for")
+    configured = noise_scheduler.config.get("prediction_type")
+    if sampler.path.kind == "vp" and configured is not None and configured != sampler.prediction_type:
+        import warnings
+
+        warnings.warn(f"noise_scheduler: its prediction_type is {configured!r}, but the schedule stored in it was learned "
+                      f"from a {sampler.prediction_type!r} loss; a pipeline reads the model's output as {configured!r}. "
+                      "Save the schedule into the scheduler the model samples with (register_to_config(prediction_type=...))",
+                      UserWarning, stacklevel=2)
     payload = validate_payload(schedule_payload(sampler))
     noise_scheduler.register_to_config(**{CONFIG_KEY: payload})
     return payload

@@ -41,7 +41,7 @@ PREDICTION_TYPES = {
     "edm_f": "‖F̂ − F‖², the raw network output F of EDM's D = c_skip·x + c_out·F",
 }
 
-LOSS_WEIGHTINGS = ("none", "edm", "min_snr", "sigma_sqrt", "cosmap")
+LOSS_WEIGHTINGS = ("none", "edm", "min_snr", "snr", "sigma_sqrt", "cosmap")
 
 LossWeighting = Union[str, Callable[[torch.Tensor], torch.Tensor]]
 
@@ -157,6 +157,9 @@ def loss_weight(
       ``min(SNR, γ)/(SNR + 1)`` on v, ``min(SNR, γ)`` on x0. Each equals ``w = min(SNR, γ)`` on x0.
       At SNR = 0 (σ = inf, a ``rescale_betas_zero_snr`` scheduler's last step) the weight is 1, as in
       diffusers' scripts (``mse_loss_weights[snr == 0] = 1``), where the formula is 0·inf.
+    * ``"snr"``: ``SNR·c(σ)``, i.e. ``w = SNR = 1/σ²`` on x0 for every prediction type: diffusers'
+      ``train_unconditional.py --prediction_type sample`` weights its x0 loss by ``ᾱ/(1 − ᾱ)`` (u = SNR on
+      x0), which makes it the ε error (METHOD.md §4, the unweighted-ε row). 0 at σ = inf.
     * ``"sigma_sqrt"``: SD3's ``s⁻²`` (diffusers ``compute_loss_weighting_for_sd3``).
     * ``"cosmap"``: SD3's ``2/(π·(1 − 2s + 2s²))``.
     * a callable: ``f(sigmas) → u`` (VE σ in, weight on the user's own error out), same shape.
@@ -186,6 +189,10 @@ def loss_weight(
         u = clipped * x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
         # diffusers' convention at zero SNR (a zero-terminal-SNR step, σ = inf): weight 1, not 0·inf
         return torch.where(snr == 0, torch.ones_like(u), u)
+    if loss_weighting == "snr":
+        # SNR·c: on x0 (c = 1) diffusers' snr_weights = ᾱ/(1 − ᾱ) = 1/σ²; at σ = inf, 0 (not 0·inf)
+        c = x0_error_factor(prediction_type, sigmas, sigma_data=sigma_data)
+        return torch.where(torch.isinf(sigmas), torch.zeros_like(c), c / sigmas**2)
     s = _flow_s(sigmas)
     if loss_weighting == "sigma_sqrt":
         return s ** (-2.0)
@@ -203,7 +210,7 @@ def x0_loss_weight(
 ) -> torch.Tensor:
     """``w(σ) = u(σ)/c(σ)``: the weight the user's loss puts on the x0-space error (METHOD.md §4).
 
-    Examples (hand-derived, tested): unweighted ε → ``1/σ²`` (= SNR); unweighted v →
+    Examples (hand-derived, tested): unweighted ε → ``1/σ²`` (= SNR), and so is ``"snr"`` on x0; unweighted v →
     ``(1 + σ²)/σ²``; unweighted flow velocity → ``((1 + σ)/σ)²``; EDM → ``(σ² + σ_d²)/(σ·σ_d)²``;
     Min-SNR-γ → ``min(SNR, γ)``; SD3 ``sigma_sqrt`` on velocity → ``s⁻⁴``.
     """

@@ -42,6 +42,8 @@ def _w(pred, weighting, sig, gamma=5.0):
         return (sig**2 + S_D**2) / (sig * S_D) ** 2
     if weighting == "min_snr":
         return np.minimum(1 / sig**2, gamma)
+    if weighting == "snr":  # diffusers' train_unconditional x0 loss: u = ᾱ/(1 − ᾱ) = SNR on x0
+        return 1 / sig**2
     if weighting == "sigma_sqrt":
         return s**-2 * s**-2
     if weighting == "cosmap":
@@ -188,7 +190,8 @@ def test_a_run_that_never_adapts_says_so():
         make_sampler("infonoise", sched, warmup_steps=100).set_num_training_steps(50)
     s = make_sampler("infonoise", sched, warmup_steps=100)
     _feed(s, steps=3, batch=4)
-    with pytest.warns(UserWarning, match="before its warm-up of 100"):
+    # a mid-run save says when it was saved, not that the run ended (issue 20)
+    with pytest.warns(UserWarning, match=r"has not adapted \(saved at optimizer step 3, before the warm-up of 100 steps ended\)"):
         s.save_to_scheduler(sched)
     # warm-up over, but the statistics never filled two bins (one level, min_count too high)
     s = make_sampler("infonoise", sched, warmup_steps=2, refresh_every=1, min_count=10_000)
@@ -295,3 +298,31 @@ def test_lora_sized_runs_adapt_and_stay_put_with_the_defaults(kind, pred, weight
     tv = total_variation(phi, gauss_mmse(sig, S_D) / sig**2)
     assert tv <= 0.05 + 0.02, tv  # measured 0.02-0.04
     assert total_variation(before.numpy(), sampler.probs.numpy()) <= 0.02
+
+
+def test_metrics_for_a_tracker_and_the_mass_on_measured_bins():
+    """``sampler.metrics()`` (issue 20): the refresh figures as floats for ``accelerator.log``. Checked against the
+    draws themselves: the share of draws in bins that hold a measured m̂, and the quantiles of drawn σ."""
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, warmup_steps=1, refresh_every=1, min_count=1, num_bins=16)
+    # errors at two levels only: two measured bins, the other 14 interpolated or extrapolated
+    sig = torch.tensor([0.3, 0.3, 2.0, 2.0], dtype=torch.float32)
+    from diffusers_infonoise import NoiseLevels
+
+    s.update(NoiseLevels(0.25 * torch.log(sig), sig, -2 * torch.log(sig)), torch.tensor([0.05, 0.06, 0.2, 0.21]))
+    s.step()
+    m = s.metrics()
+    assert set(m) == {f"infonoise/{k}" for k in ("adapted", "num_updates", "filled_bins", "measured_mass", "pi_sigma_p10",
+                                                  "pi_sigma_p50", "pi_sigma_p90", "tv_phi_rho", "gate_pivot")}
+    assert m["infonoise/adapted"] == 1.0 and m["infonoise/filled_bins"] == 2.0 and m["infonoise/num_updates"] == 1.0
+    assert all(isinstance(v, float) for v in m.values())
+    assert m["infonoise/tv_phi_rho"] == pytest.approx(s.allocation_total_variation()) and m["infonoise/tv_phi_rho"] <= 0.07
+    assert s.last_refresh["measured_mass"] == m["infonoise/measured_mass"]
+    drawn = s.sample(200_000, generator=torch.Generator().manual_seed(0)).sigmas.double()
+    measured = torch.tensor([float(torch.log(torch.tensor(v))) for v in (0.3, 2.0)], dtype=torch.float64)
+    lo = s.estimator.bin_index(measured)
+    in_measured = torch.isin(s.estimator.bin_index(torch.log(drawn)), lo).double().mean()
+    assert abs(float(in_measured) - m["infonoise/measured_mass"]) < 0.005
+    assert 0.05 < m["infonoise/measured_mass"] < 0.95  # most of π rests on the two measured bins' neighbours too
+    for q, key in ((0.1, "p10"), (0.5, "p50"), (0.9, "p90")):
+        assert math.log(float(torch.quantile(drawn[:100_000], q)) / m[f"infonoise/pi_sigma_{key}"]) == pytest.approx(0, abs=0.02)

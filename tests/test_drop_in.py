@@ -33,6 +33,11 @@ from diffusers_infonoise.training.loop import weighted_loss
      ("sample", "cosmap", None, "uniform")),
     (FlowMatchEulerDiscreteScheduler(), {}, ("flow", "none", None, "uniform")),
     (EDMEulerScheduler(), {}, ("sample", "edm", None, None)),
+    (EDMEulerScheduler(prediction_type="v_prediction"), {"prediction_type": "v_prediction"}, ("sample", "edm", None, None)),
+    # train_unconditional.py's sample branch: snr_weights·(x̂0 − x0)², w = SNR on x0 (issue 20)
+    (DDPMScheduler(), {"prediction_type": "sample"}, ("sample", "snr", None, None)),
+    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "sample", "precondition_outputs": 1},
+     ("sample", "none", None, "uniform")),
 ])
 def test_diffusers_options_map_to_the_loss_the_script_trains(scheduler, options, expected):
     got = sampler_settings(scheduler, **options)
@@ -72,6 +77,15 @@ def test_the_base_density_is_what_diffusers_scripts_draw(scheme, options):
     (DDPMScheduler(), {"precondition_outputs": 1}, "precondition_outputs"),
     (DDPMScheduler(), {"snr_gamma": -1.0}, "snr_gamma"),
     (EDMEulerScheduler(), {"snr_gamma": 5.0}, "snr_gamma"),
+    # contradictory options are refused, not resolved silently (issue 20)
+    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "sample", "precondition_outputs": 0},
+     r"prediction_type: 'sample' contradicts precondition_outputs=0"),
+    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "flow", "precondition_outputs": 1},
+     r"prediction_type: 'flow' contradicts precondition_outputs=1"),
+    (DDPMScheduler(), {"snr_gamma": True}, r"snr_gamma: must be a finite number > 0 .* got True"),
+    (EDMEulerScheduler(), {"prediction_type": "velocity"}, r"prediction_type: 'velocity' is not an EDM option; accepted"),
+    (DDPMScheduler(), {"prediction_type": "flow"}, r"prediction_type: 'flow' is not a VP option"),
+    (DDPMScheduler(), {"prediction_type": "sample", "snr_gamma": 5.0}, r"snr_gamma: diffusers' sample \(x0\) loss"),
 ])
 def test_options_of_another_path_are_refused(scheduler, options, pattern):
     with pytest.raises(ValueError, match=pattern):

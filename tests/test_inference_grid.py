@@ -242,3 +242,27 @@ def test_a_capped_schedules_grid_warns():
         sampler.step()
     with pytest.warns(UserWarning, match="profile_from_model"):
         infogrid(sampler, 4)
+
+
+def test_too_many_steps_say_how_many_fit():
+    """On a 1000-step DDPM path the InfoGrid failed at the pipeline's own default of 1000 steps without saying
+    what would fit (issue 20). The message names the largest N, and that N is accepted, N + 1 is not."""
+    import re
+    import warnings
+
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1, gate=None,
+                                                              mmse_cap=None)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lv = sampler.sample(8192, generator=gen)
+        sampler.update(lv, 0.25 / (lv.sigmas.double() ** 2 + 0.25))
+        sampler.step()
+    with pytest.raises(ValueError, match=r"1000 steps of this q_sigma grid do not fit .* at most \d+ fit here") as info:
+        infogrid(sampler, 1000)
+    n = int(re.search(r"at most (\d+) fit", str(info.value)).group(1))
+    assert 10 < n < 1000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert len(infogrid(sampler, n)) == n
+    with pytest.raises(ValueError, match=f"at most {n} fit"):
+        infogrid(sampler, n + 1)

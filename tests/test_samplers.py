@@ -249,7 +249,7 @@ def test_bad_update_and_sample_arguments(call, exc, name):
         (lambda: make_sampler("infonoise", DDPMScheduler(), prediction_type="x0"), ValueError, "prediction_type.*accepted"),
         (lambda: make_sampler("uniform", FlowMatchEulerDiscreteScheduler(), prediction_type="epsilon"), ValueError,
          "prediction_type.*accepted"),
-        (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting="snr"), ValueError, "loss_weighting.*accepted"),
+        (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting="p2"), ValueError, "loss_weighting.*accepted"),
         (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting=1.0), TypeError, "loss_weighting"),
         (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting="min_snr"), ValueError, "snr_gamma"),
         (lambda: make_sampler("nope", DDPMScheduler()), ValueError, "name.*accepted"),

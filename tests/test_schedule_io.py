@@ -242,16 +242,28 @@ def _corrupt(payload, how):
         p["version"] = 1.0
     elif how == "steps_negative":
         p["optimizer_steps"] = -4
+    elif how == "nested_edges":  # issue 20: passed validation
+        p["edges"] = [[v] for v in p["edges"]]
+    elif how == "m_hat_huge":  # issue 20: passed validation, then failed deep inside (m̂/σ² overflows)
+        p["m_hat"][5] = 1e308
+    elif how == "three_bins":  # issue 20: blamed on a num_bins option the user never gave
+        p["edges"], p["pi"], p["m_hat"] = p["edges"][:4], [0.2, 0.5, 0.3], p["m_hat"][:3]
+    elif how == "edges_shifted":  # issue 20: reported as "16 bins, this sampler 16"
+        p["edges"] = [v + 0.5 for v in p["edges"]]
     return p
 
 
 @pytest.mark.parametrize(
     "how,pattern",
     [("version", "version"), ("format", "format"), ("missing", "missing.*pi"), ("pi_sum", "pi"), ("pi_negative", "pi"),
-     ("length", "len"), ("text", "non-numeric"), ("edges_order", "edges"), ("m_hat_negative", "m_hat"),
+     ("length", "len"), ("text", "edges must be a flat list of numbers"), ("edges_order", "edges"), ("m_hat_negative", "m_hat"),
      ("not_a_dict", "JSON object"), ("m_hat_infinity", "m_hat"), ("hyper_null", "hyperparameters"),
      ("hyper_list", "hyperparameters"), ("gate_not_a_string", "gate"), ("version_true", "version"),
-     ("version_float", "version"), ("steps_negative", "optimizer_steps")],
+     ("version_float", "version"), ("steps_negative", "optimizer_steps"),
+     ("nested_edges", "edges must be a flat list of numbers"),
+     ("m_hat_huge", r"m_hat must hold finite x0-space errors in \[0, 1e\+30\].*1e\+308"),
+     ("three_bins", "the stored schedule has 3 bins; a schedule has at least 4"),
+     ("edges_shifted", r"edges span log sigma \[.*\], but its vp path's sigma range .*\(edited or corrupted\)")],
 )
 def test_corrupted_payload_rejected(how, pattern, tmp_path):
     sched = DDPMScheduler()
@@ -269,6 +281,33 @@ def test_corrupted_payload_rejected(how, pattern, tmp_path):
         InfoNoiseTrainingTimestepSampler.from_scheduler(loaded)
     # opting out of the stored schedule does not even read it
     assert not InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, use_stored_schedule=False).is_adapted
+
+
+def test_an_edited_pi_is_refused_against_its_own_m_hat(tmp_path):
+    """π is a function of the stored m̂ and settings (issue 20: all mass moved to the top bin made every draw
+    land there, the floor bypassed). The check rebuilds it; an untouched payload passes bit for bit."""
+    sched = EDMEulerScheduler()
+    _adapted(sched).save_to_scheduler(sched)
+    payload = json.loads(json.dumps(sched.config[CONFIG_KEY]))
+    assert torch.equal(InfoNoiseTrainingTimestepSampler.from_scheduler(sched).probs,
+                       torch.tensor(payload["pi"], dtype=torch.float64))
+    payload["pi"] = [0.0] * (len(payload["pi"]) - 1) + [1.0]
+    sched.register_to_config(**{CONFIG_KEY: payload})
+    assert read_schedule(sched)["pi"][-1] == 1.0  # well-formed: the format check passes it
+    with pytest.raises(ScheduleError, match=r"pi does not follow from its own m_hat and settings \(TV (0\.9|1)"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(sched)
+
+
+def test_saving_into_a_scheduler_of_another_prediction_type_warns():
+    """A v-model's schedule saved into an ε config (issue 20: silent)."""
+    sampler = _adapted(DDPMScheduler(prediction_type="v_prediction"))
+    assert sampler.prediction_type == "v_prediction"
+    with pytest.warns(UserWarning, match="prediction_type is 'epsilon', but the schedule stored in it was learned from a "
+                                         "'v_prediction' loss"):
+        sampler.save_to_scheduler(DDPMScheduler(prediction_type="epsilon"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sampler.save_to_scheduler(DDPMScheduler(prediction_type="v_prediction"))
 
 
 def test_log_capture_sees_diffusers_warnings(diffusers_log):

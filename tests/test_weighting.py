@@ -118,6 +118,9 @@ def _hand_rows():
         ("edm", "sample", None, lam, lam),
         ("edm", "edm_f", None, torch.ones_like(sig), lam),
         ("edm", "epsilon", None, lam * sig**2, lam),
+        # diffusers' train_unconditional x0 loss: snr_weights = ᾱ/(1 − ᾱ) = 1/σ² on x0 (the ε error)
+        ("snr", "sample", None, 1 / sig**2, 1 / sig**2),
+        ("snr", "epsilon", None, torch.ones_like(sig), 1 / sig**2),
         ("sigma_sqrt", "flow", None, s**-2, s**-2 * s**-2),
         ("sigma_sqrt", "sample", None, s**-2, s**-2),
         ("cosmap", "flow", None, 2 / (math.pi * (1 - 2 * s + 2 * s**2)), 2 / (math.pi * (1 - 2 * s + 2 * s**2)) * s**-2),
@@ -195,7 +198,7 @@ def test_conversion_factors_by_hand():
     "call,exc,name",
     [
         (lambda: x0_error_factor("eps", SIG), ValueError, "prediction_type"),
-        (lambda: x0_loss_weight("snr", "epsilon", SIG), ValueError, "loss_weighting"),
+        (lambda: x0_loss_weight("p2", "epsilon", SIG), ValueError, "loss_weighting"),
         (lambda: x0_loss_weight(3, "epsilon", SIG), TypeError, "loss_weighting"),
         (lambda: x0_loss_weight("min_snr", "epsilon", SIG), ValueError, "snr_gamma"),
         (lambda: x0_loss_weight("min_snr", "epsilon", SIG, snr_gamma=-1.0), ValueError, "snr_gamma"),
@@ -246,3 +249,23 @@ def test_weightings_that_mean_nothing_on_a_path_are_refused(scheduler, weighting
     sched = {"ddpm": DDPMScheduler, "edm": EDMEulerScheduler, "flow": FlowMatchEulerDiscreteScheduler}[scheduler]()
     with pytest.raises(ValueError, match=f"loss_weighting: '{weighting}' is defined on the"):
         make_sampler("infonoise", sched, loss_weighting=weighting)
+
+
+def test_a_weighting_that_is_infinite_on_the_path_is_refused_at_construction():
+    """EDM's λ(σ) on an ε loss is λ·σ², infinite at the σ = inf step of a zero-terminal-SNR DDPM scheduler
+    (issue 20: an infinite weight reached the loss). Min-SNR and diffusers' SNR-weighted x0 loss stay finite
+    there (1 and 0, by hand)."""
+    from diffusers import DDPMScheduler
+
+    from diffusers_infonoise import make_sampler
+    from diffusers_infonoise.weighting import loss_weight
+
+    sched = DDPMScheduler(rescale_betas_zero_snr=True)
+    with pytest.raises(ValueError, match=r"loss_weighting: 'edm' on a 'epsilon' loss is infinite at the "
+                                         r"zero-terminal-SNR step \(sigma = inf"):
+        make_sampler("infonoise", sched, prediction_type="epsilon", loss_weighting="edm")
+    with pytest.raises(ValueError, match="loss_weighting: 'edm'"):
+        make_sampler("uniform", sched, prediction_type="epsilon", loss_weighting="edm")
+    make_sampler("infonoise", sched, prediction_type="epsilon", loss_weighting="min_snr", snr_gamma=5.0)
+    make_sampler("infonoise", sched, prediction_type="sample", loss_weighting="snr")
+    assert float(loss_weight("snr", "sample", torch.tensor([math.inf], dtype=torch.float64))) == 0.0
