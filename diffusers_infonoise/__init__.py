@@ -24,10 +24,10 @@ from .weighting import x0_error_factor, x0_loss_weight  # noqa: E402
 #: (``import diffusers_infonoise`` stays light for spawned worker processes)
 _LAZY = {
     "InfoNoiseUnconditionalPipeline": "pipeline",
-    "InferenceGrid": "inference_grid",
+    "InferenceGrid": "scheduler_grids",
     "infogrid": "inference_grid",
-    "scheduler_grid_kwargs": "inference_grid",
-    "set_infogrid": "inference_grid",
+    "scheduler_grid_kwargs": "scheduler_grids",
+    "set_infogrid": "scheduler_grids",
     "load_learned_sampler": "diagnostics",
     "profile_from_model": "diagnostics",
 }

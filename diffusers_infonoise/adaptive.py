@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from . import densities as D
+from . import densities
 from .baselines import _resolve_base
 from .data_statistics import DataStatistics
 from .estimator import ProfileEstimator
@@ -104,7 +104,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.num_training_steps = num_training_steps
         self._warmup_setting = warmup_steps
         self.base, self.base_description = _resolve_base(path, base)
-        self.base_masses = D.bin_masses(self.base, edges)
+        self.base_masses = densities.bin_masses(self.base, edges)
         self.base_masses = self.base_masses / self.base_masses.sum()
         self.hyperparameters = {
             "num_bins": num_bins,
@@ -221,7 +221,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def density(self):
         if self.probs is None:
             return self.base
-        return D.Piecewise(self.edges, self.probs)
+        return densities.Piecewise(self.edges, self.probs)
 
     def _density_version(self):
         return self.num_updates

@@ -5,26 +5,30 @@ from __future__ import annotations
 
 import logging
 
-from . import densities as D
+from . import densities
 from .paths import NoisePath
 from .sampler_base import TrainingTimestepSampler
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "FIXED_DENSITY_NAMES",
     "FixedDensitySampler",
     "base_density",
 ]
+
+#: the fixed densities by name (:func:`base_density`), the baselines InfoNoise is compared with
+FIXED_DENSITY_NAMES = ("uniform", "edm_lognormal", "logit_normal", "mode", "log_uniform", "cosine")
 
 
 class FixedDensitySampler(TrainingTimestepSampler):
     """Draws from a fixed density of log σ (a baseline). ``density`` is truncated to the path's range."""
 
-    def __init__(self, path: NoisePath, density: D.Density, *, name: str = "fixed", **kwargs):
+    def __init__(self, path: NoisePath, density: densities.Density, *, name: str = "fixed", **kwargs):
         super().__init__(path, **kwargs)
         lo, hi = path.log_sigma_range
         self.name = name
-        self._density = density if isinstance(density, D.Piecewise) else D.Truncated(density, lo, hi)
+        self._density = density if isinstance(density, densities.Piecewise) else densities.Truncated(density, lo, hi)
 
     @property
     def density(self):
@@ -34,7 +38,7 @@ class FixedDensitySampler(TrainingTimestepSampler):
         return {**super().describe(), "density": self._density.describe()}
 
 
-def base_density(name: str, path: NoisePath, **params) -> D.Density:
+def base_density(name: str, path: NoisePath, **params) -> densities.Density:
     """The fixed density of a baseline sampler on ``path``, per unit log σ (VE σ).
 
     ``uniform``: uniform t on VP (every integer step has mass 1/N), uniform flow level s (shifted),
@@ -61,38 +65,32 @@ def base_density(name: str, path: NoisePath, **params) -> D.Density:
         return path.uniform_density()
     if name == "edm_lognormal":
         p = take(P_mean=-1.2, P_std=1.2)
-        return D.Normal(p["P_mean"], p["P_std"])
+        return densities.Normal(p["P_mean"], p["P_std"])
     if name == "logit_normal":
         p = take(mean=0.0, std=1.0)
-        return D.Shifted(D.Normal(p["mean"], p["std"]), off)
+        return densities.Shifted(densities.Normal(p["mean"], p["std"]), off)
     if name == "mode":
         p = take(scale=1.29)
-        return D.Shifted(D.Mode(p["scale"]), off)
+        return densities.Shifted(densities.Mode(p["scale"]), off)
     if name == "log_uniform":
         take()
-        return D.Uniform(lo, hi)
+        return densities.Uniform(lo, hi)
     if name == "cosine":
         p = take(sigma_data=path.data_scale or 1.0)
-        return D.Cosine(p["sigma_data"])
-    raise ValueError(f"name: unknown base density {name!r}; accepted: {', '.join(_FIXED_NAMES)}")
+        return densities.Cosine(p["sigma_data"])
+    raise ValueError(f"name: unknown base density {name!r}; accepted: {', '.join(FIXED_DENSITY_NAMES)}")
 
 
-_FIXED_NAMES = ("uniform", "edm_lognormal", "logit_normal", "mode", "log_uniform", "cosine")
-
-
-_PATH_DEFAULT_BASE = {"ve": "edm_lognormal", "vp": "uniform", "flow": "logit_normal"}
-
-
-def _resolve_base(path: NoisePath, base) -> tuple[D.Density, dict]:
-    """``base`` may be None (the path's conventional density, METHOD.md §5.2), a name, a
+def _resolve_base(path: NoisePath, base) -> tuple[densities.Density, dict]:
+    """``base`` may be None (the path's conventional density, METHOdensities.md §5.2), a name, a
     ``(name, params)`` pair, or a Density."""
     if base is None:
-        base = _PATH_DEFAULT_BASE[path.kind]
-    if isinstance(base, D.Density):
+        base = path.default_base
+    if isinstance(base, densities.Density):
         density, desc = base, {"density": base.describe()}
     elif not (isinstance(base, str) or (isinstance(base, (tuple, list)) and len(base) == 2 and isinstance(base[0], str)
                                         and isinstance(base[1], dict))):
-        raise ValueError(f"base: expected None, a density name ({', '.join(_FIXED_NAMES)}), a (name, params) pair or a "
+        raise ValueError(f"base: expected None, a density name ({', '.join(FIXED_DENSITY_NAMES)}), a (name, params) pair or a "
                          f"Density, got {base!r}")
     else:
         name, params = (base, {}) if isinstance(base, str) else base
@@ -102,6 +100,6 @@ def _resolve_base(path: NoisePath, base) -> tuple[D.Density, dict]:
             raise ValueError(f"base: {err}") from None
         desc = {"name": name, **params}
     lo, hi = path.log_sigma_range
-    if not isinstance(density, D.Piecewise):
-        density = D.Truncated(density, lo, hi)
+    if not isinstance(density, densities.Piecewise):
+        density = densities.Truncated(density, lo, hi)
     return density, desc

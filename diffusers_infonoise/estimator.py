@@ -26,11 +26,24 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 
 import torch
 
 from .densities import searchsorted
+from .gate import (  # noqa: F401  (the gate's names, re-exported for callers of the estimator)
+    AUTO_GATE_THRESHOLD,
+    DATA_GRID_FRACTION,
+    GATE_EXPONENT,
+    GATE_RULES,
+    GateResult,
+    apply_gate,
+    automatic_gate_pivot,
+    data_grid_pivot,
+    gated_shape,
+    log_gate,
+    parse_gate,
+    profile_gate_pivot,
+)
 
 __all__ = [
     "ProfileEstimator",
@@ -45,113 +58,6 @@ __all__ = [
     "log_gate",
     "GATE_EXPONENT",
 ]
-
-GATE_EXPONENT = 3  # n of the paper's clean-end gate
-AUTO_GATE_THRESHOLD = 0.002  # p of the automatic pivot rule (METHOD.md §5.5)
-DATA_GRID_FRACTION = 0.1  # c = a tenth of the smallest gap between the data's values (METHOD.md §5.5, ours)
-
-#: the gate rules a ``gate`` argument may name (besides a pinned float pivot and ``None``)
-GATE_RULES = ("auto", "data", "profile", "paper")
-
-
-@dataclass
-class GateResult:
-    """The pivot the gate used and why.
-
-    ``source``: ``"pinned"`` (a float ``gate``), ``"data"`` (from the data's value grid), ``"profile"``
-    (the repaired profile rule), ``"paper"`` (the paper's rule as first implemented), ``"fallback"``
-    (``gate_fallback``, when the rule had nothing to go on or misfired) or ``"off"``. ``pivot`` is
-    ``None`` when no gate applies.
-    """
-
-    pivot: float | None
-    source: str
-    reason: str = ""
-    auto_pivot: float | None = None
-
-
-def parse_gate(text: str) -> str | float | None:
-    """A ``gate`` value from text (command lines): a rule of :data:`GATE_RULES`, ``none``/``off`` (no
-    gate) or a positive float pivot (VE σ).
-
-    Raises:
-        ValueError: anything else, naming the accepted values.
-    """
-    if text.lower() in ("none", "off"):
-        return None
-    if text in GATE_RULES:
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"accepted values: {', '.join(GATE_RULES)}, none, or a positive float pivot (VE sigma); got {text!r}")
-    return value
-
-
-def automatic_gate_pivot(sigmas: torch.Tensor, m_hat: torch.Tensor, threshold: float = AUTO_GATE_THRESHOLD) -> float:
-    """The automatic pivot c of METHOD.md §5.5 (ungated, before any fallback).
-
-    On the per-dσ profile ``m̂/σ³`` normalised to max 1, c is the largest grid σ where it is still
-    ``≥ threshold``, scanning from high σ down.
-
-    Args:
-        sigmas: (K,) VE σ of the bin centres, increasing. m_hat: (K,) x0-space errors.
-    """
-    per_dsigma = m_hat / sigmas**3
-    per_dsigma = per_dsigma / per_dsigma.max()
-    above = torch.nonzero(per_dsigma >= threshold).flatten()
-    return float(sigmas[above.max()]) if above.numel() else float(sigmas[0])
-
-
-def profile_gate_pivot(sigmas: torch.Tensor, m_hat: torch.Tensor, threshold: float = AUTO_GATE_THRESHOLD) -> float | None:
-    """The paper's rule repaired (METHOD.md §5.5, ours): the onset of the per-dσ profile.
-
-    On ``m̂/σ³`` normalised to max 1, c is the *smallest* grid σ where it reaches ``threshold``,
-    scanning from the clean end up: below c the data has (almost) nothing left to resolve. A profile
-    that is already above the threshold at σ_min (continuous data, or a trained network's model error
-    at the clean end) needs no gate: ``None``.
-
-    Args:
-        sigmas: (K,) VE σ of the bin centres, increasing. m_hat: (K,) x0-space errors.
-    """
-    per_dsigma = m_hat / sigmas**3
-    per_dsigma = per_dsigma / per_dsigma.max()
-    above = torch.nonzero(per_dsigma >= threshold).flatten()
-    if not above.numel() or int(above.min()) == 0:
-        return None
-    return float(sigmas[above.min()])
-
-
-def data_grid_pivot(min_gap: float, fraction: float = DATA_GRID_FRACTION) -> float:
-    """c from the data's own value grid (METHOD.md §5.5, ours): ``fraction`` of the smallest gap
-    between distinct values of x0 (a gap of 2 on {−1, 1} gives the paper's 0.2; 8-bit images in
-    [−1, 1] give ≈ 0.0008, below every path's σ_min, i.e. no gate; continuous data gives ≈ 0)."""
-    return fraction * float(min_gap)
-
-
-def log_gate(sigmas: torch.Tensor, pivot: float | None) -> torch.Tensor:
-    """``log(σⁿ/(σⁿ + cⁿ)) = −softplus(n·(log c − log σ))`` with n = 3 (paper; METHOD.md §5.5), finite for
-    every σ > 0 and pivot c > 0 (the gate itself underflows to 0 once c/σ ≳ 1e100); zeros when
-    ``pivot`` is None. ``sigmas``: VE σ, any shape, float64."""
-    if pivot is None:
-        return torch.zeros_like(sigmas)
-    return -torch.nn.functional.softplus(GATE_EXPONENT * (math.log(pivot) - torch.log(sigmas)))
-
-
-def apply_gate(sigmas: torch.Tensor, q: torch.Tensor, pivot: float | None) -> torch.Tensor:
-    """``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3 (paper); ``pivot=None`` returns q unchanged."""
-    return q * torch.exp(log_gate(sigmas, pivot))
-
-
-def gated_shape(sigmas: torch.Tensor, q: torch.Tensor, pivot: float | None) -> torch.Tensor:
-    """:func:`apply_gate` up to a constant factor, with its largest value 1: the gated profile's shape
-    computed in log space, so that a pivot far above the grid (every bin gated to ~0) still
-    normalises to ρ̂ ∝ q·σⁿ instead of 0/0."""
-    log_r = torch.log(q) + log_gate(sigmas, pivot)
-    return torch.exp(log_r - log_r.max())
-
 
 class ProfileEstimator:
     """Binned EMA estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
@@ -365,6 +271,47 @@ class ProfileEstimator:
         self.num_refreshes += 1
         return update
 
+    def load_m_hat(self, edges: torch.Tensor, m_hat: torch.Tensor) -> bool:
+        """Start from an m̂ estimated on a grid of ``edges`` (a stored schedule; METHOD.md §5.9 'stored').
+
+        On this estimator's grid it is taken as it is (NaN = a bin never filled); on another grid (another
+        K or σ range, or another path's, all on VE log σ) ln m̂ of the filled bins is interpolated linearly
+        in log σ onto this grid's bin centres, flat beyond its ends. Open and carried statistics are
+        cleared; the EMA continues from this m̂.
+
+        Args:
+            edges: (K'+1,) increasing log-σ edges (VE σ) of the stored grid. m_hat: (K',) x0-space errors.
+
+        Returns:
+            True when m̂ was interpolated (the grids differ).
+
+        Raises:
+            ValueError: fewer than two filled bins in ``m_hat``, or a grid that does not overlap this one.
+        """
+        edges = torch.as_tensor(edges, dtype=torch.float64).flatten()
+        m_hat = torch.as_tensor(m_hat, dtype=torch.float64).flatten()
+        same = edges.shape == self.edges.shape and torch.allclose(edges, self.edges, rtol=0, atol=1e-9)
+        filled = ~torch.isnan(m_hat)
+        if int(filled.sum()) < 2:
+            raise ValueError("m_hat: a stored estimate needs at least two filled bins")
+        if same:
+            new = m_hat.clone()
+        else:
+            centres = 0.5 * (edges[1:] + edges[:-1])[filled]
+            if float(centres[-1]) < float(self.edges[0]) or float(centres[0]) > float(self.edges[-1]):
+                raise ValueError(f"edges: the stored estimate covers log sigma [{float(centres[0]):.4g}, "
+                                 f"{float(centres[-1]):.4g}], outside this grid's [{float(self.edges[0]):.4g}, "
+                                 f"{float(self.edges[-1]):.4g}]: nothing to start from")
+            y = torch.log(m_hat[filled].clamp_min(1e-300))
+            new = torch.exp(_interp_flat(self.centers, centres, y))
+        self.m_hat = new
+        k = self.num_bins
+        zeros = lambda: torch.zeros(k, dtype=torch.float64)  # noqa: E731
+        self.sums, self.counts, self.merged_sums, self.merged_counts = zeros(), zeros(), zeros(), zeros()
+        self.carry_sums, self.carry_counts, self.total_counts = zeros(), zeros(), zeros()
+        self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
+        return not same
+
     @property
     def num_filled(self) -> int:
         """How many bins hold an estimate."""
@@ -512,6 +459,13 @@ def _comm_device(device: torch.device) -> torch.device:
     if torch.distributed.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def _interp_flat(x: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor) -> torch.Tensor:
+    """Linear interpolation of (xp, fp) at x (xp increasing), constant beyond the ends (numpy's ``interp``)."""
+    j = torch.searchsorted(xp, x).clamp(1, xp.numel() - 1)
+    t = ((x - xp[j - 1]) / (xp[j] - xp[j - 1])).clamp(0, 1)
+    return fp[j - 1] + t * (fp[j] - fp[j - 1])
 
 
 def _gaussian_smooth(y: torch.Tensor, std_bins: float) -> torch.Tensor:

@@ -12,6 +12,8 @@ EDM timestep scaling and preconditioning below can never differ between them (ME
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from .paths import scheduler_kind
@@ -72,7 +74,8 @@ def _fits(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def model_output(model, noise_scheduler, noisy: torch.Tensor, timesteps: torch.Tensor, sigmas: torch.Tensor | None = None,
-                 *, model_kwargs: dict | None = None, edm_timestep_scale: float = EDM_TIMESTEP_SCALE) -> torch.Tensor:
+                 *, model_kwargs: dict | None = None, edm_timestep_scale: float = EDM_TIMESTEP_SCALE,
+                 pack: Callable | None = None, unpack: Callable | None = None) -> torch.Tensor:
     """The network's prediction for a noisy (B, ...) batch, in the parameterization it is trained in:
     the one model call of training, the text-to-image scripts and the diagnostics.
 
@@ -83,6 +86,9 @@ def model_output(model, noise_scheduler, noisy: torch.Tensor, timesteps: torch.T
         sigmas: (B,) VE σ; required on EDM, where the result is the denoiser ``D`` (an x0 estimate).
         model_kwargs: passed to the model (``encoder_hidden_states``, ``pooled_projections``, ...).
         edm_timestep_scale: the factor on EDM's ``c_noise`` (METHOD.md §7); it must be the training's.
+        pack, unpack: for a model that sees its input in another layout: ``pack(x)`` is what it is fed
+            (Flux: ``FluxPipeline._pack_latents``, 2x2 patches), ``unpack(out)`` turns its output back into
+            the shape of ``noisy`` (``_unpack_latents``). Default: the identity.
 
     Returns:
         float32, shaped like ``noisy``: VP ε/v/x0, flow velocity (or x0), EDM ``D``.
@@ -91,14 +97,18 @@ def model_output(model, noise_scheduler, noisy: torch.Tensor, timesteps: torch.T
         ValueError: ``sigmas`` missing on an EDM scheduler, or an output shaped unlike ``noisy`` (a model
             that does not fit the data's channels or resolution).
     """
+    def call(x, t):
+        out = call_model(model, x if pack is None else pack(x), t, model_kwargs)
+        return _fits(out if unpack is None else unpack(out), noisy)
+
     if scheduler_kind(noise_scheduler) != "ve":
-        return _fits(call_model(model, noisy, timesteps, model_kwargs), noisy)
+        return call(noisy, timesteps)
     if sigmas is None:
         raise ValueError("sigmas: required for EDM schedulers (the preconditioning depends on sigma)")
     shape = (-1,) + (1,) * (noisy.ndim - 1)
     sig = sigmas.to(device=noisy.device, dtype=noisy.dtype).view(shape)
     x_in = noise_scheduler.precondition_inputs(noisy, sig)
-    f = _fits(call_model(model, x_in, timesteps * edm_timestep_scale, model_kwargs), noisy)
+    f = call(x_in, timesteps * edm_timestep_scale)
     return noise_scheduler.precondition_outputs(noisy, f.to(noisy.dtype), sig).float()
 
 
@@ -139,8 +149,8 @@ def generate_images(
     called with :func:`model_timesteps`). A copy of the scheduler is used, so training state is untouched.
 
     ``sigmas``: a grid of VE σ to step through instead of the scheduler's own spacing of
-    ``num_inference_steps`` (an :class:`~diffusers_infonoise.inference_grid.InferenceGrid`, e.g. the
-    InfoGrid; set with :func:`~diffusers_infonoise.inference_grid.set_infogrid`).
+    ``num_inference_steps`` (an :class:`~diffusers_infonoise.scheduler_grids.InferenceGrid`, e.g. the
+    InfoGrid; set with :func:`~diffusers_infonoise.scheduler_grids.set_infogrid`).
     """
     import copy
 
@@ -157,7 +167,7 @@ def generate_images(
     dtype = next(unet.parameters()).dtype
     x = randn_tensor((batch_size, cfg.in_channels, *size), generator=generator, device=device, dtype=dtype)
     if sigmas is not None:
-        from .inference_grid import set_infogrid
+        from .scheduler_grids import set_infogrid
 
         set_infogrid(scheduler, sigmas, device=device)
     else:

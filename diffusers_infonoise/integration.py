@@ -33,10 +33,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import torch
-
 from .paths import scheduler_kind
 from .samplers import InfoNoiseTrainingTimestepSampler
+from .weighting import per_sample_mse  # the snippets' per-sample loss (update() detaches it)
 
 __all__ = ["LOSS_WEIGHTING_SCHEMES", "DENSITY_SCHEMES", "sampler_settings", "infonoise_sampler", "per_sample_mse"]
 
@@ -171,9 +170,3 @@ def infonoise_sampler(noise_scheduler, args=None, *, accelerator=None, mu: float
     if accelerator is not None:
         accelerator.register_for_checkpointing(sampler)
     return sampler
-
-
-def per_sample_mse(model_pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """(B,) float32 mean squared error over all but the batch dimension, detached: what
-    :meth:`~InfoNoiseTrainingTimestepSampler.update` takes (the unweighted per-sample loss)."""
-    return ((model_pred.detach().float() - target.detach().float()) ** 2).mean(dim=list(range(1, model_pred.ndim)))

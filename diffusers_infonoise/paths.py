@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -31,6 +32,8 @@ __all__ = [
     "VEPath",
     "VPPath",
     "FlowPath",
+    "PATH_CLASSES",
+    "path_class",
     "path_from_scheduler",
     "scheduler_kind",
     "sigma_to_log_snr",
@@ -59,17 +62,82 @@ def _broadcast_to(coeff: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class NoisePath:
-    """A corruption path with its grid range on the log-σ axis.
+    """A corruption path with its grid range on the log-σ axis, and what differs by path: the loss
+    parameterizations and weightings that mean something on it, its conventional base density, how a
+    trained model on it is sampled.
 
     Attributes:
         kind: ``"ve"``, ``"vp"`` or ``"flow"``.
         sigma_min, sigma_max: the VE σ range the path trains on (METHOD.md §5.1). For VP this is
             the finite range of the ᾱ table; for flow it is ``s ∈ [1/N, 1 − 1/N]``.
+
+    Class attributes (the same for every path of a kind):
+        prediction_types: the loss parameterizations a per-sample error on the path can be in (METHOD.md §3).
+        loss_weightings: the named loss weightings that mean something on it (METHOD.md §4): SD3's
+            ``sigma_sqrt``/``cosmap`` are functions of the flow level s, EDM's λ(σ) a VE/VP quantity.
+        default_base: the base density of the warm-up and the floor (METHOD.md §5.2).
+        default_inference_steps: sampling steps of the scripts and the pipeline when none are given.
+        unconditional_pipeline: the class a trained unconditional image model on the path is saved as
+            (a name: ``DDPMPipeline``, whose loop samples VP and flow models right, or this package's
+            ``InfoNoiseUnconditionalPipeline``).
     """
 
     kind: str
     sigma_min: float
     sigma_max: float
+
+    prediction_types: ClassVar[tuple[str, ...]] = ()
+    loss_weightings: ClassVar[tuple[str, ...]] = ("none", "min_snr", "snr")
+    default_base: ClassVar[str] = "log_uniform"
+    default_inference_steps: ClassVar[int] = 50
+    unconditional_pipeline: ClassVar[str] = "DDPMPipeline"
+
+    # -- what differs by path ------------------------------------------------------------------
+    @classmethod
+    def default_prediction_type(cls, config) -> str:
+        """The loss parameterization a script most likely uses with a scheduler of this path (its
+        ``config``): VP the scheduler's ``prediction_type``; flow ``"flow"`` (velocity); EDM
+        ``"sample"`` (the denoiser D: an EDM scheduler's ``prediction_type`` only picks the sign of
+        ``c_out``, METHOD.md §3 trap)."""
+        return cls.prediction_types[0]
+
+    @classmethod
+    def default_loss_weighting(cls, prediction_type: str) -> str:
+        """The loss weighting a user of the path trains with by default (METHOD.md §4): ``"none"``;
+        on VE the EDM recipe (``"edm"``, λ(σ)) for the x0/D loss."""
+        return "none"
+
+    @classmethod
+    def configured_prediction_type(cls, config) -> str | None:
+        """How a pipeline reads the model's output on this path, when the scheduler's config decides it
+        (VP: its ``prediction_type``); ``None`` where the config does not (EDM: a sign; flow: velocity)."""
+        return None
+
+    @classmethod
+    def from_scheduler_sigmas(cls, values: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`scheduler_sigmas`: a scheduler's own ``sigmas`` coordinate → VE σ (float64)."""
+        return _as_f64(values)
+
+    @classmethod
+    def grid_spans(cls, first: float, last: float, log_sigma_min: float, log_sigma_max: float) -> bool:
+        """Whether a stored grid from log σ ``first`` to ``last`` is the grid of a path of this kind with
+        that σ range (:attr:`log_sigma_range`): its ends exactly (VP: its cells reach past the table)."""
+        return abs(first - log_sigma_min) <= 1e-9 and abs(last - log_sigma_max) <= 1e-9
+
+    @classmethod
+    def scheduler_from_config(cls, path_config: dict):
+        """A diffusers training scheduler of a stored path's :meth:`config` (a stored schedule records it).
+
+        Raises:
+            ValueError: where the config does not determine the scheduler (VP: the ᾱ table is not stored).
+        """
+        raise ValueError(f"a {path_config.get('kind')!r} path's scheduler cannot be built from its stored config")
+
+    @classmethod
+    def loss_target(cls, prediction_type: str) -> str:
+        """What a loss of ``prediction_type`` on this path regresses, in words (model cards)."""
+        return {"epsilon": "the noise ε", "v_prediction": "the velocity v", "sample": "the clean sample x0",
+                "flow": "the flow velocity ε − x0", "edm_f": "the raw network output F"}.get(prediction_type, prediction_type)
 
     # -- coordinates ------------------------------------------------------------------------
     @property
@@ -151,6 +219,31 @@ class VEPath(NoisePath):
 
     sigma_data: float = 0.5
 
+    prediction_types: ClassVar[tuple[str, ...]] = ("sample", "edm_f", "epsilon")
+    loss_weightings: ClassVar[tuple[str, ...]] = ("none", "edm", "min_snr", "snr")
+    default_base: ClassVar[str] = "edm_lognormal"
+    default_inference_steps: ClassVar[int] = 40
+    # diffusers' DDPMPipeline loop skips EDM's preconditioning and would sample wrong
+    unconditional_pipeline: ClassVar[str] = "InfoNoiseUnconditionalPipeline"
+
+    @classmethod
+    def default_loss_weighting(cls, prediction_type: str) -> str:
+        # the EDM recipe on the D loss; an unweighted F loss already is the EDM weighting
+        return "edm" if prediction_type == "sample" else "none"
+
+    @classmethod
+    def scheduler_from_config(cls, path_config):
+        from diffusers import EDMEulerScheduler
+
+        return EDMEulerScheduler(sigma_min=path_config["sigma_min"], sigma_max=path_config["sigma_max"],
+                                 sigma_data=path_config.get("sigma_data", 0.5))
+
+    @classmethod
+    def loss_target(cls, prediction_type: str) -> str:
+        if prediction_type == "sample":
+            return "the denoiser D = c_skip·x + c_out·F (EDM preconditioning: an x0 estimate)"
+        return super().loss_target(prediction_type)
+
     def scale_factors(self, sigmas):
         sigmas = _as_f64(sigmas)
         return torch.ones_like(sigmas), sigmas
@@ -185,6 +278,22 @@ class FlowPath(NoisePath):
 
     num_train_timesteps: int = 1000
     shift: float = 1.0
+
+    prediction_types: ClassVar[tuple[str, ...]] = ("flow", "sample")
+    loss_weightings: ClassVar[tuple[str, ...]] = ("none", "min_snr", "snr", "sigma_sqrt", "cosmap")
+    default_base: ClassVar[str] = "logit_normal"
+    default_inference_steps: ClassVar[int] = 50
+
+    @classmethod
+    def from_scheduler_sigmas(cls, values):
+        return cls.s_to_sigma(values)
+
+    @classmethod
+    def scheduler_from_config(cls, path_config):
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=path_config.get("num_train_timesteps", 1000),
+                                               shift=path_config.get("shift", 1.0))
 
     def scale_factors(self, sigmas):
         s = self.sigma_to_s(sigmas)
@@ -235,6 +344,29 @@ class VPPath(NoisePath):
     """
 
     alphas_cumprod: torch.Tensor = None
+
+    prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction", "sample")
+    loss_weightings: ClassVar[tuple[str, ...]] = ("none", "edm", "min_snr", "snr")
+    default_base: ClassVar[str] = "uniform"
+    default_inference_steps: ClassVar[int] = 1000  # DDPMPipeline's
+
+    @classmethod
+    def default_prediction_type(cls, config) -> str:
+        return config.get("prediction_type", "epsilon") if hasattr(config, "get") else "epsilon"
+
+    @classmethod
+    def configured_prediction_type(cls, config) -> str | None:
+        return cls.default_prediction_type(config)
+
+    @classmethod
+    def grid_spans(cls, first, last, log_sigma_min, log_sigma_max):
+        # the cells of the table's first and last steps reach half a step past their σ
+        return first <= log_sigma_min + 1e-9 and last >= log_sigma_max - 1e-9
+
+    @classmethod
+    def scheduler_from_config(cls, path_config):
+        raise ValueError("a 'vp' path's scheduler cannot be built from its stored config: the VP alphas_cumprod table is "
+                         "not stored; pass the scheduler directory or pipeline instead")
 
     @property
     def is_discrete(self):
@@ -322,6 +454,9 @@ class VPPath(NoisePath):
 _VE_CLASSES = ("EDMEulerScheduler", "EDMDPMSolverMultistepScheduler")
 _FLOW_CLASSES = ("FlowMatchEulerDiscreteScheduler", "FlowMatchHeunDiscreteScheduler")
 
+#: the path class of each ``kind`` (a stored schedule records the kind)
+PATH_CLASSES: dict[str, type[NoisePath]] = {"ve": VEPath, "vp": VPPath, "flow": FlowPath}
+
 
 def scheduler_kind(noise_scheduler) -> str:
     """``"ve"``, ``"vp"`` or ``"flow"`` for a supported diffusers scheduler.
@@ -340,6 +475,16 @@ def scheduler_kind(noise_scheduler) -> str:
         f"noise_scheduler: unsupported scheduler {name}; accepted: {', '.join(_VE_CLASSES + _FLOW_CLASSES)}, "
         "or any scheduler with an alphas_cumprod table (DDPMScheduler, DDIMScheduler, ...)"
     )
+
+
+def path_class(noise_scheduler) -> type[NoisePath]:
+    """The :class:`NoisePath` subclass of a supported diffusers scheduler, without building the path (which a
+    dynamic-shift flow scheduler cannot without ``mu``): what differs by path, for that scheduler.
+
+    Raises:
+        TypeError: for an unsupported scheduler (as :func:`scheduler_kind`).
+    """
+    return PATH_CLASSES[scheduler_kind(noise_scheduler)]
 
 
 def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePath:

@@ -37,7 +37,6 @@ except ImportError as err:  # pragma: no cover - depends on the user's environme
                       "pip install diffusers-infonoise") from err
 '''
 
-_DEFAULT_STEPS = {"vp": 1000, "ve": 40, "flow": 50}  # DDPMPipeline's 1000; EDM and flow as the scripts sample
 
 
 class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
@@ -80,7 +79,7 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
         from .generation import generate_images, is_1d_model
         from .inference_grid import DEFAULT_GRID_DENSITY
         from .inference_grid import infogrid as make_grid
-        from .paths import scheduler_kind
+        from .paths import path_class
 
         for name, value in (("batch_size", batch_size), ("num_inference_steps", num_inference_steps)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -93,7 +92,7 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
             raise ValueError("output_type: a 1-D model (sequences) has no images; use 'np' or 'pt'")
         if sigmas is not None and infogrid:
             raise ValueError("sigmas, infogrid: give one grid")
-        steps = num_inference_steps or _DEFAULT_STEPS[scheduler_kind(self.scheduler)]
+        steps = num_inference_steps or path_class(self.scheduler).default_inference_steps
         if infogrid:
             sigmas = make_grid(self.scheduler, steps, density=DEFAULT_GRID_DENSITY if infogrid is True else infogrid)
         progress = not getattr(self, "_progress_bar_config", {}).get("disable", False)  # set_progress_bar_config

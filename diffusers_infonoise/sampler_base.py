@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import densities as D
-from .paths import NoisePath, scheduler_kind
+from . import densities
+from .paths import PATH_CLASSES, NoisePath, path_class
 from .weighting import (
+    LOSS_WEIGHTINGS,
     loss_weight,
     validate_loss_weighting,
     validate_prediction_type,
@@ -72,42 +73,29 @@ class NoiseLevels:
 
 
 def default_prediction_type(noise_scheduler) -> str:
-    """The loss parameterization a script most likely uses with ``noise_scheduler``.
+    """The loss parameterization a script most likely uses with ``noise_scheduler``
+    (:meth:`~diffusers_infonoise.paths.NoisePath.default_prediction_type` of its path).
 
     VP: the scheduler's ``prediction_type``. Flow: ``"flow"`` (velocity). EDM: ``"sample"`` — the
     network is trained through the denoiser D; the EDM scheduler's ``prediction_type`` only picks
     the sign of ``c_out`` and is *not* a loss parameterization (METHOD.md §3, trap).
     """
-    kind = scheduler_kind(noise_scheduler)
-    if kind == "ve":
-        return "sample"
-    if kind == "flow":
-        return "flow"
-    return noise_scheduler.config.prediction_type
-
-
-#: weightings that only mean something on some paths (SD3's are functions of the flow level s;
-#: EDM's λ(σ) is a VE/VP quantity); the others apply everywhere
-_WEIGHTING_PATHS = {"sigma_sqrt": ("flow",), "cosmap": ("flow",), "edm": ("ve", "vp")}
+    return path_class(noise_scheduler).default_prediction_type(noise_scheduler.config)
 
 
 def default_loss_weighting(path: NoisePath, prediction_type: str) -> str:
-    """The loss weighting a user of ``path`` trains with by default (METHOD.md §4): the EDM recipe
-    (``"edm"``, λ(σ) on the denoiser error) for the x0/D loss on VE paths, an unweighted loss
-    (``"none"``) everywhere else (an unweighted F loss on VE already *is* the EDM weighting)."""
-    return "edm" if path.kind == "ve" and prediction_type == "sample" else "none"
+    """The loss weighting a user of ``path`` trains with by default (METHOD.md §4,
+    :meth:`~diffusers_infonoise.paths.NoisePath.default_loss_weighting`): the EDM recipe (``"edm"``,
+    λ(σ) on the denoiser error) for the x0/D loss on VE paths, an unweighted loss (``"none"``)
+    everywhere else (an unweighted F loss on VE already *is* the EDM weighting)."""
+    return path.default_loss_weighting(prediction_type)
 
 
 def _check_path_prediction(path: NoisePath, prediction_type: str) -> None:
-    allowed = {
-        "ve": ("sample", "edm_f", "epsilon"),
-        "vp": ("epsilon", "v_prediction", "sample"),
-        "flow": ("flow", "sample"),
-    }[path.kind]
-    if prediction_type not in allowed:
+    if prediction_type not in path.prediction_types:
         raise ValueError(
             f"prediction_type: {prediction_type!r} is not a loss parameterization of the {path.kind} path; "
-            f"accepted: {', '.join(allowed)}"
+            f"accepted: {', '.join(path.prediction_types)}"
         )
 
 
@@ -134,12 +122,11 @@ class TrainingTimestepSampler:
         _check_path_prediction(path, prediction_type)
         if loss_weighting is None:
             loss_weighting = default_loss_weighting(path, prediction_type)
-        if isinstance(loss_weighting, str) and path.kind not in _WEIGHTING_PATHS.get(loss_weighting, (path.kind,)):
+        if isinstance(loss_weighting, str) and loss_weighting in LOSS_WEIGHTINGS and loss_weighting not in path.loss_weightings:
+            defined = [kind for kind, cls in PATH_CLASSES.items() if loss_weighting in cls.loss_weightings]
             raise ValueError(
-                f"loss_weighting: {loss_weighting!r} is defined on the {' / '.join(_WEIGHTING_PATHS[loss_weighting])} path, "
-                f"this is a {path.kind} path; accepted here: "
-                + ", ".join(w for w, kinds in (("none", ()), ("edm", ("ve", "vp")), ("min_snr", ()), ("snr", ()), ("sigma_sqrt", ("flow",)),
-                                              ("cosmap", ("flow",))) if not kinds or path.kind in kinds)
+                f"loss_weighting: {loss_weighting!r} is defined on the {' / '.join(defined)} path, this is a {path.kind} "
+                f"path; accepted here: {', '.join(path.loss_weightings)}"
             )
         self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
         self.snr_gamma = snr_gamma
@@ -196,7 +183,7 @@ class TrainingTimestepSampler:
 
     # -- the density ------------------------------------------------------------------------
     @property
-    def density(self) -> D.Density:
+    def density(self) -> densities.Density:
         """The current training density of log σ (VE σ), truncated to the path's range."""
         raise NotImplementedError
 
@@ -219,7 +206,7 @@ class TrainingTimestepSampler:
             raise ValueError(f"timestep_probabilities: only defined for integer-timestep (vp) paths, this path is {self.path.kind!r}")
         version = self._density_version()
         if self._cell_cache is None or self._cell_cache[0] != version:
-            masses = D.bin_masses(self.density, self.path.cell_edges())
+            masses = densities.bin_masses(self.density, self.path.cell_edges())
             self._cell_cache = (version, masses / masses.sum())
         return self._cell_cache[1]
 
@@ -260,7 +247,7 @@ class TrainingTimestepSampler:
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64, device=gen_device).cpu()
         if self.path.is_discrete:
             cum = torch.cumsum(self.timestep_probabilities(), 0)
-            t = D.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
+            t = densities.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
             sigmas = self.path.sigmas_table[t]
             timesteps = t.to(torch.int64)
         else:

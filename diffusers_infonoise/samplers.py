@@ -19,12 +19,13 @@ of them by name.
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
-from . import densities as D
+from . import densities
 from .adaptive import _ADAPTIVE_KEYS, _AdaptiveSampler, default_warmup_steps  # noqa: F401
-from .baselines import FixedDensitySampler, _resolve_base, base_density  # noqa: F401
+from .baselines import FIXED_DENSITY_NAMES, FixedDensitySampler, _resolve_base, base_density  # noqa: F401
 from .paths import NoisePath, path_from_scheduler
 from .sampler_base import (  # noqa: F401
     NoiseLevels,
@@ -151,6 +152,19 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         rho_mass = rho * self.estimator.widths
         return float(0.5 * (self.effective_allocation() - rho_mass / rho_mass.sum()).abs().sum())
 
+    def schedule_settings(self) -> dict:
+        """What besides m̂ and the data statistics decides this sampler's π: its loss (``prediction_type``,
+        ``loss_weighting`` name or ``"custom"``, ``snr_gamma``), base density and the
+        :data:`SCHEDULE_SETTINGS` but ``num_bins`` (the grid is compared on its own), in the form of
+        :func:`~diffusers_infonoise.schedule_io.payload_settings`."""
+        return {
+            "prediction_type": self.prediction_type,
+            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
+            "snr_gamma": self.snr_gamma,
+            "base": self.base_description,
+            "hyperparameters": {k: self.hyperparameters.get(k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
+        }
+
     def measured_mass(self) -> float:
         """The share of π's mass in bins that hold a measured m̂ (the others are interpolated or
         extrapolated, METHOD.md §5.4): a first refresh from 2 of 64 bins can report a small TV(φ, ρ̂)
@@ -239,19 +253,48 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 reproduces the stored π exactly; an explicit argument is the only way to change one.
             mu: dynamic-shift ``mu`` for flow schedulers with ``use_dynamic_shifting=True``.
             use_stored_schedule: when the scheduler's config carries a learned schedule
-                (:meth:`save_to_scheduler`), start from it: its m̂ and π, no warm-up. When this
-                sampler's loss, weighting, floor, base or gate differ from the stored ones, π is
-                rebuilt from the stored m̂ for the new settings (m̂ is an x0-space error, independent of
-                the weighting). ``False`` starts from the base density.
+                (:meth:`save_to_scheduler`), start from it (:meth:`load_schedule`). ``False`` starts from
+                the base density.
 
         Raises:
-            TypeError: unsupported scheduler. ValueError: bad arguments, or a stored schedule for
-            another path or grid (pass ``use_stored_schedule=False`` to ignore it).
+            TypeError: unsupported scheduler. ValueError: bad arguments. ScheduleError: a corrupted
+            stored schedule (pass ``use_stored_schedule=False`` to ignore it).
         """
-        from .schedule_io import read_schedule, stored_settings
+        from .schedule_io import read_schedule
+
+        stored = read_schedule(noise_scheduler) if use_stored_schedule else None
+        return cls._build(noise_scheduler, stored, prediction_type, loss_weighting, snr_gamma, mu, kwargs)
+
+    @classmethod
+    def from_stored(cls, noise_scheduler, **overrides) -> "InfoNoiseTrainingTimestepSampler":
+        """The sampler of the schedule stored in ``noise_scheduler``'s config: built with the stored
+        prediction type, loss weighting, ``snr_gamma``, settings, base density and (flow) shift, and loaded
+        with the stored m̂ and π (:meth:`load_schedule`), so that its ``density`` is the learned π.
+        ``overrides`` replace any of those keyword arguments (``mu`` too: by default the stored shift of a
+        dynamic-shift flow scheduler).
+
+        Raises:
+            ValueError: the config carries no learned schedule, or a stored custom loss weighting with no
+                ``loss_weighting`` override. ScheduleError: a corrupted or unknown-version payload.
+        """
+        from .schedule_io import CONFIG_KEY, read_schedule, stored_mu
+
+        stored = read_schedule(noise_scheduler)
+        if stored is None:
+            raise ValueError(f"noise_scheduler: its config carries no learned InfoNoise schedule (no '{CONFIG_KEY}' "
+                             "entry); it was not saved by a run with an InfoNoise sampler")
+        if stored["loss_weighting"] == "custom" and "loss_weighting" not in overrides:
+            raise ValueError("loss_weighting: the stored schedule used a custom callable weighting; pass loss_weighting=")
+        mu = overrides.pop("mu", None)
+        mu = stored_mu(noise_scheduler, stored) if mu is None else mu
+        return cls._build(noise_scheduler, stored, overrides.pop("prediction_type", None),
+                          overrides.pop("loss_weighting", None), overrides.pop("snr_gamma", None), mu, overrides)
+
+    @classmethod
+    def _build(cls, noise_scheduler, stored, prediction_type, loss_weighting, snr_gamma, mu, kwargs):
+        from .schedule_io import stored_settings
 
         path = path_from_scheduler(noise_scheduler, mu=mu)
-        stored = read_schedule(noise_scheduler) if use_stored_schedule else None
         if stored is not None:
             if loss_weighting is None and stored.get("loss_weighting") != "custom":
                 loss_weighting = stored["loss_weighting"]
@@ -270,14 +313,74 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         return sampler
 
     def load_schedule(self, payload: dict) -> None:
-        """Start from a stored schedule payload: :func:`~diffusers_infonoise.schedule_io.apply_payload`.
+        """Start from a stored schedule (a validated payload, :func:`~diffusers_infonoise.schedule_io.read_schedule`):
+        the one way a stored schedule enters a sampler (METHOD.md §5.9, 'stored').
+
+        * m̂ (an x0-space error, the same quantity at equal VE σ on every path) is taken on this sampler's
+          grid as it is; a payload of another grid (another ``num_bins`` or σ range) or another path is
+          interpolated in ln m̂ onto this grid's bin centres, flat beyond its ends (logged).
+        * The data statistics (V of the m̂ cap, the value grid of the gate) are the payload's until this run's
+          own data replaces them, at the first refresh.
+        * π: when the payload's loss, weighting, base and :data:`SCHEDULE_SETTINGS` equal this sampler's on the
+          same grid, the stored π, checked against its own m̂ (an edited π is refused); otherwise π is rebuilt
+          from m̂ for this sampler's settings, so that π·w follows ρ̂ for the loss trained now.
+        * No warm-up, unless this sampler was built with an explicit ``warmup_steps``: that one is honoured
+          (the base density until it ends, with the stored m̂ already in the estimate) and saved. A payload
+          saved before its own warm-up ended keeps the base density and this sampler's warm-up.
 
         Raises:
-            ValueError: when the payload's path or grid differs from this sampler's.
+            ScheduleError: a π that does not follow from its m̂, or an adapted payload with fewer than two
+                filled bins. ValueError: a stored grid that does not overlap this sampler's.
         """
-        from .schedule_io import apply_payload
+        from .schedule_io import ScheduleError, payload_settings
 
-        apply_payload(self, payload)
+        edges = torch.tensor(payload["edges"], dtype=torch.float64)
+        m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
+        same_path = payload["path"] == self.path.config()
+        if int((~torch.isnan(m_hat)).sum()) < 2:
+            if payload.get("adapted") is not False:
+                raise ScheduleError("_infonoise_schedule: marked adapted, but m_hat holds fewer than two filled bins")
+            return  # saved before anything was estimated: nothing to start from
+        interpolated = self.estimator.load_m_hat(edges, m_hat)
+        if interpolated:
+            logger.info(f"stored schedule: m_hat of {edges.numel() - 1} bins on the {payload['path']['kind']} path "
+                        f"{payload['path']} interpolated onto this sampler's {self.estimator.num_bins} bins on "
+                        f"{self.path.config()} (through VE sigma, METHOD.md 5.9)")
+        data = payload.get("data") or {}
+        if data.get("min_gap") is not None and self.data.min_gap is None:
+            self.data.min_gap = float(data["min_gap"])
+        if data.get("variance") is not None and self.data.variance is None:
+            self.data.variance = float(data["variance"])
+        self._apply_data_statistics()
+        if payload.get("adapted") is False:
+            return
+        explicit_warmup = self._warmup_setting != "auto"
+        if not explicit_warmup:
+            self.warmup_steps = 0  # the stored m̂ already is an adapted estimate
+            self.hyperparameters["warmup_steps"] = 0
+        stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
+        mine = self.schedule_settings()
+        if not interpolated and same_path and mine == payload_settings(payload):
+            # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
+            # floor or the estimate (one refresh's arithmetic)
+            rebuilt = self._build_probs()
+            tv = 0.5 * float((rebuilt - stored_pi).abs().sum())
+            if mine["loss_weighting"] != "custom" and tv > 1e-6:
+                raise ScheduleError(f"_infonoise_schedule: its pi does not follow from its own m_hat and settings (TV "
+                                    f"{tv:.3g} from the pi they give): the payload was edited or corrupted")
+            probs = stored_pi
+        else:
+            if not interpolated:
+                theirs = payload_settings(payload)
+                changed = sorted(k for k in mine if mine[k] != theirs[k])
+                logger.info(f"stored schedule: {', '.join(changed) or 'the path'} differ from this sampler's; rebuilding "
+                            "pi from the stored m_hat")
+            probs = self._build_probs()
+        self.num_updates = max(self.num_updates, 1)
+        if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:
+            self.probs = probs
+            self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
+            self.last_refresh = self._describe_refresh()
 
     def save_to_scheduler(self, noise_scheduler) -> None:
         """Write the learned schedule into ``noise_scheduler``'s config (see :mod:`.schedule_io`).
@@ -329,7 +432,7 @@ class KingmaGaoSampler(_AdaptiveSampler):
     def _importance_weights(self, sigmas, timesteps, levels):
         sig = sigmas.to(torch.float64)
         if self.path.is_discrete:
-            base_p = D.bin_masses(self.base, self.path.cell_edges())
+            base_p = densities.bin_masses(self.base, self.path.cell_edges())
             base_p = base_p / base_p.sum()
             ratio = base_p / self.timestep_probabilities().clamp_min(1e-300)
             w = ratio[timesteps]
@@ -339,7 +442,8 @@ class KingmaGaoSampler(_AdaptiveSampler):
         return w.to(torch.float32).to(levels.sigmas.device)
 
 
-SAMPLER_NAMES = ("infonoise", "uniform", "edm_lognormal", "logit_normal", "mode", "log_uniform", "cosine", "kingma_gao")
+#: every sampler :func:`make_sampler` builds: InfoNoise, the fixed densities, Kingma & Gao
+SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, "kingma_gao")
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:

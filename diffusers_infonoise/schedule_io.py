@@ -1,5 +1,7 @@
-"""The learned schedule as a small, versioned payload inside a diffusers scheduler config: the one
-reader and writer of it, in both directions (sampler → payload → sampler), and the checkpoint state.
+"""The learned schedule as a small, versioned payload inside a diffusers scheduler config: its format,
+the one writer and reader (with validation), and the checkpoint state files. A payload enters a
+sampler one way: :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`
+(``from_scheduler`` and ``from_stored`` build the sampler and call it).
 
 ``write_schedule(noise_scheduler, sampler)`` stores plain floats (grid, π, ρ̂, m̂), the path,
 prediction type, loss weighting, hyperparameters, optimizer steps and the package version under the
@@ -20,7 +22,8 @@ import torch
 __all__ = [
     "SCHEDULE_SETTINGS",
     "stored_settings",
-    "apply_payload",
+    "payload_settings",
+    "stored_mu",
     "CONFIG_KEY",
     "FORMAT",
     "VERSION",
@@ -162,18 +165,16 @@ MAX_M_HAT = 1e30
 def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
     """The grid must be the recorded path's: from log σ_min to log σ_max (VE, flow), or a VP table's cells
     around them (they reach half a step beyond the table's first and last σ)."""
-    if not isinstance(path, dict) or path.get("kind") not in ("ve", "vp", "flow"):
-        raise ScheduleError(f"{CONFIG_KEY}: path must be an object with kind 've', 'vp' or 'flow', got {path!r}")
+    from .paths import PATH_CLASSES
+
+    if not isinstance(path, dict) or path.get("kind") not in PATH_CLASSES:
+        raise ScheduleError(f"{CONFIG_KEY}: path must be an object with kind {' or '.join(map(repr, PATH_CLASSES))}, got {path!r}")
     try:
         lo, hi = math.log(float(path["sigma_min"])), math.log(float(path["sigma_max"]))
     except (KeyError, TypeError, ValueError):
         raise ScheduleError(f"{CONFIG_KEY}: path needs sigma_min and sigma_max > 0, got {path!r}") from None
     first, last = float(edges[0]), float(edges[-1])
-    if path["kind"] == "vp":
-        ok = first <= lo + 1e-9 and last >= hi - 1e-9
-    else:
-        ok = abs(first - lo) <= 1e-9 and abs(last - hi) <= 1e-9
-    if not ok:
+    if not PATH_CLASSES[path["kind"]].grid_spans(first, last, lo, hi):
         raise ScheduleError(f"{CONFIG_KEY}: edges span log sigma [{first:.6g}, {last:.6g}], but its {path['kind']} path's "
                             f"sigma range [{path['sigma_min']:.6g}, {path['sigma_max']:.6g}] is log sigma [{lo:.6g}, "
                             f"{hi:.6g}]; the payload is inconsistent (edited or corrupted)")
@@ -181,7 +182,7 @@ def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
 
 #: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
 #: schedule rebuilds its sampler with them (:func:`stored_settings`) and a sampler with other values
-#: rebuilds π from the stored m̂ (:func:`apply_payload`).
+#: rebuilds π from the stored m̂ (:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`).
 SCHEDULE_SETTINGS = ("num_bins", "smoothing", "floor", "floor_space", "gate", "gate_fallback", "mmse_cap")
 
 
@@ -199,90 +200,27 @@ def stored_settings(payload: dict) -> dict:
     return out
 
 
-def _settings(sampler) -> dict:
-    hp = {k: sampler.hyperparameters.get(k) for k in SCHEDULE_SETTINGS if k != "num_bins"}
-    return {
-        "prediction_type": sampler.prediction_type,
-        "loss_weighting": sampler.loss_weighting if isinstance(sampler.loss_weighting, str) else "custom",
-        "snr_gamma": sampler.snr_gamma,
-        "base": sampler.base_description,
-        "hyperparameters": hp,
-    }
+def stored_mu(noise_scheduler, payload: dict | None) -> float | None:
+    """The ``mu`` that rebuilds a payload's flow path on a dynamic-shift scheduler (``log`` of its stored
+    shift), or None: a scheduler without dynamic shifting, no payload, or no stored shift."""
+    if payload is None or not noise_scheduler.config.get("use_dynamic_shifting", False):
+        return None
+    shift = (payload.get("path") or {}).get("shift")
+    return None if shift is None else math.log(float(shift))
 
 
-def _payload_settings(payload: dict, keys) -> dict:
+def payload_settings(payload: dict) -> dict:
+    """What besides m̂ and the data statistics decides a (validated) payload's π, in the form of
+    :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.schedule_settings`: a sampler whose settings
+    equal these reproduces the stored π from the stored m̂."""
+    hp = payload.get("hyperparameters") or {}
     return {
         "prediction_type": payload.get("prediction_type"),
         "loss_weighting": payload.get("loss_weighting"),
         "snr_gamma": payload.get("snr_gamma"),
         "base": payload.get("base"),
-        "hyperparameters": {k: (payload.get("hyperparameters") or {}).get(k) for k in keys},
+        "hyperparameters": {k: hp.get(k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
     }
-
-
-def apply_payload(sampler, payload: dict) -> None:
-    """Start ``sampler`` (an InfoNoise sampler) from a validated payload: its m̂, data statistics and π,
-    without a warm-up.
-
-    If the payload's loss, weighting, base or any of :data:`SCHEDULE_SETTINGS` differ from the sampler's,
-    π is rebuilt from the stored m̂ with the sampler's settings (logged), so that π·w follows ρ̂ for the
-    loss actually trained; otherwise the stored π is taken bit for bit. A payload saved before its
-    warm-up ended keeps the base density and the warm-up.
-
-    Raises:
-        ValueError: when the payload's path or grid differs from the sampler's.
-    """
-    import logging
-
-    if payload["path"] != sampler.path.config():
-        raise ValueError(
-            f"noise_scheduler: the stored schedule was learned on path {payload['path']}, this sampler's is "
-            f"{sampler.path.config()}; pass use_stored_schedule=False to start from the base density"
-        )
-    edges = torch.tensor(payload["edges"], dtype=torch.float64)
-    if edges.shape != sampler.edges.shape:
-        raise ValueError(
-            f"num_bins: the stored schedule has {edges.numel() - 1} bins, this sampler {sampler.edges.numel() - 1}; "
-            "use the same num_bins or pass use_stored_schedule=False"
-        )
-    if not torch.allclose(edges, sampler.edges, rtol=0, atol=1e-9):
-        raise ValueError(
-            f"noise_scheduler: the stored schedule's grid spans log sigma [{float(edges[0]):.6g}, {float(edges[-1]):.6g}], "
-            f"this sampler's [{float(sampler.edges[0]):.6g}, {float(sampler.edges[-1]):.6g}] (both {edges.numel() - 1} "
-            "bins); pass use_stored_schedule=False to start from the base density"
-        )
-    sampler.estimator.m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
-    data = payload.get("data") or {}
-    if data.get("min_gap") is not None and sampler.data.min_gap is None:
-        sampler.data.min_gap = float(data["min_gap"])
-    if data.get("variance") is not None and sampler.data.variance is None:
-        sampler.data.variance = float(data["variance"])
-    sampler._apply_data_statistics()
-    if payload.get("adapted") is False:
-        return
-    mine = _settings(sampler)
-    theirs = _payload_settings(payload, mine["hyperparameters"])
-    stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
-    if not sampler.estimator.is_ready:
-        raise ScheduleError(f"{CONFIG_KEY}: marked adapted, but m_hat holds fewer than two filled bins")
-    if mine == theirs:
-        # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
-        # floor or the estimate (one refresh's arithmetic)
-        rebuilt = sampler._build_probs()
-        tv = 0.5 * float((rebuilt - stored_pi).abs().sum())
-        if mine["loss_weighting"] != "custom" and tv > 1e-6:
-            raise ScheduleError(f"{CONFIG_KEY}: its pi does not follow from its own m_hat and settings (TV {tv:.3g} from "
-                                "the pi they give): the payload was edited or corrupted")
-        sampler.probs = stored_pi
-    else:
-        changed = sorted(k for k in mine if mine[k] != theirs[k])
-        logging.getLogger(__name__).info(
-            f"stored schedule: {', '.join(changed)} differ from this sampler's; rebuilding pi from the stored m_hat")
-        sampler.probs = sampler._build_probs()
-    sampler.num_updates = max(sampler.num_updates, 1)
-    sampler._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
-    sampler.warmup_steps = 0  # the stored π already is an adapted schedule
-    sampler.hyperparameters["warmup_steps"] = 0
 
 
 def write_schedule(noise_scheduler, sampler) -> dict:
@@ -299,8 +237,8 @@ def write_schedule(noise_scheduler, sampler) -> dict:
     mu = math.log(sampler.path.shift) if getattr(noise_scheduler.config, "use_dynamic_shifting", False) else None
     if path_from_scheduler(noise_scheduler, mu=mu).config() != sampler.path.config():
         raise ValueError("noise_scheduler: its corruption path differs from the one the sampler was built for")
-    configured = noise_scheduler.config.get("prediction_type")
-    if sampler.path.kind == "vp" and configured is not None and configured != sampler.prediction_type:
+    configured = type(sampler.path).configured_prediction_type(noise_scheduler.config)
+    if configured is not None and configured != sampler.prediction_type:
         import warnings
 
         warnings.warn(f"noise_scheduler: its prediction_type is {configured!r}, but the schedule stored in it was learned "

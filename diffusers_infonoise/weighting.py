@@ -30,6 +30,7 @@ __all__ = [
     "validate_prediction_type",
     "x0_from_output",
     "validate_loss_weighting",
+    "per_sample_mse",
 ]
 
 #: per-sample error the script reports → meaning
@@ -44,6 +45,14 @@ PREDICTION_TYPES = {
 LOSS_WEIGHTINGS = ("none", "edm", "min_snr", "snr", "sigma_sqrt", "cosmap")
 
 LossWeighting = Union[str, Callable[[torch.Tensor], torch.Tensor]]
+
+
+def per_sample_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """(B,) float32 mean squared error of a (B, ...) prediction over all but the batch dimension: the
+    unweighted per-sample loss in the prediction's own parameterization. Differentiable, so a training loop
+    weights and backpropagates it; :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.update`
+    takes it as it is (it detaches what it records)."""
+    return ((pred.float() - target.float()) ** 2).mean(dim=list(range(1, pred.ndim)))
 
 
 def x0_from_output(prediction_type: str, x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.training_utils import compute_density_for_timestep_sampling
 
-from diffusers_infonoise import densities as D
+from diffusers_infonoise import densities
 from diffusers_infonoise.paths import path_from_scheduler
 from diffusers_infonoise.samplers import base_density
 
@@ -23,27 +23,27 @@ F64 = torch.float64
 def _piecewise():
     edges = torch.tensor([-3.0, -2.2, -1.0, -0.5, 0.4, 1.0, 2.5], dtype=F64)
     probs = torch.tensor([0.1, 0.0, 0.35, 0.2, 0.05, 0.3], dtype=F64)  # one empty bin
-    return D.Piecewise(edges, probs)
+    return densities.Piecewise(edges, probs)
 
 
 DENSITIES = {
-    "normal_edm": lambda: D.Normal(-1.2, 1.2),
-    "logistic": lambda: D.Logistic(0.0),
-    "logistic_loc": lambda: D.Logistic(0.7),
-    "uniform": lambda: D.Uniform(-3.0, 2.0),
-    "karras_ramp": lambda: D.KarrasRamp(0.002, 80.0, 7.0),
-    "cosine": lambda: D.Cosine(0.5),
-    "mode": lambda: D.Mode(1.29),
-    "mode_negative": lambda: D.Mode(-0.5),
+    "normal_edm": lambda: densities.Normal(-1.2, 1.2),
+    "logistic": lambda: densities.Logistic(0.0),
+    "logistic_loc": lambda: densities.Logistic(0.7),
+    "uniform": lambda: densities.Uniform(-3.0, 2.0),
+    "karras_ramp": lambda: densities.KarrasRamp(0.002, 80.0, 7.0),
+    "cosine": lambda: densities.Cosine(0.5),
+    "mode": lambda: densities.Mode(1.29),
+    "mode_negative": lambda: densities.Mode(-0.5),
     "piecewise": _piecewise,
-    "shifted": lambda: D.Shifted(D.Normal(0.0, 1.0), math.log(3.0)),
-    "truncated": lambda: D.Truncated(D.Normal(-1.2, 1.2), math.log(0.002), math.log(80.0)),
-    "truncated_logistic": lambda: D.Truncated(D.Logistic(0.0), -2.0, 1.5),
+    "shifted": lambda: densities.Shifted(densities.Normal(0.0, 1.0), math.log(3.0)),
+    "truncated": lambda: densities.Truncated(densities.Normal(-1.2, 1.2), math.log(0.002), math.log(80.0)),
+    "truncated_logistic": lambda: densities.Truncated(densities.Logistic(0.0), -2.0, 1.5),
 }
 
 
 def _integrate(values, coordinate, d):
-    dens = torch.exp(D.log_prob_in(d, coordinate, torch.from_numpy(values))).numpy()
+    dens = torch.exp(densities.log_prob_in(d, coordinate, torch.from_numpy(values))).numpy()
     dens = np.where(np.isfinite(dens), dens, 0.0)
     return float(np.trapezoid(dens, values))
 
@@ -65,7 +65,7 @@ def test_integrates_to_one_in_every_coordinate(name):
 
 def test_log_prob_in_unknown_coordinate():
     with pytest.raises(ValueError, match="coordinate"):
-        D.log_prob_in(D.Normal(0, 1), "t", torch.zeros(1))
+        densities.log_prob_in(densities.Normal(0, 1), "t", torch.zeros(1))
 
 
 @pytest.mark.parametrize("name", DENSITIES)
@@ -100,9 +100,9 @@ def test_piecewise_empty_bin_never_drawn_and_densities():
                                torch.tensor([0.1 / 0.8, 0.2 / 0.9, 0.3 / 1.5], dtype=F64))
     assert float(d.log_prob(torch.tensor(3.0, dtype=F64))) == -math.inf
     with pytest.raises(ValueError, match="probs"):
-        D.Piecewise(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 0.0]))
+        densities.Piecewise(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 0.0]))
     with pytest.raises(ValueError, match="edges"):
-        D.Piecewise(torch.tensor([0.0, 2.0, 1.0]), torch.tensor([0.5, 0.5]))
+        densities.Piecewise(torch.tensor([0.0, 2.0, 1.0]), torch.tensor([0.5, 0.5]))
 
 
 @pytest.mark.parametrize("scale", [1.29, 0.5, -0.5])
@@ -113,16 +113,16 @@ def test_mode_matches_sd3_formula_simulation(scale):
         "mode", 40_000, mode_scale=scale, generator=torch.Generator().manual_seed(11)
     ).double()
     u = u[(u > 0) & (u < 1)]
-    d = D.Mode(scale)
+    d = densities.Mode(scale)
     edges, cum = quadrature_cdf(d.log_prob, -22.0, 22.0, n=100_000)
     assert ks_pvalue(torch.logit(u).numpy(), edges, cum) > 1e-3
     # the density by hand at a few points: p_s(s) = 1/|f'(u)| with s = f(u)
     uu = torch.tensor([0.1, 0.35, 0.6, 0.9], dtype=F64)
     s = 1 - uu - scale * (torch.cos(math.pi * uu / 2) ** 2 - 1 + uu)
     fprime = -1 - scale + scale * (math.pi / 2) * torch.sin(math.pi * uu)
-    torch.testing.assert_close(torch.exp(D.log_prob_in(d, "flow_s", s)), 1 / fprime.abs(), rtol=1e-9, atol=0)
+    torch.testing.assert_close(torch.exp(densities.log_prob_in(d, "flow_s", s)), 1 / fprime.abs(), rtol=1e-9, atol=0)
     with pytest.raises(ValueError, match="mode_scale"):
-        D.Mode(2.0)
+        densities.Mode(2.0)
 
 
 @pytest.mark.parametrize("shift,mean,std", [(1.0, 0.0, 1.0), (3.0, 0.0, 1.0), (3.0, 0.5, 0.8), (0.4, -0.3, 1.2)])
@@ -146,38 +146,38 @@ def test_logit_normal_on_shifted_flow_matches_sigmoid_normal_then_shift(shift, m
     du_ds = shift / (shift - (shift - 1) * s0) ** 2
     z = (torch.logit(u0) - mean) / std
     p_u = torch.exp(-0.5 * z**2) / (std * math.sqrt(2 * math.pi)) / (u0 * (1 - u0))
-    torch.testing.assert_close(torch.exp(D.log_prob_in(d, "flow_s", s0)), p_u * du_ds, rtol=1e-10, atol=0)
+    torch.testing.assert_close(torch.exp(densities.log_prob_in(d, "flow_s", s0)), p_u * du_ds, rtol=1e-10, atol=0)
 
 
 def test_closed_forms_by_hand():
     # EDM log-normal: ln σ ~ N(−1.2, 1.2²)
     x = torch.tensor([-3.0, -1.2, 0.5], dtype=F64)
     ref = torch.exp(-0.5 * ((x + 1.2) / 1.2) ** 2) / (1.2 * math.sqrt(2 * math.pi))
-    torch.testing.assert_close(torch.exp(D.Normal(-1.2, 1.2).log_prob(x)), ref, rtol=1e-12, atol=0)
+    torch.testing.assert_close(torch.exp(densities.Normal(-1.2, 1.2).log_prob(x)), ref, rtol=1e-12, atol=0)
     # cosine: σ = σ_d·tan(πu/2) ⇒ P(σ ≤ e^x) = (2/π)·atan(e^x/σ_d)
-    c = D.Cosine(0.5)
+    c = densities.Cosine(0.5)
     torch.testing.assert_close(c.cdf(x), (2 / math.pi) * torch.atan(torch.exp(x) / 0.5), rtol=1e-12, atol=0)
     u = torch.tensor([0.1, 0.5, 0.9], dtype=F64)
     torch.testing.assert_close(c.icdf(u), torch.log(0.5 * torch.tan(math.pi * u / 2)), rtol=1e-12, atol=1e-12)
     # Karras ramp: σ(u) = (σ_max^(1/ρ) + u(σ_min^(1/ρ) − σ_max^(1/ρ)))^ρ, u uniform ⇒ P(σ ≤ σ(u)) = 1 − u
-    k = D.KarrasRamp(0.002, 80.0, 7.0)
+    k = densities.KarrasRamp(0.002, 80.0, 7.0)
     sig_u = (80 ** (1 / 7) + u * (0.002 ** (1 / 7) - 80 ** (1 / 7))) ** 7
     torch.testing.assert_close(k.cdf(torch.log(sig_u)), 1 - u, rtol=0, atol=1e-12)
     # uniform flow level: s uniform ⇒ P(log σ ≤ x) = sigmoid(x)
-    torch.testing.assert_close(D.Logistic(0.0).cdf(x), torch.sigmoid(x), rtol=1e-14, atol=0)
+    torch.testing.assert_close(densities.Logistic(0.0).cdf(x), torch.sigmoid(x), rtol=1e-14, atol=0)
 
 
 def test_bin_masses_are_cdf_differences_of_the_quadrature():
-    d = D.Truncated(D.Normal(-1.2, 1.2), math.log(0.002), math.log(80.0))
+    d = densities.Truncated(densities.Normal(-1.2, 1.2), math.log(0.002), math.log(80.0))
     edges_b = torch.linspace(math.log(0.002), math.log(80.0), 17, dtype=F64)
-    m = D.bin_masses(d, edges_b).numpy()
+    m = densities.bin_masses(d, edges_b).numpy()
     qe, cum = quadrature_cdf(d.log_prob, -10.0, 10.0)
     np.testing.assert_allclose(m, np.diff(np.interp(edges_b.numpy(), qe, cum)), atol=1e-6)
     assert m.sum() == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("bad", [lambda: D.Normal(0, 0), lambda: D.Uniform(1, 1), lambda: D.Cosine(-1),
-                                 lambda: D.KarrasRamp(1.0, 0.5), lambda: D.Truncated(D.Normal(0, 0.01), 50, 60)])
+@pytest.mark.parametrize("bad", [lambda: densities.Normal(0, 0), lambda: densities.Uniform(1, 1), lambda: densities.Cosine(-1),
+                                 lambda: densities.KarrasRamp(1.0, 0.5), lambda: densities.Truncated(densities.Normal(0, 0.01), 50, 60)])
 def test_invalid_parameters_raise(bad):
     with pytest.raises(ValueError):
         bad()
@@ -189,8 +189,8 @@ def test_searchsorted_helper_equals_torch(right):
     seq = torch.sort(torch.randint(0, 20, (65,), generator=gen).double() / 4).values  # with ties
     vals = torch.cat([torch.rand(500, generator=gen, dtype=F64) * 6 - 0.5,
                       torch.tensor([-math.inf, math.inf, math.nan, 0.0, 2.5], dtype=F64), seq])
-    got = D.searchsorted(seq, vals, right=right)
+    got = densities.searchsorted(seq, vals, right=right)
     assert got.dtype == torch.int64
     assert torch.equal(got, torch.searchsorted(seq, vals, right=right))
-    assert int(D.searchsorted(seq, torch.tensor(1.0, dtype=F64), right=right)) == int(
+    assert int(densities.searchsorted(seq, torch.tensor(1.0, dtype=F64), right=right)) == int(
         torch.searchsorted(seq, torch.tensor([1.0], dtype=F64), right=right))

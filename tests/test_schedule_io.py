@@ -144,8 +144,13 @@ def test_dynamic_shift_round_trip(tmp_path):
     sched.save_pretrained(tmp_path)
     loaded = FlowMatchEulerDiscreteScheduler.from_pretrained(tmp_path)
     _same_pi(sampler, InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, mu=0.8))
-    with pytest.raises(ValueError, match="path"):  # another shift is another path
-        InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, mu=0.2)
+    # another shift is another path on the same VE sigma grid (issue 22, METHOD.md 5.9): m̂ carries over as it is,
+    # π is rebuilt for the new path (its floor's base density is shifted by exp(0.2), not exp(0.8))
+    other = InfoNoiseTrainingTimestepSampler.from_scheduler(loaded, mu=0.2)
+    torch.testing.assert_close(other.estimator.m_hat, sampler.estimator.m_hat, rtol=0, atol=0, equal_nan=True)
+    assert other.is_adapted
+    assert other.path.shift == pytest.approx(math.exp(0.2)) and not torch.equal(other.probs, sampler.probs)
+    assert other.allocation_total_variation() <= other.floor + 0.02
 
 
 def _tiny_unet():
@@ -198,11 +203,22 @@ def test_write_schedule_rejects_other_path():
         sampler.save_to_scheduler(DDPMScheduler(beta_schedule="scaled_linear", beta_start=0.001, beta_end=0.03))
 
 
-def test_stored_schedule_with_other_grid_is_rejected_naming_num_bins():
+def test_stored_schedule_on_another_grid_is_interpolated_in_log_m_hat():
+    """Another bin count is interpolated, not refused (issue 22; METHOD.md 5.9): ln m̂ of the stored filled bins,
+    linear in log σ at the new bin centres, flat beyond the ends; π is rebuilt from it for the new grid."""
     sched = EDMEulerScheduler()
-    _adapted(sched).save_to_scheduler(sched)
-    with pytest.raises(ValueError, match="num_bins"):
-        InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=32)
+    stored = _adapted(sched)
+    stored.save_to_scheduler(sched)
+    other = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=32)
+    e = np.asarray(read_schedule(sched)["edges"])
+    m = np.array([np.nan if v is None else v for v in read_schedule(sched)["m_hat"]])
+    ok = ~np.isnan(m)
+    centres_old = 0.5 * (e[1:] + e[:-1])
+    centres_new = other.estimator.centers.numpy()
+    want = np.exp(np.interp(centres_new, centres_old[ok], np.log(m[ok])))
+    np.testing.assert_allclose(other.estimator.m_hat.numpy(), want, rtol=1e-12)
+    assert other.is_adapted and other.estimator.num_bins == 32 and other.warmup_steps == 0
+    assert other.allocation_total_variation() <= other.floor + 0.02
     assert not InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=32, use_stored_schedule=False).is_adapted
 
 

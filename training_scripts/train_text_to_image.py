@@ -56,8 +56,10 @@ build_sampler = training.build_vp_sampler  # told the loss: the parameterization
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
+    noise_scheduler = load_noise_scheduler(args)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), args, load_noise_scheduler=load_noise_scheduler, build_sampler=build_sampler,
+        training.text_to_image_config(args), noise_scheduler=noise_scheduler,
+        sampler=build_sampler(args, noise_scheduler),
         parts={"tokenizer": CLIPTokenizer, "text_encoder": CLIPTextModel, "vae": AutoencoderKL, "unet": UNet2DConditionModel},
         trained="unet", lora_targets=training.UNET_LORA_TARGETS, pipeline_cls=StableDiffusionPipeline,
         tracker_project="text2image-fine-tune-infonoise")

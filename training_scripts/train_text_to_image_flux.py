@@ -37,6 +37,7 @@ from diffusers import AutoencoderKL, FluxPipeline, FluxTransformer2DModel
 from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
 from diffusers_infonoise import training
+from diffusers_infonoise.generation import model_output
 
 logger = get_logger(__name__, log_level="INFO")
 
@@ -69,8 +70,10 @@ def build_sampler(args, noise_scheduler):
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
+    noise_scheduler = load_noise_scheduler(args)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), args, load_noise_scheduler=load_noise_scheduler, build_sampler=build_sampler,
+        training.text_to_image_config(args), noise_scheduler=noise_scheduler,
+        sampler=build_sampler(args, noise_scheduler),
         parts={"tokenizer": CLIPTokenizer, "tokenizer_2": T5TokenizerFast, "text_encoder": CLIPTextModel,
                "text_encoder_2": T5EncoderModel, "vae": AutoencoderKL, "transformer": FluxTransformer2DModel},
         trained="transformer", lora_targets=training.SD3_LORA_TARGETS, pipeline_cls=FluxPipeline,
@@ -92,14 +95,13 @@ def main(argv=None) -> dict:
         noise = torch.randn_like(latents)
         noisy = sampler.add_noise(latents, noise, levels)  # (1 − s)·x0 + s·ε
         b, c, h, w = noisy.shape
-        pred = transformer(
-            hidden_states=FluxPipeline._pack_latents(noisy, b, c, h, w),
-            timestep=levels.scheduler_sigmas.to(device, dtype),  # s: the transformer multiplies by 1000
-            guidance=torch.full((b,), args.guidance_scale, device=device) if guided else None,
-            pooled_projections=pooled_embeds, encoder_hidden_states=prompt_embeds, txt_ids=text_ids,
-            img_ids=FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype), return_dict=False,
-        )[0]
-        pred = FluxPipeline._unpack_latents(pred, h * scale, w * scale, scale)
+        pred = model_output(  # the transformer sees 2x2-packed latents and timestep s (it multiplies by 1000)
+            transformer, noise_scheduler, noisy, levels.scheduler_sigmas.to(device, dtype),
+            pack=lambda x: FluxPipeline._pack_latents(x, b, c, h, w),
+            unpack=lambda out: FluxPipeline._unpack_latents(out, h * scale, w * scale, scale),
+            model_kwargs={"guidance": torch.full((b,), args.guidance_scale, device=device) if guided else None,
+                          "pooled_projections": pooled_embeds, "encoder_hidden_states": prompt_embeds, "txt_ids": text_ids,
+                          "img_ids": FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)})
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
 
     sample_kwargs = {"max_sequence_length": args.max_sequence_length, "height": args.resolution, "width": args.resolution}

@@ -24,6 +24,7 @@ from diffusers.training_utils import EMAModel
 
 from diffusers_infonoise.argtypes import positive_float, positive_int
 from diffusers_infonoise.generation import generate_images, model_output
+from diffusers_infonoise.paths import path_class
 from diffusers_infonoise.training import (
     accelerator_config,
     add_common_training_args,
@@ -190,7 +191,8 @@ def main(argv=None):
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder="unet", ema=ema)
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
-    num_inference_steps = args.num_inference_steps or {"ddpm": args.ddpm_num_inference_steps, "edm": 40, "flow": 50}[args.diffusion]
+    num_inference_steps = args.num_inference_steps or (args.ddpm_num_inference_steps if args.diffusion == "ddpm"
+                                                       else path_class(noise_scheduler).default_inference_steps)
 
     def compute_loss(x0, levels):
         noise = torch.randn_like(x0)

@@ -49,7 +49,7 @@ def _write_json(path: Path, data: dict) -> None:
 def _cmd_show(args) -> int:
     import torch
 
-    from .. import densities as D
+    from .. import densities
     from ..diagnostics import allocation, load_learned_sampler, normalize_density, total_variation, window_mass
     from ..schedule_io import read_schedule
 
@@ -67,8 +67,8 @@ def _cmd_show(args) -> int:
     x = sampler.estimator.centers
     edges = sampler.edges
     widths = edges[1:] - edges[:-1]
-    pi = normalize_density(D.bin_masses(sampler.density, edges) / widths, x)
-    base = normalize_density(D.bin_masses(sampler.base, edges) / widths, x)
+    pi = normalize_density(densities.bin_masses(sampler.density, edges) / widths, x)
+    base = normalize_density(densities.bin_masses(sampler.base, edges) / widths, x)
     phi = allocation(sampler, log_sigma=x).phi
     rho = None
     if payload.get("rho_hat") is not None and all(v is not None for v in payload["rho_hat"]):
@@ -315,7 +315,8 @@ def _cmd_profile(args) -> int:
 def _cmd_grid(args) -> int:
     import copy
 
-    from ..inference_grid import _FLOW, infogrid, scheduler_grid_kwargs, scheduler_sigmas_as_ve
+    from ..inference_grid import infogrid
+    from ..scheduler_grids import _FLOW, scheduler_grid_kwargs, scheduler_sigmas_as_ve
 
     config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
     scheduler = _scheduler_from_config(config, where)

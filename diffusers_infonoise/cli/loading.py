@@ -120,21 +120,15 @@ def _scheduler_from_config(config: dict, where: str):
     from ..schedule_io import CONFIG_KEY, FORMAT
 
     if config.get("format") == FORMAT:  # a bare payload (e.g. written by a training script's logs)
+        from ..paths import PATH_CLASSES
+
         path = config.get("path") or {}
-        kind = path.get("kind")
-        if kind == "ve":
-            sched = diffusers.EDMEulerScheduler(
-                sigma_min=path["sigma_min"], sigma_max=path["sigma_max"], sigma_data=path.get("sigma_data", 0.5)
-            )
-        elif kind == "flow":
-            sched = diffusers.FlowMatchEulerDiscreteScheduler(
-                num_train_timesteps=path.get("num_train_timesteps", 1000), shift=path.get("shift", 1.0)
-            )
-        else:
-            raise CLIError(
-                f"{where}: a bare schedule payload on a {kind!r} path cannot be shown without its scheduler's config "
-                "(the VP alphas_cumprod table is not stored); pass the scheduler directory or pipeline instead"
-            )
+        if path.get("kind") not in PATH_CLASSES:
+            raise CLIError(f"{where}: a schedule payload without a known path kind ({path.get('kind')!r})")
+        try:
+            sched = PATH_CLASSES[path["kind"]].scheduler_from_config(path)
+        except ValueError as err:
+            raise CLIError(f"{where}: a bare schedule payload: {err}") from None
         sched.register_to_config(**{CONFIG_KEY: config})
         return sched
     name = config.get("_class_name")

@@ -31,7 +31,6 @@ only by the functions that need them.
 
 from __future__ import annotations
 
-from ..generation import call_model  # noqa: F401  (kept here for callers of diagnostics.call_model)
 from . import allocations, empirical, grid, plotting, profiles
 from .allocations import *  # noqa: F401,F403
 from .empirical import *  # noqa: F401,F403
@@ -39,4 +38,4 @@ from .grid import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .profiles import *  # noqa: F401,F403
 
-__all__ = [*grid.__all__, *profiles.__all__, *empirical.__all__, *allocations.__all__, *plotting.__all__, "call_model"]
+__all__ = [*grid.__all__, *profiles.__all__, *empirical.__all__, *allocations.__all__, *plotting.__all__]

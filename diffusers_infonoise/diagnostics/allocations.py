@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .. import densities as D
+from .. import densities
 from ..samplers import (
     SAMPLER_NAMES,
     KingmaGaoSampler,
@@ -96,7 +96,7 @@ def allocation(
     edges = grid_edges(x)
     sig = torch.exp(x)
     effective = sampler.base if isinstance(sampler, KingmaGaoSampler) else sampler.density
-    masses = D.bin_masses(effective, edges)
+    masses = densities.bin_masses(effective, edges)
     if not float(masses.sum()) > 0:
         raise ValueError(f"log_sigma: the {name!r} schedule has no mass on this grid")
     pi = normalize_density(masses / (edges[1:] - edges[:-1]), x)

@@ -12,14 +12,14 @@ import torch
 
 from ..estimator import ProfileEstimator, gated_shape
 from ..generation import EDM_TIMESTEP_SCALE, call_model, model_output
-from ..paths import NoisePath, path_from_scheduler, scheduler_kind
+from ..paths import NoisePath, path_class, path_from_scheduler
 from ..samplers import (
     InfoNoiseTrainingTimestepSampler,
     NoiseLevels,
     _check_path_prediction,
     default_prediction_type,
 )
-from ..schedule_io import read_schedule
+from ..schedule_io import read_schedule, stored_mu
 from ..weighting import validate_loss_weighting, validate_prediction_type, x0_from_output, x0_loss_weight
 from .grid import _F64, Profile, grid_edges, log_sigma_grid, normalize_density
 
@@ -48,43 +48,26 @@ def default_objective(noise_scheduler) -> tuple[str, Any, float | None]:
     stored = read_schedule(noise_scheduler)
     if stored is not None and stored["loss_weighting"] != "custom":
         return stored["prediction_type"], stored["loss_weighting"], stored.get("snr_gamma")
-    kind = scheduler_kind(noise_scheduler)
-    return default_prediction_type(noise_scheduler), ("edm" if kind == "ve" else "none"), None
+    pt = default_prediction_type(noise_scheduler)
+    return pt, path_class(noise_scheduler).default_loss_weighting(pt), None
 
 
 def load_learned_sampler(noise_scheduler, **overrides) -> InfoNoiseTrainingTimestepSampler:
-    """The :class:`InfoNoiseTrainingTimestepSampler` stored in ``noise_scheduler``'s config.
-
-    Built with the stored prediction type, loss weighting, ``snr_gamma``, hyperparameters, base
-    density and (flow) shift, then loaded with the stored π and m̂ (so its ``density`` is the learned
-    π). ``overrides`` replace any of those keyword arguments.
+    """The :class:`InfoNoiseTrainingTimestepSampler` stored in ``noise_scheduler``'s config:
+    :meth:`InfoNoiseTrainingTimestepSampler.from_stored` (its ``density`` is the learned π); ``overrides``
+    replace any of the stored keyword arguments.
 
     Raises:
         ValueError: the config carries no learned schedule (message says so), or a stored custom
             loss weighting with no ``loss_weighting`` override.
         ScheduleError: a corrupted or unknown-version payload.
     """
-    payload = read_schedule(noise_scheduler)
-    if payload is None:
-        raise ValueError(
-            "noise_scheduler: its config carries no learned InfoNoise schedule (no '_infonoise_schedule' entry); "
-            "it was not saved by a run with an InfoNoise sampler"
-        )
-    if payload["loss_weighting"] == "custom" and "loss_weighting" not in overrides:
-        raise ValueError("loss_weighting: the stored schedule used a custom callable weighting; pass loss_weighting=")
-    # the one reader of stored schedules: every setting not overridden is the stored one
-    mu = _stored_mu(noise_scheduler, overrides.pop("mu", None))
-    return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **overrides)
+    return InfoNoiseTrainingTimestepSampler.from_stored(noise_scheduler, **overrides)
 
 
 def _stored_mu(noise_scheduler, mu):
     """``mu`` for a dynamically shifted flow scheduler: the given one, else the stored schedule's shift."""
-    if mu is not None or not getattr(noise_scheduler.config, "use_dynamic_shifting", False):
-        return mu
-    stored = read_schedule(noise_scheduler)
-    if stored is not None and (stored.get("path") or {}).get("kind") == "flow":
-        return math.log(float(stored["path"].get("shift", 1.0)))
-    return None
+    return mu if mu is not None else stored_mu(noise_scheduler, read_schedule(noise_scheduler))
 
 
 def profile_from_errors(

@@ -1,12 +1,14 @@
 """Every command-line option the training scripts share, and the edge where the parsed namespace
-becomes explicit values: the noise sampler and small frozen configs (:class:`RunConfig`,
-:class:`OptimizerConfig`, :class:`AcceleratorConfig`, :class:`DataConfig`, :class:`HubTarget`,
-:class:`TextToImageConfig`). Nothing below this module reads or changes ``args``."""
+becomes explicit values: the noise sampler, the training scheduler and small frozen configs
+(:class:`RunConfig`, :class:`OptimizerConfig`, :class:`AcceleratorConfig`, :class:`DataConfig`,
+:class:`HubTarget`, :class:`TextToImageConfig`, :class:`FlowLoss`). Nothing below this module reads or
+changes ``args``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 
 from ..argtypes import (
     gate_arg,
@@ -18,8 +20,10 @@ from ..argtypes import (
     positive_int,
     warmup_arg,
 )
+from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
 from .datasets import DEFAULT_CAPTIONED_DATASET, DataConfig
+from .flow import FLOW_WEIGHTING_SCHEMES, FlowLoss, training_mu
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
 from .text_to_image import TextToImageConfig
@@ -40,7 +44,19 @@ __all__ = [
     "build_noise_sampler",
     "add_text_to_image_args",
     "check_text_to_image_args",
+    "DEFAULT_VP_NOISE_SAMPLER",
+    "add_vp_args",
+    "load_vp_scheduler",
+    "build_vp_sampler",
+    "add_flow_args",
+    "check_flow_args",
+    "flow_loss",
+    "load_flow_scheduler",
+    "build_flow_sampler",
 ]
+
+#: what diffusers' VP scripts sample when no --noise_sampler is given
+DEFAULT_VP_NOISE_SAMPLER = "uniform"
 
 
 def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
@@ -319,3 +335,102 @@ def text_to_image_config(args) -> TextToImageConfig:
         validation_inference_steps=args.validation_inference_steps,
         validation_guidance_scale=args.validation_guidance_scale, learning_rate=args.learning_rate,
     )
+
+
+# -- the VP text-to-image scripts (Stable Diffusion, SDXL) ----------------------------------------
+
+
+def add_vp_args(parser: argparse.ArgumentParser, *, family: str) -> None:
+    """``--prediction_type``, ``--noise_offset`` and ``--input_perturbation`` (diffusers' meaning)."""
+    g = parser.add_argument_group(family)
+    g.add_argument("--prediction_type", type=str, default=None, choices=("epsilon", "v_prediction", "sample"),
+                   help="The loss parameterization (registered in the saved scheduler). Default: the scheduler's.")
+    g.add_argument("--noise_offset", type=float, default=0.0,
+                   help="Offset noise (diffusers' meaning): add noise_offset·N(0, 1) per sample and channel to ε.")
+    g.add_argument("--input_perturbation", type=float, default=0.0,
+                   help="Input perturbation (diffusers' meaning, Ning et al. 2023): the model input is noised with "
+                        "ε + input_perturbation·N(0, I) while the target keeps ε.")
+
+
+def load_vp_scheduler(args):
+    """The training scheduler: ``DDPMScheduler`` from the model's ``scheduler`` folder (as diffusers'
+    scripts do), with ``--prediction_type`` registered when given."""
+    from diffusers import DDPMScheduler
+
+    scheduler = DDPMScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler",
+                                              revision=args.revision)
+    if args.prediction_type is not None:
+        scheduler.register_to_config(prediction_type=args.prediction_type)
+    return scheduler
+
+
+def build_vp_sampler(args, noise_scheduler) -> TrainingTimestepSampler:
+    """The training-noise sampler for the loss a VP script trains (parameterization, Min-SNR); diffusers'
+    own uniform t without ``--noise_sampler``."""
+    return build_noise_sampler(args, noise_scheduler, prediction_type=noise_scheduler.config.prediction_type,
+                               loss_weighting="min_snr" if args.snr_gamma else "none", snr_gamma=args.snr_gamma,
+                               name=args.noise_sampler or DEFAULT_VP_NOISE_SAMPLER)
+
+
+# -- the rectified-flow scripts (SD3, Flux) ---------------------------------------------------------
+
+
+def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, precondition_outputs: bool,
+                  max_sequence_length: int) -> None:
+    """``--weighting_scheme`` (default ``default_scheme``, the diffusers script's), with
+    ``precondition_outputs`` also ``--precondition_outputs``, ``--max_sequence_length`` (T5 tokens) and
+    ``--training_mu``."""
+    g = parser.add_argument_group("rectified flow")
+    g.add_argument("--weighting_scheme", type=str, default=None, choices=FLOW_WEIGHTING_SCHEMES,
+                   help=f"diffusers' meaning (default {default_scheme}): sigma_sqrt and cosmap weight the loss (the sampler "
+                        "is told), logit_normal and mode are sampling densities, used when --noise_sampler is not given "
+                        "and as InfoNoise's warm-up/floor density when it is; none, sigma_sqrt and cosmap sample s "
+                        "uniformly when --noise_sampler is not given.")
+    if precondition_outputs:
+        g.add_argument("--precondition_outputs", type=int, nargs="?", const=1, default=1, choices=(0, 1),
+                       help="1 (default, as diffusers): the loss is on x0 = x - s*v_pred (prediction_type 'sample'); "
+                            "0: the loss is on the velocity noise - x0 (prediction_type 'flow').")
+    g.add_argument("--max_sequence_length", type=positive_int, default=max_sequence_length, help="T5 tokens per prompt.")
+    g.add_argument("--training_mu", type=float, default=None,
+                   help="Schedulers with dynamic shifting (Flux): the mu of the training levels' path. Default 0: the "
+                        "scheduler's unshifted table, which diffusers' Flux training scripts draw from; inference shifts "
+                        "by the image size.")
+
+
+def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
+    """``parser.error`` on flow options that conflict (``--snr_gamma``; two sampling densities)."""
+    if args.snr_gamma is not None:
+        parser.error("--snr_gamma is Min-SNR for VP models; flow models weight their loss with --weighting_scheme")
+    if args.training_mu is not None and not (math.isfinite(args.training_mu) and abs(args.training_mu) <= 20):
+        parser.error(f"--training_mu must be a finite number with |mu| <= 20 (a shift of exp(mu)), got {args.training_mu}")
+    if args.noise_sampler not in (None, "infonoise", "kingma_gao") and args.weighting_scheme in DENSITY_SCHEMES \
+            and args.noise_sampler != args.weighting_scheme:
+        parser.error(f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
+                     f"{args.noise_sampler} another one; give one of them (or --noise_sampler infonoise, which starts "
+                     f"from {args.weighting_scheme})")
+
+
+def flow_loss(args, *, default_scheme: str) -> FlowLoss:
+    """The :class:`FlowLoss` of a flow script's parsed options."""
+    scheme = args.weighting_scheme or default_scheme
+    density = scheme if scheme in DENSITY_SCHEMES else "uniform"
+    return FlowLoss(scheme=scheme, loss_weighting=scheme if scheme in LOSS_WEIGHTING_SCHEMES else "none", density=density,
+                    noise_sampler=args.noise_sampler or density,
+                    prediction_type="sample" if getattr(args, "precondition_outputs", 0) else "flow")
+
+
+def load_flow_scheduler(args):
+    """The model's own ``FlowMatchEulerDiscreteScheduler`` (its ``shift``, or dynamic shifting, included)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return FlowMatchEulerDiscreteScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler",
+                                                           revision=args.revision)
+
+
+def build_flow_sampler(args, noise_scheduler, *, default_scheme: str) -> TrainingTimestepSampler:
+    """The training-noise sampler of a flow script, told its loss (:func:`flow_loss`) and built on the
+    training path (:func:`training_mu`)."""
+    loss = flow_loss(args, default_scheme=default_scheme)
+    return build_noise_sampler(args, noise_scheduler, prediction_type=loss.prediction_type,
+                               loss_weighting=loss.loss_weighting, name=loss.noise_sampler, default_base=loss.density,
+                               mu=training_mu(noise_scheduler, args.training_mu))

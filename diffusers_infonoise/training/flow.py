@@ -1,6 +1,7 @@
-"""What the rectified-flow text-to-image scripts (SD3, Flux) share: diffusers' ``--weighting_scheme``
-and ``--precondition_outputs``, the ``mu`` of the training path on a dynamic-shift scheduler, and the
-sampler they give.
+"""What the rectified-flow text-to-image scripts (SD3, Flux) share: the meaning of diffusers'
+``--weighting_scheme`` and ``--precondition_outputs`` (:class:`FlowLoss`), the ``mu`` of the training path
+on a dynamic-shift scheduler, and diffusers' x0 estimate. The options themselves are read at the edge,
+:mod:`diffusers_infonoise.training.args` (``add_flow_args``, ``flow_loss``, ``build_flow_sampler``).
 
 ``--weighting_scheme`` names one of two kinds of thing, as in diffusers:
 
@@ -29,95 +30,33 @@ resolution-dependent shifts).
 
 from __future__ import annotations
 
-import argparse
-import math
 from dataclasses import dataclass
 
 import torch
 
-from ..argtypes import positive_int
 from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
-from ..samplers import NoiseLevels, TrainingTimestepSampler
-from .args import build_noise_sampler
+from ..samplers import NoiseLevels
 
 __all__ = [
     "FLOW_WEIGHTING_SCHEMES",
-    "add_flow_args",
-    "check_flow_args",
     "FlowLoss",
-    "flow_loss",
-    "load_flow_scheduler",
     "training_mu",
-    "build_flow_sampler",
     "flow_x0_estimate",
 ]
 
 # the kinds of --weighting_scheme, defined once with the drop-in's mapping (integration.sampler_settings)
-_LOSS_WEIGHTS, _DENSITIES = LOSS_WEIGHTING_SCHEMES, DENSITY_SCHEMES
-FLOW_WEIGHTING_SCHEMES = ("none", *_LOSS_WEIGHTS, *_DENSITIES)
-
-
-def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, precondition_outputs: bool,
-                  max_sequence_length: int) -> None:
-    """``--weighting_scheme`` (default ``default_scheme``, the diffusers script's), with
-    ``precondition_outputs`` also ``--precondition_outputs``, ``--max_sequence_length`` (T5 tokens) and
-    ``--training_mu``."""
-    g = parser.add_argument_group("rectified flow")
-    g.add_argument("--weighting_scheme", type=str, default=None, choices=FLOW_WEIGHTING_SCHEMES,
-                   help=f"diffusers' meaning (default {default_scheme}): sigma_sqrt and cosmap weight the loss (the sampler "
-                        "is told), logit_normal and mode are sampling densities, used when --noise_sampler is not given "
-                        "and as InfoNoise's warm-up/floor density when it is; none, sigma_sqrt and cosmap sample s "
-                        "uniformly when --noise_sampler is not given.")
-    if precondition_outputs:
-        g.add_argument("--precondition_outputs", type=int, nargs="?", const=1, default=1, choices=(0, 1),
-                       help="1 (default, as diffusers): the loss is on x0 = x - s*v_pred (prediction_type 'sample'); "
-                            "0: the loss is on the velocity noise - x0 (prediction_type 'flow').")
-    g.add_argument("--max_sequence_length", type=positive_int, default=max_sequence_length, help="T5 tokens per prompt.")
-    g.add_argument("--training_mu", type=float, default=None,
-                   help="Schedulers with dynamic shifting (Flux): the mu of the training levels' path. Default 0: the "
-                        "scheduler's unshifted table, which diffusers' Flux training scripts draw from; inference shifts "
-                        "by the image size.")
-
-
-def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
-    """``parser.error`` on flow options that conflict (``--snr_gamma``; two sampling densities)."""
-    if args.snr_gamma is not None:
-        parser.error("--snr_gamma is Min-SNR for VP models; flow models weight their loss with --weighting_scheme")
-    if args.training_mu is not None and not (math.isfinite(args.training_mu) and abs(args.training_mu) <= 20):
-        parser.error(f"--training_mu must be a finite number with |mu| <= 20 (a shift of exp(mu)), got {args.training_mu}")
-    if args.noise_sampler not in (None, "infonoise", "kingma_gao") and args.weighting_scheme in _DENSITIES \
-            and args.noise_sampler != args.weighting_scheme:
-        parser.error(f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
-                     f"{args.noise_sampler} another one; give one of them (or --noise_sampler infonoise, which starts "
-                     f"from {args.weighting_scheme})")
+FLOW_WEIGHTING_SCHEMES = ("none", *LOSS_WEIGHTING_SCHEMES, *DENSITY_SCHEMES)
 
 
 @dataclass(frozen=True)
 class FlowLoss:
-    """The loss and sampling a flow script's options give (:func:`flow_loss`)."""
+    """The loss and sampling a flow script's options give (:func:`~diffusers_infonoise.training.args.flow_loss`)."""
 
     scheme: str
     loss_weighting: str  # the weight on the loss: "sigma_sqrt", "cosmap" or "none"
     density: str  # the density of s: "logit_normal", "mode" or "uniform"
     noise_sampler: str  # --noise_sampler, or the density when it is not given
     prediction_type: str  # "sample" (x0, with --precondition_outputs 1) or "flow" (velocity)
-
-
-def flow_loss(args, *, default_scheme: str) -> FlowLoss:
-    """The :class:`FlowLoss` of a flow script's parsed options."""
-    scheme = args.weighting_scheme or default_scheme
-    density = scheme if scheme in _DENSITIES else "uniform"
-    return FlowLoss(scheme=scheme, loss_weighting=scheme if scheme in _LOSS_WEIGHTS else "none", density=density,
-                    noise_sampler=args.noise_sampler or density,
-                    prediction_type="sample" if getattr(args, "precondition_outputs", 0) else "flow")
-
-
-def load_flow_scheduler(args):
-    """The model's own ``FlowMatchEulerDiscreteScheduler`` (its ``shift``, or dynamic shifting, included)."""
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    return FlowMatchEulerDiscreteScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler",
-                                                           revision=args.revision)
 
 
 def training_mu(noise_scheduler, mu: float | None) -> float | None:
@@ -133,15 +72,6 @@ def training_mu(noise_scheduler, mu: float | None) -> float | None:
                              f"{noise_scheduler.config.shift} is the training path's")
         return None
     return 0.0 if mu is None else float(mu)
-
-
-def build_flow_sampler(args, noise_scheduler, *, default_scheme: str) -> TrainingTimestepSampler:
-    """The training-noise sampler of a flow script, told its loss (:func:`flow_loss`) and built on the
-    training path (:func:`training_mu`)."""
-    loss = flow_loss(args, default_scheme=default_scheme)
-    return build_noise_sampler(args, noise_scheduler, prediction_type=loss.prediction_type,
-                               loss_weighting=loss.loss_weighting, name=loss.noise_sampler, default_base=loss.density,
-                               mu=training_mu(noise_scheduler, args.training_mu))
 
 
 def flow_x0_estimate(velocity: torch.Tensor, noisy: torch.Tensor, levels: NoiseLevels) -> torch.Tensor:

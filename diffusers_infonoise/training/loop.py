@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..samplers import NoiseLevels, TrainingTimestepSampler
+from ..weighting import per_sample_mse
 from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
 from .monitor import ScheduleMonitor
 
@@ -113,11 +114,6 @@ def start_run(cfg: AcceleratorConfig):
     if cfg.allow_tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
     return accelerator
-
-
-def per_sample_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """(B,) float32 mean squared error over all but the batch dimension."""
-    return ((pred.float() - target.float()) ** 2).mean(dim=list(range(1, pred.ndim)))
 
 
 def training_target(sampler: TrainingTimestepSampler, noise_scheduler, x0: torch.Tensor, noise: torch.Tensor,

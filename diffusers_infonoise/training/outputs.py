@@ -138,27 +138,20 @@ def save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir:
     of that folder asks for ``trust_remote_code=True`` (its two-line loader imports this package's class)
     instead of returning a pipeline that samples garbage.
     """
-    from diffusers import DDPMPipeline
+    import diffusers
 
+    from .. import pipeline
     from ..generation import is_1d_model
-    from ..paths import scheduler_kind
-    from ..pipeline import InfoNoiseUnconditionalPipeline
+    from ..paths import path_class
     from .loop import ema_weights
 
     store_learned_schedule(noise_scheduler, sampler)
-    cls = InfoNoiseUnconditionalPipeline if scheduler_kind(noise_scheduler) == "ve" or is_1d_model(unet) else DDPMPipeline
+    # DDPMPipeline draws 2-D noise: 1-D models take this package's pipeline on every path
+    name = "InfoNoiseUnconditionalPipeline" if is_1d_model(unet) else path_class(noise_scheduler).unconditional_pipeline
+    cls = getattr(pipeline, name, None) or getattr(diffusers, name)
     with ema_weights(ema, unet.parameters()):
         check_finite_weights(unet, "the trained UNet" + (" (EMA weights)" if ema is not None else ""))
         cls(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
-
-
-def _loss_target(sampler: TrainingTimestepSampler) -> str:
-    """What the loss was on, in words, for the model card."""
-    if sampler.path.kind == "ve" and sampler.prediction_type == "sample":
-        return "the denoiser D = c_skip·x + c_out·F (EDM preconditioning: an x0 estimate)"
-    return {"epsilon": "the noise ε", "v_prediction": "the velocity v", "sample": "the clean sample x0",
-            "flow": "the flow velocity ε − x0", "edm_f": "the raw network output F"}.get(sampler.prediction_type,
-                                                                                      sampler.prediction_type)
 
 
 def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, sampler, global_step: int, num_samples: int,
@@ -187,7 +180,7 @@ def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, s
         hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, allocation=desc.get("last_refresh"),
         schedule_plot="noise_schedule.png", sample_grid=None if alphabet else "samples.png",
         sample_fasta="samples.fa" if alphabet else None, num_inference_steps=num_inference_steps,
-        extra_tags=[f"diffusion-{card['diffusion']}"], loss_target=_loss_target(sampler), **card,
+        extra_tags=[f"diffusion-{card['diffusion']}"], loss_target=sampler.path.loss_target(sampler.prediction_type), **card,
     )
     if hub.push:
         push_output_dir(output_dir, repo_id=repo_id, token=hub.token, private=hub.private)

@@ -89,22 +89,14 @@ class TextToImageConfig:
     learning_rate: float = 1e-4
 
 
-def start_text_to_image_run(cfg: TextToImageConfig, args, *, load_noise_scheduler: Callable,
-                            build_sampler: Callable) -> tuple:
-    """The start of a text-to-image script's run; returns ``(noise_scheduler, sampler, accelerator)``.
-
-    The training scheduler is the script's ``load_noise_scheduler(args)``, the noise sampler its
-    ``build_sampler(args, noise_scheduler)`` (``args`` is handed to the script's own functions, not
-    read here). With ``--show_noise_schedule`` the sampler's density is printed and plotted
-    (:func:`show_noise_schedule`), there is nothing to train and ``accelerator`` is None; otherwise it
-    is the run's ``Accelerator`` (:func:`start_run`).
-    """
-    noise_scheduler = load_noise_scheduler(args)
-    sampler = build_sampler(args, noise_scheduler)
+def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler):
+    """The start of a text-to-image script's run: the run's ``Accelerator`` (:func:`start_run`), or None with
+    ``--show_noise_schedule``, when the sampler's density is printed and plotted (:func:`show_noise_schedule`)
+    and there is nothing to train."""
     if cfg.show_noise_schedule:
         show_noise_schedule(sampler, cfg.output_dir)
-        return noise_scheduler, sampler, None
-    return noise_scheduler, sampler, start_run(cfg.accelerator)
+        return None
+    return start_run(cfg.accelerator)
 
 
 def load_pretrained_parts(pretrained_model_name_or_path: str, *, revision: str | None = None,
@@ -236,15 +228,14 @@ class TextToImageRun:
         return {**result, "sampler": self.sampler}
 
 
-def setup_text_to_image_run(cfg: TextToImageConfig, args, *, load_noise_scheduler: Callable, build_sampler: Callable,
-                            parts: dict, trained: str, lora_targets: Iterable[str], pipeline_cls,
-                            tracker_project: str) -> TextToImageRun:
-    """Everything a text-to-image script does before its loss: :func:`start_text_to_image_run`, the
+def setup_text_to_image_run(cfg: TextToImageConfig, *, noise_scheduler, sampler: TrainingTimestepSampler, parts: dict,
+                            trained: str, lora_targets: Iterable[str], pipeline_cls, tracker_project: str) -> TextToImageRun:
+    """Everything a text-to-image script does before its loss, given its training ``noise_scheduler`` and
+    ``sampler`` (built from the command line, :mod:`.args`): :func:`start_text_to_image_run`, the
     components ``parts`` of ``cfg.pretrained_model_name_or_path`` (name → class,
     :func:`load_pretrained_parts`), the ``trained`` one set up for training (:func:`setup_trained_model`,
     the others frozen) and :func:`prepare_text_to_image_training`."""
-    noise_scheduler, sampler, accelerator = start_text_to_image_run(cfg, args, load_noise_scheduler=load_noise_scheduler,
-                                                                    build_sampler=build_sampler)
+    accelerator = start_text_to_image_run(cfg, sampler)
     run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator,
                          trained=trained)
     if accelerator is None:
