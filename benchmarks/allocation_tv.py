@@ -16,10 +16,13 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-import quality_race as Q  # noqa: E402
+from benchmarks.allocation_metrics import allocation_tv  # noqa: E402
+from benchmarks.race_harness import RESULTS  # noqa: E402
+from benchmarks.race_tiers import tier_races  # noqa: E402
 
 
 def runs_of(tier: str, results: Path) -> list[dict]:
@@ -37,16 +40,16 @@ def runs_of(tier: str, results: Path) -> list[dict]:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tier", default="full", choices=("quick", "full", "gate", "recheck", "recheck_full", "recheck_paths", "gpu"))
-    p.add_argument("--results", default=str(Q.RESULTS))
+    p.add_argument("--results", default=str(RESULTS))
     args = p.parse_args(argv)
     results = Path(args.results)
     runs = runs_of(args.tier, results)
     table = collections.defaultdict(dict)
-    for race in Q.tier_races(args.tier):
+    for race in tier_races(args.tier):
         rr = [r for r in runs if r["race"] == race.name]
         refs = {r["seed"]: r.get("schedule") for r in rr if r["sampler"] == "infonoise"}
         for r in sorted(rr, key=lambda r: (r["sampler"], r["seed"])):
-            tv = Q.allocation_tv(race, r, refs.get(r["seed"]))
+            tv = allocation_tv(race, r, refs.get(r["seed"]))
             floor = ((r.get("schedule") or {}).get("hyperparameters") or {}).get("floor_space", "pi" if r.get("schedule") else None)
             table[race.name].setdefault(r["sampler"], []).append(
                 {"seed": r["seed"], "tv_phi_rho": None if tv is None else round(tv, 4),

@@ -2,7 +2,7 @@
 
 For each finished image run of a tier (its final EMA UNet, saved by the training script in the run's
 output folder), draws ``--num_samples`` samples with the race's fixed inference sampler and sampling
-seed (:func:`benchmarks.quality_race.sample`), and computes the standard Inception-v3 FID
+seed (:func:`benchmarks.race_harness.sample`), and computes the standard Inception-v3 FID
 (:mod:`benchmarks.inception`) against the first ``--num_reference`` images of the race's held-out
 split. Binarized data sets are scored on thresholded samples (> 0.5), as the race's primary metric.
 The real-vs-real floor is a random training subset of ``--num_samples`` images against the same
@@ -33,7 +33,9 @@ if str(REPO) not in sys.path:
 
 from benchmarks import inception as I  # noqa: E402
 from benchmarks import metrics as M  # noqa: E402
-from benchmarks import quality_race as Q  # noqa: E402
+from benchmarks.race_data import DATASETS, load_data  # noqa: E402
+from benchmarks.race_harness import RESULTS, sample  # noqa: E402
+from benchmarks.race_tiers import EVAL_SEED, tier_races  # noqa: E402
 
 
 def _features(net, images, cache: Path | None = None) -> np.ndarray:
@@ -48,7 +50,7 @@ def _features(net, images, cache: Path | None = None) -> np.ndarray:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tier", default="full")
-    p.add_argument("--out", default=str(Q.RESULTS), help="The quality race's results folder.")
+    p.add_argument("--out", default=str(RESULTS), help="The quality race's results folder.")
     p.add_argument("--only", default=None, help="Comma-separated race names (default: every image race).")
     p.add_argument("--samplers", default=None, help="Comma-separated samplers (default: every sampler).")
     p.add_argument("--seeds", default="0", help="Comma-separated training seeds.")
@@ -62,7 +64,7 @@ def main(argv=None):
     from diffusers import UNet2DModel
 
     root = Path(args.out) / f"quality_race_{args.tier}" / "runs"
-    races = [r for r in Q.tier_races(args.tier) if Q.DATASETS[r.dataset].kind == "image"]
+    races = [r for r in tier_races(args.tier) if DATASETS[r.dataset].kind == "image"]
     if args.only:
         races = [r for r in races if r.name in args.only.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -81,8 +83,8 @@ def main(argv=None):
     }
     t0 = time.time()
     for race in races:
-        data = Q.load_data(race.dataset)
-        binary = Q.DATASETS[race.dataset].binary
+        data = load_data(race.dataset)
+        binary = DATASETS[race.dataset].binary
         ref_imgs = M.to_unit_tensor(data["heldout"][: args.num_reference])
         f_ref = _features(net, ref_imgs, cache / f"{race.dataset}_heldout{args.num_reference}.npy")
         rng = np.random.default_rng(0)
@@ -101,7 +103,7 @@ def main(argv=None):
                     print(f"{run_id}: not finished, skipped", flush=True)
                     continue
                 unet = UNet2DModel.from_pretrained(unet_dir).eval()
-                images = Q.sample(unet, race, Q.EVAL_SEED, n=args.num_samples)
+                images = sample(unet, race, EVAL_SEED, n=args.num_samples)
                 if binary:
                     images = (images > 0.5).float()
                 fid = M.frechet_distance_features(I.inception_features(net, images), f_ref)

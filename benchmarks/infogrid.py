@@ -36,7 +36,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks import quality_race as Q  # noqa: E402
+from benchmarks import dna as DNA  # noqa: E402
+from benchmarks.race_harness import RESULTS  # noqa: E402
+from benchmarks.race_tiers import EVAL_SEED, Race, eval_scheduler, tier_races  # noqa: E402
+from benchmarks.sample_quality import Scorer  # noqa: E402
 
 NFES = (4, 6, 8, 12, 18)
 
@@ -48,8 +51,8 @@ def default_scheduler(diffusion: str):
     if diffusion == "ddpm":
         return EulerDiscreteScheduler(num_train_timesteps=1000, beta_schedule="linear", prediction_type="epsilon",
                                       timestep_spacing="trailing")
-    race = Q.Race(name="", dataset="", diffusion=diffusion, samplers=(), baseline="", seeds={}, steps=0, eval_every=0)
-    return Q.eval_scheduler(race)
+    race = Race(name="", dataset="", diffusion=diffusion, samplers=(), baseline="", seeds={}, steps=0, eval_every=0)
+    return eval_scheduler(race)
 
 
 def _race_of(run_name: str) -> tuple[str, str, int]:
@@ -71,7 +74,7 @@ def grids_for(scheduler, nfe: int, *, densities, cache: dict) -> dict:
     return out
 
 
-def offline_profile(unet, scheduler, race: Q.Race, data: dict, probe: int):
+def offline_profile(unet, scheduler, race: Race, data: dict, probe: int):
     """The model's profile on ``probe`` held-out samples (x0 in [−1, 1]), 32 levels, the automatic gate."""
     import torch
 
@@ -82,7 +85,7 @@ def offline_profile(unet, scheduler, race: Q.Race, data: dict, probe: int):
         from diffusers_infonoise.data import one_hot_sequences
 
         seqs = data["heldout"]
-        x0 = one_hot_sequences([seqs[i] for i in rng.permutation(len(seqs))[:probe]], Q.DNA.ALPHABET)
+        x0 = one_hot_sequences([seqs[i] for i in rng.permutation(len(seqs))[:probe]], DNA.ALPHABET)
     else:
         imgs = data["heldout"][rng.permutation(len(data["heldout"]))[:probe]]
         x0 = torch.from_numpy(imgs.astype(np.float32) / 127.5 - 1.0)[:, None]
@@ -103,7 +106,7 @@ def evaluate_run(run_dir: str, nfes=NFES, probe: int = 512, num_samples: int | N
     run_dir = Path(run_dir)
     race_name, sampler_name, seed = _race_of(run_dir.name)
     race = _find_race(race_name)
-    scorer = Q.Scorer(race.dataset)
+    scorer = Scorer(race.dataset)
     index = json.loads((run_dir / "model_index.json").read_text())
     cls = InfoNoiseUnconditionalPipeline if isinstance(index["_class_name"], list) else DDPMPipeline
     pipe = cls.from_pretrained(str(run_dir))
@@ -116,7 +119,7 @@ def evaluate_run(run_dir: str, nfes=NFES, probe: int = 512, num_samples: int | N
     for nfe in nfes:
         for grid_name, sigmas in grids_for(train_sched, nfe, densities=densities, cache=cache).items():
             sched = default_scheduler(race.diffusion)
-            gen = torch.Generator().manual_seed(Q.EVAL_SEED)
+            gen = torch.Generator().manual_seed(EVAL_SEED)
             images = torch.cat([generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=nfe,
                                                 generator=gen, sigmas=sigmas).cpu()
                                 for i in range(0, n, race.sample_batch)])
@@ -130,12 +133,12 @@ def evaluate_run(run_dir: str, nfes=NFES, probe: int = 512, num_samples: int | N
             "seconds": round(time.time() - t0, 1)}
 
 
-def _find_race(name: str) -> Q.Race:
+def _find_race(name: str) -> Race:
     for tier in ("recheck", "recheck_full", "recheck_paths", "full", "quick", "gate"):
-        for race in Q.tier_races(tier):
+        for race in tier_races(tier):
             if race.name == name:
                 return race
-    raise ValueError(f"race {name!r}: not in any tier of benchmarks/quality_race.py")
+    raise ValueError(f"race {name!r}: not in any tier of benchmarks/race_tiers.py")
 
 
 def summarize(results: list[dict]) -> dict:
@@ -158,7 +161,7 @@ def write_markdown(name: str, results: list[dict], summary: dict, command: str, 
     grids = sorted({g for row in summary["rows"] for g in row["means"]} - {"default"})
     lines = [f"# InfoGrid vs the default spacing: {name}", "",
              f"Command: `{command}`", "",
-             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; sampling seed {Q.EVAL_SEED}; "
+             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; sampling seed {EVAL_SEED}; "
              f"{results[0]['num_samples'] if results else 0} samples per cell. Scores: the race's primary metric "
              "(lower is better); in brackets the ratio to the default spacing.", ""]
     tvs = {r["run"]: r["tv_phi_rho"] for r in results}
@@ -203,8 +206,8 @@ def main(argv=None):
         results = pool.starmap(evaluate_run, [(str(d), nfes, opts.probe, opts.num_samples, tuple(opts.densities.split(",")))
                                               for d in runs])
     summary = summarize(results)
-    out = Q.RESULTS / f"infogrid_{opts.name}.json"
-    out.write_text(json.dumps({"command": command, "nfe": nfes, "eval_seed": Q.EVAL_SEED, "summary": summary,
+    out = RESULTS / f"infogrid_{opts.name}.json"
+    out.write_text(json.dumps({"command": command, "nfe": nfes, "eval_seed": EVAL_SEED, "summary": summary,
                                "runs": results}, indent=1))
     write_markdown(opts.name, results, summary, command, out.with_suffix(".md"))
     print(f"wrote {out} and {out.with_suffix('.md')}")

@@ -1,5 +1,5 @@
-"""The quality race's bookkeeping (benchmarks/quality_race.py): steps-to-target, speedup, run order,
-reuse of identical runs. Values computed by hand."""
+"""The quality race's bookkeeping (benchmarks/quality_race.py and the modules it runs on): steps-to-target,
+speedup, run order, reuse of identical runs, the allocation measures. Values computed by hand."""
 
 from __future__ import annotations
 
@@ -9,45 +9,45 @@ import math
 
 import pytest
 
-from benchmarks import quality_race as Q  # noqa: E402
+from benchmarks import allocation_metrics, race_harness, race_tiers, steps_to_target  # noqa: E402
 
 
 def test_steps_to_reach_interpolates_linearly():
     # 6 at step 200, 4 at step 300: 5 is crossed half way
-    assert Q.steps_to_reach([100, 200, 300], [10, 6, 4], 5.0) == (250.0, "interpolated")
-    assert Q.steps_to_reach([100, 200], [3, 2], 5.0) == (100.0, "at_first_eval")
-    assert Q.steps_to_reach([100, 200], [9, 8], 5.0) == (None, "not_reached")
+    assert steps_to_target.steps_to_reach([100, 200, 300], [10, 6, 4], 5.0) == (250.0, "interpolated")
+    assert steps_to_target.steps_to_reach([100, 200], [3, 2], 5.0) == (100.0, "at_first_eval")
+    assert steps_to_target.steps_to_reach([100, 200], [9, 8], 5.0) == (None, "not_reached")
 
 
 def test_smooth_and_speedup_by_hand():
-    assert Q.smooth([10, 8, 6, 5]).tolist() == pytest.approx([9, 8, 19 / 3, 5.5])
+    assert steps_to_target.smooth([10, 8, 6, 5]).tolist() == pytest.approx([9, 8, 19 / 3, 5.5])
     base = {"steps": [100, 200, 300, 400], "quality": {"fd": [10, 8, 6, 5]}}
     other = {"steps": [100, 200, 300, 400], "quality": {"fd": [9, 6, 4, 3]}}
     # baseline target: its smoothed final 5.5, reached at step 400; the other's smoothed curve
     # [7.5, 19/3, 13/3, 3.5] crosses 5.5 at 200 + 100 * (19/3 - 5.5) / (19/3 - 13/3) = 241.67
-    out = Q.speedup(base, other, "fd")
+    out = steps_to_target.speedup(base, other, "fd")
     assert out["target"] == pytest.approx(5.5) and out["baseline_steps"] == pytest.approx(400)
     assert out["steps"] == pytest.approx(200 + 100 * (19 / 3 - 5.5) / 2)
     assert out["speedup"] == pytest.approx(400 / (200 + 100 * (19 / 3 - 5.5) / 2))
     worse = {"steps": [100, 200, 300, 400], "quality": {"fd": [12, 11, 10, 9]}}
-    out = Q.speedup(base, worse, "fd")
+    out = steps_to_target.speedup(base, worse, "fd")
     assert out["speedup"] is None and out["speedup_upper_bound"] == pytest.approx(1.0)
 
 
 def _spec(tier, race_name, sampler, seed=0, root="/tmp/x"):
-    race = next(r for r in Q.tier_races(tier) if r.name == race_name)
-    return Q.RunSpec(tier, race, sampler, seed, root)
+    race = next(r for r in race_tiers.tier_races(tier) if r.name == race_name)
+    return race_harness.RunSpec(tier, race, sampler, seed, root)
 
 
 def test_full_tier_runs_the_central_question_first():
-    rank = lambda race, sampler: Q.run_priority("full", _spec("full", race, sampler))  # noqa: E731
+    rank = lambda race, sampler: race_tiers.run_priority("full", _spec("full", race, sampler))  # noqa: E731
     assert rank("edm-binarized_mnist16", "infonoise") == rank("edm-binarized_mnist16", "edm_lognormal") == 0
     assert rank("edm-dna64", "infonoise") == rank("edm-dna64", "edm_lognormal") == 1
     assert rank("ddpm-binarized_digits", "uniform") < rank("edm-binarized_digits", "cosine") < rank("edm-dna64", "cosine")
     assert rank("edm-dna64", "cosine") < rank("edm-digits", "cosine")
-    assert rank("edm-mnist16", "infonoise") == len(Q.TIER_PRIORITY["full"]) - 1
+    assert rank("edm-mnist16", "infonoise") == len(race_tiers.TIER_PRIORITY["full"]) - 1
     # a tier without a priority list runs race by race
-    assert Q.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
+    assert race_tiers.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
 
 
 def test_reuse_copies_only_the_same_experiment(tmp_path):
@@ -56,41 +56,69 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
     src_dir = tmp_path / "quick" / "runs"
     src_dir.mkdir(parents=True)
     race = spec.race
-    (src_dir / f"unet_{race.name}.json").write_text(json.dumps(Q.unet_config(8, race.channels)))
+    (src_dir / f"unet_{race.name}.json").write_text(json.dumps(race_tiers.unet_config(8, race.channels)))
     other = dataclasses.replace(spec, root=str(tmp_path / "quick"))
-    result = {"command": Q._command(other), "steps": list(range(race.eval_every, race.steps + 1, race.eval_every)),
+    result = {"command": race_harness.script_command(other), "steps": list(range(race.eval_every, race.steps + 1, race.eval_every)),
               "inference": {"num_samples": race.num_samples}, "jitter": None, "run_id": spec.run_id}
     source = src_dir / f"{spec.run_id}.json"
 
     source.write_text(json.dumps({**result, "command": result["command"].replace("--learning_rate 0.001", "--learning_rate 0.002")}))
-    assert not Q.reuse_run(spec, source) and not spec.result_path.exists()
+    assert not race_harness.reuse_run(spec, source) and not spec.result_path.exists()
     source.write_text(json.dumps(result))
-    assert Q.reuse_run(spec, source)
+    assert race_harness.reuse_run(spec, source)
     copied = json.loads(spec.result_path.read_text())
     assert copied["reused_from"].endswith(f"{spec.run_id}.json") and copied["command"] == result["command"]
 
 
 def test_variant_samplers_name_their_flags():
-    assert Q.variant_args(["gate_none"]) == ["--infonoise_gate", "none"]
-    assert Q.variant_args(["warmup_steps_auto", "base=logit_normal"]) == [
+    assert race_harness.variant_args(["gate_none"]) == ["--infonoise_gate", "none"]
+    assert race_harness.variant_args(["warmup_steps_auto", "base=logit_normal"]) == [
         "--infonoise_warmup_steps", "auto", "--infonoise_base", "logit_normal"]
     with pytest.raises(ValueError, match="variant option"):
-        Q.variant_args(["gate"])
+        race_harness.variant_args(["gate"])
     # recheck_full: the three main samplers, then the variants, then the other samplers on DNA
-    rank = lambda race, sampler: Q.run_priority("recheck_full", _spec("recheck_full", race, sampler))  # noqa: E731
+    rank = lambda race, sampler: race_tiers.run_priority("recheck_full", _spec("recheck_full", race, sampler))  # noqa: E731
     assert rank("edm-binarized_mnist16", "logit_normal") == 0
     assert rank("edm-binarized_mnist16", "infonoise-ema_decay_0.5") == 2
-    assert rank("edm-dna64", "cosine") == len(Q.TIER_PRIORITY["recheck_full"]) - 1
+    assert rank("edm-dna64", "cosine") == len(race_tiers.TIER_PRIORITY["recheck_full"]) - 1
 
 
 def test_allocation_width_by_hand():
     """π with mass 1/2 in each of two bins of ln σ [0, 1] and [1, 3]: centres 0.5 and 2, mean 1.25, std
     0.75; the 10% quantile at ln σ 0.2, the 90% one at 1 + 0.8·2 = 2.6 (uniform inside a bin)."""
-    race = Q.tier_races("recheck_full")[0]
+    race = race_tiers.tier_races("recheck_full")[0]
     run = {"sampler": "infonoise", "schedule": {"edges": [0.0, 1.0, 3.0], "pi": [0.5, 0.5]}}
-    w = Q.allocation_width(race, run, None)
+    w = allocation_metrics.allocation_width(race, run, None)
     assert w["std_log_sigma"] == pytest.approx(0.75)
     assert w["sigma_q10"] == pytest.approx(math.exp(0.2)) and w["sigma_q90"] == pytest.approx(math.exp(2.6))
     # an adaptive baseline that stored no schedule has no known π (its base would stand in wrongly)
-    assert Q.allocation_width(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
-    assert Q.allocation_tv(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
+    assert allocation_metrics.allocation_width(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
+    assert allocation_metrics.allocation_tv(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
+
+
+def test_stored_schedule_reads_the_payload_with_the_library_reader(tmp_path):
+    """A run's ``schedule``: the kept fields of the payload the saved scheduler stores, floats to 6
+    decimals; a run without a scheduler folder has none, a corrupted payload is refused."""
+    from diffusers_infonoise import ScheduleError, write_schedule
+    from diffusers_infonoise.samplers import make_sampler
+
+    scheduler = race_tiers.train_scheduler(race_tiers.tier_races("quick")[0])
+    payload = write_schedule(scheduler, make_sampler("infonoise", scheduler))
+    scheduler.save_pretrained(tmp_path / "run" / "scheduler")
+    schedule = race_harness.stored_schedule(tmp_path / "run")
+    assert list(schedule) == list(race_harness.SCHEDULE_FIELDS)
+    assert schedule["edges"] == [round(v, 6) for v in payload["edges"]] and schedule["pi"] == [round(v, 6) for v in payload["pi"]]
+    assert schedule["hyperparameters"] == payload["hyperparameters"] and schedule["optimizer_steps"] == payload["optimizer_steps"]
+    assert race_harness.stored_schedule(tmp_path / "no_run") is None
+    config = tmp_path / "run" / "scheduler" / "scheduler_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "_infonoise_schedule": {**payload, "version": 99}}))
+    with pytest.raises(ScheduleError, match="version"):
+        race_harness.stored_schedule(tmp_path / "run")
+
+
+def test_entry_point_keeps_its_options():
+    from benchmarks import quality_race
+
+    args = quality_race.parse_args(["--tier", "recheck_full", "--report_only", "--jobs", "1", "--only", "edm-dna64"])
+    assert (args.tier, args.report_only, args.jobs, args.only, args.threads) == ("recheck_full", True, 1, "edm-dna64", 1)
+    assert args.out == str(race_harness.RESULTS) and not (args.smoke or args.plan or args.schedule_plots)

@@ -1,0 +1,394 @@
+"""The quality race's harness (issue 6): each run is ONE call of
+``training_scripts/train_unconditional.py``'s ``main(argv)`` in a worker process (:func:`run_one`),
+after which every ``checkpoint-N/unet_ema`` is sampled with the race's fixed inference sampler and
+scored (:func:`evaluate_checkpoints`), and the final InfoNoise schedule is read from the saved
+scheduler with the library's reader (:func:`stored_schedule`).
+
+The cache of runs: each run's result JSON is written under ``<root>/runs/<run_id>.json`` as soon as
+it finishes (:class:`RunSpec`); a run whose JSON exists is not run again (resume), an interrupted run
+resumes from its latest checkpoint, and another tier's identical run can be copied instead of rerun
+(:func:`reuse_run`). :func:`print_plan` lists the runs with a time estimate calibrated on the quick
+tier."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.race_data import DATASETS, load_data
+from benchmarks.race_tiers import (
+    ALL_SAMPLERS,
+    EVAL_SEED,
+    JITTER_SEEDS,
+    NUM_INFERENCE_STEPS,
+    Race,
+    eval_scheduler,
+    run_priority,
+    unet_config,
+)
+from benchmarks.sample_quality import Scorer
+from diffusers_infonoise import read_schedule
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
+RESULTS = REPO / "benchmarks" / "results"
+#: Samplers that take the race's ``extra_args`` (the InfoNoise options, e.g. its warm-up).
+ADAPTIVE_SAMPLERS = ("infonoise", "kingma_gao")
+#: The fields of the stored InfoNoise schedule that a run's results keep.
+SCHEDULE_FIELDS = ("edges", "pi", "rho_hat", "gate", "base", "hyperparameters", "optimizer_steps",
+                   "warmup_steps_resolved", "num_updates", "loss_weighting", "prediction_type", "tv_phi_rho", "data")
+
+
+@dataclass
+class RunSpec:
+    tier: str
+    race: Race
+    sampler: str
+    seed: int
+    root: str
+    threads: int = 1
+    schedule_plots: bool = False
+    jitter: bool = False
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.race.name}__{self.sampler}__s{self.seed}"
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.root) / "runs" / self.run_id
+
+    @property
+    def result_path(self) -> Path:
+        return Path(self.root) / "runs" / f"{self.run_id}.json"
+
+    @property
+    def model_config_path(self) -> Path:
+        return self.out_dir.parent / f"unet_{self.race.name}.json"
+
+    @property
+    def sampler_args(self) -> list[str]:
+        """The race's ``extra_args`` when the sampler takes them, else none."""
+        return list(self.race.extra_args) if self.sampler.split("-")[0] in ADAPTIVE_SAMPLERS else []
+
+    def argv(self) -> list[str]:
+        r = self.race
+        data = load_data(r.dataset)
+        # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto
+        name, *options = self.sampler.split("-")
+        a = list(data["script_args"]) + [
+            "--model_config_name_or_path", str(self.model_config_path), "--diffusion", r.diffusion, "--noise_sampler", name,
+            "--seed", str(self.seed), "--train_batch_size", str(r.batch_size), "--max_train_steps", str(r.steps),
+            "--learning_rate", str(r.learning_rate), "--lr_scheduler", "constant_with_warmup",
+            "--lr_warmup_steps", str(r.lr_warmup_steps), "--checkpointing_steps", str(r.eval_every), "--use_ema",
+            "--logger", "none", "--output_dir", str(self.out_dir), "--save_images_epochs", "1000000000",
+            "--save_model_epochs", "1000000000", "--eval_batch_size", "16",
+            # the per-refresh figures cost seconds per run on 2 cores; the logged scalars and checks stay
+            "--schedule_plot_steps", "0" if self.schedule_plots else "-1",
+        ]
+        return a + self.sampler_args + variant_args(options)
+
+
+def variant_args(options: list[str]) -> list[str]:
+    """The flags of a variant sampler ``infonoise-<option>-<option>...``: ``<flag>_<value>`` gives
+    ``--infonoise_<flag> <value>`` (``gate_none``, ``warmup_steps_auto``); ``<flag>=<value>`` is for
+    values with an underscore (``base=logit_normal``)."""
+    out = []
+    for option in options:
+        flag, sep, value = option.partition("=")
+        if not sep:
+            flag, _, value = option.rpartition("_")
+        if not flag or not value:
+            raise ValueError(f"variant option {option!r}: expected <flag>_<value> or <flag>=<value>")
+        out += [f"--infonoise_{flag}", value]
+    return out
+
+
+def run_specs(races: list[Race], *, tier: str, results_tier: str, root: Path, samplers: str | None = None,
+              threads: int = 1, schedule_plots: bool = False) -> list[RunSpec]:
+    """Every run of ``races`` (only ``samplers``, comma-separated, when given), in the tier's priority
+    order; within a group seed by seed, so that the samplers of a seed run side by side under the same
+    load. ``results_tier`` names the results (``smoke_<tier>`` under ``--smoke``)."""
+    specs = []
+    for race in races:
+        for s in race.samplers:
+            if samplers and s not in samplers.split(","):
+                continue
+            for seed in race.seeds[s]:
+                # evaluation jitter from the seed-0 runs of InfoNoise and the baseline (extra samplings)
+                specs.append(RunSpec(results_tier, race, s, seed, str(root), threads, schedule_plots,
+                                     jitter=(seed == 0 and s in ("infonoise", race.baseline))))
+    specs.sort(key=lambda sp: (run_priority(tier, sp), sp.seed,
+                               ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
+    return specs
+
+
+def model_config(race: Race) -> dict:
+    """The race's denoiser config for its data set (written beside the runs as ``unet_<race>.json``)."""
+    data = DATASETS[race.dataset]
+    return unet_config(data.resolution, race.channels, data.kind)
+
+
+# ----------------------------------------------------------------------------------------------
+# one run: train, evaluate every checkpoint, write the result
+# ----------------------------------------------------------------------------------------------
+
+def sample(unet, race: Race, seed: int, n: int | None = None):
+    import torch
+
+    from diffusers_infonoise.generation import generate_images
+
+    n = n or race.num_samples
+    gen = torch.Generator(device=unet.device).manual_seed(seed)
+    sched = eval_scheduler(race)
+    out = []
+    for i in range(0, n, race.sample_batch):
+        out.append(generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=NUM_INFERENCE_STEPS,
+                                   generator=gen).cpu())
+    return torch.cat(out)
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("train_unconditional", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
+    found = [(int(p.name.split("-")[1]), p) for p in out_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    return sorted(found)
+
+
+def evaluate_checkpoints(spec: RunSpec, scorer: Scorer, ckpts: list[tuple[int, Path]]) -> tuple[list, list, dict | None]:
+    """Sample every checkpoint's EMA weights with the fixed sampling seed and score them: the steps, the
+    scores and (for a jitter run) the final model's scores under ``JITTER_SEEDS`` more sampling seeds."""
+    import torch
+    from diffusers import UNet1DModel, UNet2DModel
+
+    race = spec.race
+    model_cls = UNet1DModel if DATASETS[race.dataset].kind == "dna" else UNet2DModel
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    steps, evals, jitter = [], [], None
+    for step, ck in ckpts:
+        unet = model_cls.from_pretrained(ck / "unet_ema").to(device).eval()
+        images = sample(unet, race, EVAL_SEED)
+        steps.append(step)
+        evals.append(scorer.score(images))
+        if step == ckpts[-1][0]:
+            from diffusers_infonoise.training import save_image_grid
+
+            if images.ndim == 4:
+                save_image_grid(images[:64], str(spec.out_dir / "final_samples.png"))
+            if spec.jitter:
+                vals = [evals[-1]] + [scorer.score(sample(unet, race, EVAL_SEED + s)) for s in JITTER_SEEDS]
+                jitter = {"seeds": [EVAL_SEED] + [EVAL_SEED + s for s in JITTER_SEEDS],
+                          "values": {k: [v[k] for v in vals] for k in vals[0]},
+                          "std": {k: float(np.std([v[k] for v in vals], ddof=1)) for k in vals[0]}}
+    return steps, evals, jitter
+
+
+def stored_schedule(out_dir: Path) -> dict | None:
+    """The final InfoNoise schedule of a run as its saved scheduler stores it (read and validated by
+    :func:`diffusers_infonoise.read_schedule`): the ``SCHEDULE_FIELDS``, floats rounded to 6 decimals;
+    ``None`` when the run saved no schedule."""
+    config = out_dir / "scheduler" / "scheduler_config.json"
+    if not config.exists():
+        return None
+    payload = read_schedule(json.loads(config.read_text()))
+    if not payload:
+        return None
+    schedule = {k: payload.get(k) for k in SCHEDULE_FIELDS}
+    return json.loads(json.dumps(schedule), parse_float=lambda s: round(float(s), 6))
+
+
+def run_one(spec: RunSpec) -> dict:
+    """Train (one call of the script's ``main``), evaluate every checkpoint, write the result JSON."""
+    if spec.result_path.exists():
+        return json.loads(spec.result_path.read_text())
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    race = spec.race
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    log = open(spec.out_dir.parent / f"{spec.run_id}.log", "a")
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    if not spec.model_config_path.exists():
+        spec.model_config_path.write_text(json.dumps(model_config(race), indent=1))
+    argv = spec.argv()
+    resumed = bool(_checkpoints(spec.out_dir))
+    if resumed:
+        argv += ["--resume_from_checkpoint", "latest"]
+    script = _load_script()
+    t0, c0 = time.time(), time.process_time()
+    script.main(argv)
+    train_s, train_cpu = time.time() - t0, time.process_time() - c0
+
+    scorer = Scorer(race.dataset)
+    t1, c1 = time.time(), time.process_time()
+    ckpts = _checkpoints(spec.out_dir)
+    steps, evals, jitter = evaluate_checkpoints(spec, scorer, ckpts)
+    eval_s, eval_cpu = time.time() - t1, time.process_time() - c1
+    result = {
+        "run_id": spec.run_id, "tier": spec.tier, "race": race.name, "dataset": race.dataset, "path": race.diffusion,
+        "sampler": spec.sampler, "seed": spec.seed,
+        "hyperparameters": {"steps": race.steps, "eval_every": race.eval_every, "batch_size": race.batch_size,
+                            "learning_rate": race.learning_rate, "lr_scheduler": "constant_with_warmup",
+                            "lr_warmup_steps": race.lr_warmup_steps, "unet_block_out_channels": list(race.channels),
+                            "sampler_args": spec.sampler_args,
+                            "ema": "diffusers EMAModel, max decay 0.9999, warm-up inv_gamma 1, power 3/4 (script defaults)"},
+        "inference": {"scheduler": type(eval_scheduler(race)).__name__, "num_inference_steps": NUM_INFERENCE_STEPS,
+                      "num_samples": race.num_samples, "sampling_seed": EVAL_SEED, "weights": "EMA (checkpoint-N/unet_ema)"},
+        "primary_metric": scorer.primary,
+        "steps": steps,
+        "quality": {k: [round(float(e[k]), 6) for e in evals] for k in evals[0]} if evals else {},
+        "jitter": jitter,
+        "schedule": stored_schedule(spec.out_dir),
+        "wall_time_s": {"train": round(train_s, 1), "eval": round(eval_s, 1), "total": round(train_s + eval_s, 1)},
+        "cpu_time_s": {"train": round(train_cpu, 1), "eval": round(eval_cpu, 1),
+                       "num_evals": len(steps), "num_jitter_samplings": len(JITTER_SEEDS) if jitter else 0},
+        "resumed": resumed,
+        "threads": spec.threads,
+        "command": script_command(spec),
+    }
+    if getattr(scorer, "classifier_info", None):
+        result["classifier"] = scorer.classifier_info
+    tmp = spec.result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(spec.result_path)
+    for _, ck in ckpts:
+        shutil.rmtree(ck, ignore_errors=True)
+    log.flush()
+    return result
+
+
+def script_command(spec: RunSpec) -> str:
+    return "python " + shlex.join([str(SCRIPT.relative_to(REPO))] + [_rel(a) for a in spec.argv()])
+
+
+def _rel(a: str) -> str:
+    try:
+        return str(Path(a).resolve().relative_to(REPO)) if os.path.isabs(a) else a
+    except ValueError:
+        return a
+
+
+# ----------------------------------------------------------------------------------------------
+# the cache of runs: finished runs, reuse of another tier's, running the rest in worker processes
+# ----------------------------------------------------------------------------------------------
+
+def finished_runs(specs: list[RunSpec]) -> list[dict]:
+    """The result of every run of ``specs`` that has one, in the order of ``specs``."""
+    return [json.loads(sp.result_path.read_text()) for sp in specs if sp.result_path.exists()]
+
+
+def _training_args(command: str) -> list[str]:
+    """A run's command without its folders (``--output_dir`` and the model config's path)."""
+    a = shlex.split(command)
+    for flag in ("--output_dir", "--model_config_name_or_path"):
+        i = a.index(flag)
+        a = a[:i] + a[i + 2:]
+    return a
+
+
+def reuse_run(spec: RunSpec, source: Path) -> bool:
+    """Copy another tier's finished run when it is the same experiment: same run id, the same training
+    arguments but ``--output_dir``, the same evaluation steps, sample count and jitter setting."""
+    if spec.result_path.exists() or not source.exists():
+        return False
+    r = json.loads(source.read_text())
+    race = spec.race
+    source_cfg = source.parent / f"unet_{race.name}.json"
+    same = (_training_args(r["command"]) == _training_args(script_command(spec))
+            and source_cfg.exists() and json.loads(source_cfg.read_text()) == model_config(race)
+            and r["steps"] == list(range(race.eval_every, race.steps + 1, race.eval_every))
+            and r["inference"]["num_samples"] == race.num_samples and bool(r.get("jitter")) == spec.jitter)
+    if same:
+        r["reused_from"] = str(source.relative_to(REPO)) if source.is_relative_to(REPO) else str(source)
+        spec.result_path.write_text(json.dumps(r, indent=1))
+    return same
+
+
+def _run_in_worker(spec: RunSpec) -> tuple[str, str | None]:
+    try:
+        run_one(spec)
+        return spec.run_id, None
+    except Exception as err:  # reported by the parent, the other runs go on
+        import traceback
+
+        traceback.print_exc()
+        return spec.run_id, f"{type(err).__name__}: {err}"
+
+
+def run_all(specs: list[RunSpec], races: list[Race], *, jobs: int, threads: int, t0: float) -> dict:
+    """Run every run of ``specs`` that has no result yet, ``jobs`` at a time in worker processes; print
+    each as it ends (seconds since ``t0``). Returns the errors, by run id."""
+    errors = {}
+    todo = [sp for sp in specs if not sp.result_path.exists()]
+    print(f"{len(specs)} runs, {len(specs) - len(todo)} already done", flush=True)
+    for race in races:  # prepare data and classifiers once, in the parent
+        Scorer(race.dataset)
+    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(jobs) as pool:  # workers are reused: one import each
+        for run_id, err in pool.imap_unordered(_run_in_worker, todo):
+            print(f"[{time.time() - t0:7.0f} s] {run_id}: {'ok' if err is None else 'FAILED ' + err}", flush=True)
+            if err:
+                errors[run_id] = err
+    return errors
+
+
+# ----------------------------------------------------------------------------------------------
+# the plan: the runs and a time estimate
+# ----------------------------------------------------------------------------------------------
+
+def quick_calibration(out: Path) -> dict:
+    """Seconds per training step (batch 64) and per 2000-sample evaluation of the 8x8 quick-tier model,
+    medians over the quick tier's finished runs (wall time, so they include the machine's load then)."""
+    path = Path(out) / "quality_race_quick.json"
+    if not path.exists():
+        return {"step_s": 0.27, "eval_s": 33.0, "source": "default (quick tier measured under load ~5 on 2 cores)"}
+    runs = json.loads(path.read_text())["runs"]
+    step = [r["wall_time_s"]["train"] / r["hyperparameters"]["steps"] for r in runs]
+    ev = [r["wall_time_s"]["eval"] / (len(r["steps"]) + (len(r["jitter"]["seeds"]) - 1 if r.get("jitter") else 0))
+          for r in runs]
+    return {"step_s": float(np.median(step)), "eval_s": float(np.median(ev)), "source": str(path.relative_to(REPO))}
+
+
+def estimate_seconds(race: Race, quick_timing: dict | None = None) -> float:
+    """Rough wall time of one run: train steps + evaluations, from the quick tier's measured 8x8 costs,
+    scaled by pixels (and ×1.3 for a third UNet level) for 16x16 and 28x28, ×2 for the DNA race."""
+    t = quick_timing or {"step_s": 0.27, "eval_s": 33.0}
+    spec = DATASETS[race.dataset]
+    if spec.kind == "dna":  # the 1-D UNet on 4 x 64: measured ~1.4x (steps) to ~2.5x (evaluation) the 8x8 model
+        scale = 2.0
+    else:
+        scale = (spec.resolution / 8) ** 2 * (1.3 if len(race.channels) > 2 else 1.0)
+    n_eval = race.steps // race.eval_every
+    return scale * (race.steps * t["step_s"] * race.batch_size / 64 + n_eval * t["eval_s"] * race.num_samples / 2000)
+
+
+def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str) -> None:
+    """Print each run with its estimated wall time, and the total (``--plan``)."""
+    total = 0.0
+    cal = quick_calibration(Path(out))
+    print(f"calibration: {cal['step_s']:.3f} s/step, {cal['eval_s']:.1f} s/evaluation at 8x8 ({cal['source']})")
+    for sp in specs:
+        est = estimate_seconds(sp.race, cal) + (len(JITTER_SEEDS) * cal["eval_s"] if sp.jitter else 0)
+        total += est
+        print(f"{sp.run_id:55s} ~{est:6.0f} s")
+    print(f"{len(specs)} runs, ~{total / 3600:.2f} h of worker time at the calibration's speed, "
+          f"~{total / 3600 / max(1, jobs):.2f} h with --jobs {jobs}"
+          + (" (CPU calibration: meaningless for a GPU)" if tier == "gpu" else ""))
