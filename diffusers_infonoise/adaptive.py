@@ -151,6 +151,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if self.warmup_steps >= num_training_steps and not self.is_adapted:
             self._warn_short(num_training_steps)
 
+    def start_adapted(self) -> None:
+        """A start brought an adapted estimate (METHOD.md §5.9): the automatic warm-up is skipped (``0`` is
+        what is saved); an explicit ``warmup_steps`` is honoured."""
+        if self._warmup_setting == "auto":
+            self.warmup_steps = 0
+            self.hyperparameters["warmup_steps"] = 0
+
     def _warn_short(self, num_training_steps: int) -> None:
         fix = (f"the automatic warm-up is a tenth of the run but at least one refresh (refresh_every="
                f"{self.refresh_every}): pass a smaller refresh_every or warmup_steps"
@@ -292,11 +299,39 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                                         "stays on the base density until two do. Small batches fill them later; fewer "
                                         "num_bins or a lower min_count sooner")
             return
+        self._adopt_estimate()
+
+    def _adopt_estimate(self, what: str = "pi refreshed") -> None:
+        """π from the current estimate (floor included), counted as an update and described (:attr:`last_refresh`)."""
         self.probs = self._build_probs()
         self.num_updates += 1
+        self._cell_cache = None
         self.last_refresh = self._describe_refresh()
-        logger.info(f"noise sampler: step {self.optimizer_step}: pi refreshed; " + ", ".join(
+        logger.info(f"noise sampler: step {self.optimizer_step}: {what}; " + ", ".join(
             f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step"))
+
+    def refresh_now(self, *, ema_decay: float | None = None, min_count: int | None = None,
+                    what: str = "pi refreshed") -> bool:
+        """Fold everything recorded so far into m̂ and, once two bins hold an estimate, rebuild π now,
+        without counting an optimizer step: what a start measured before step 1 becomes the run's first
+        π (METHOD.md §5.9). A collective under data parallelism (every rank must call it). ``ema_decay``
+        and ``min_count`` replace β and the count a bin needs for this refresh only (``ema_decay=0``: the
+        new means replace the old m̂). The data statistics are resolved first, and frozen when the warm-up
+        is over. Returns whether π was rebuilt.
+        """
+        self._resolve_data_statistics()
+        est = self.estimator
+        old = est.ema_decay, est.min_count
+        est.ema_decay = old[0] if ema_decay is None else float(ema_decay)
+        est.min_count = old[1] if min_count is None else int(min_count)
+        try:
+            est.refresh()
+        finally:
+            est.ema_decay, est.min_count = old
+        if not self.estimator.is_ready or self.optimizer_step < self.warmup_steps:
+            return False
+        self._adopt_estimate(what)
+        return True
 
     def _describe_refresh(self) -> dict:
         return {"step": self.optimizer_step, "filled_bins": self.estimator.num_filled}

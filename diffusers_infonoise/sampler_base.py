@@ -249,19 +249,31 @@ class TrainingTimestepSampler:
             cum = torch.cumsum(self.timestep_probabilities(), 0)
             t = densities.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
             sigmas = self.path.sigmas_table[t]
-            timesteps = t.to(torch.int64)
+            levels = self.levels_at(sigmas, timesteps=t, device=out_device)
         else:
-            log_sigmas = self.density.icdf(u)
-            sigmas = torch.exp(log_sigmas)
-            timesteps = self.path.sigma_to_timesteps(sigmas).to(torch.float32)
-        levels = NoiseLevels(
-            timesteps=timesteps.to(out_device),
-            sigmas=sigmas.to(torch.float32).to(out_device),
-            log_snr=(-2.0 * torch.log(sigmas)).to(torch.float32).to(out_device),
-            scheduler_sigmas=self.path.scheduler_sigmas(sigmas).to(torch.float32).to(out_device),
-        )
-        levels.loss_weights = self._importance_weights(sigmas, timesteps, levels)
+            sigmas = torch.exp(self.density.icdf(u))
+            levels = self.levels_at(sigmas, device=out_device)
+        levels.loss_weights = self._importance_weights(sigmas, levels.timesteps.cpu(), levels)
         return levels
+
+    def levels_at(self, sigmas: torch.Tensor, *, timesteps: torch.Tensor | None = None, device=None) -> NoiseLevels:
+        """The :class:`NoiseLevels` of given (B,) VE σ on this sampler's path, as :meth:`sample` returns them
+        (timesteps, σ, λ and the scheduler's own coordinate; no importance weights). On a VP path pass the
+        integer ``timesteps`` of the σ (``path.sigmas_table[timesteps]``); elsewhere they are computed."""
+        sigmas = torch.as_tensor(sigmas, dtype=torch.float64).cpu()
+        if timesteps is None:
+            if self.path.is_discrete:
+                raise ValueError("timesteps: a VP path takes the integer timesteps of the sigmas (sigmas_table[t])")
+            timesteps = self.path.sigma_to_timesteps(sigmas).to(torch.float32)
+        else:
+            timesteps = torch.as_tensor(timesteps).to(torch.int64 if self.path.is_discrete else torch.float32)
+        out = torch.device("cpu") if device is None else torch.device(device)
+        return NoiseLevels(
+            timesteps=timesteps.to(out),
+            sigmas=sigmas.to(torch.float32).to(out),
+            log_snr=(-2.0 * torch.log(sigmas)).to(torch.float32).to(out),
+            scheduler_sigmas=self.path.scheduler_sigmas(sigmas).to(torch.float32).to(out),
+        )
 
     def _importance_weights(self, sigmas: torch.Tensor, timesteps: torch.Tensor, levels: NoiseLevels):
         """(B,) importance weights from the CPU draws ``sigmas``/``timesteps``, on ``levels``' device; or None."""

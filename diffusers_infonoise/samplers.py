@@ -354,10 +354,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         self._apply_data_statistics()
         if payload.get("adapted") is False:
             return
-        explicit_warmup = self._warmup_setting != "auto"
-        if not explicit_warmup:
-            self.warmup_steps = 0  # the stored m̂ already is an adapted estimate
-            self.hyperparameters["warmup_steps"] = 0
+        self.start_adapted()  # the stored m̂ already is an adapted estimate
         stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
         mine = self.schedule_settings()
         if not interpolated and same_path and mine == payload_settings(payload):
@@ -376,9 +373,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 logger.info(f"stored schedule: {', '.join(changed) or 'the path'} differ from this sampler's; rebuilding "
                             "pi from the stored m_hat")
             probs = self._build_probs()
-        self.num_updates = max(self.num_updates, 1)
-        if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:
+        if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:  # else: the base until the warm-up ends
             self.probs = probs
+            self.num_updates = max(self.num_updates, 1)
             self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
             self.last_refresh = self._describe_refresh()
 

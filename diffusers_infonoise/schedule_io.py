@@ -14,7 +14,10 @@ unknown-version one with a clear error.
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,6 +35,9 @@ __all__ = [
     "read_schedule",
     "validate_payload",
     "ScheduleError",
+    "ScheduleSourceError",
+    "load_scheduler_config",
+    "read_schedule_from",
     "save_sampler_state",
     "load_sampler_state",
 ]
@@ -261,6 +267,117 @@ def read_schedule(config_or_scheduler) -> dict | None:
     if payload is None:
         return None
     return validate_payload(payload)
+
+
+# ----------------------------------------------------------------------------------------------
+# Where a stored schedule is read from: a scheduler config in a folder, a JSON file or a Hub repo.
+# ----------------------------------------------------------------------------------------------
+
+#: a pipeline folder's scheduler config, and a scheduler folder's
+PIPELINE_SCHEDULER = ("scheduler", "scheduler_config.json")
+SCHEDULER_FILE = "scheduler_config.json"
+#: what is tried on the Hub when a source is not a local path: "name" or "owner/name"
+_HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+class ScheduleSourceError(ValueError):
+    """A source of a stored schedule (folder, file, Hub repo) that cannot be read, or holds none."""
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as err:
+        raise ScheduleSourceError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(data, dict):
+        raise ScheduleSourceError(f"{path}: expected a JSON object")
+    return data
+
+
+def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> tuple[dict, str]:
+    """``scheduler/scheduler_config.json`` (a pipeline) or ``scheduler_config.json`` of a Hub repo."""
+    try:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            HFValidationError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        raise ScheduleSourceError(f"{repo_id}: not a local path, and huggingface_hub is not installed to read it from the Hub") from None
+    offline_hint = False
+    for filename in ("/".join(PIPELINE_SCHEDULER), SCHEDULER_FILE):
+        try:
+            local = hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir)
+            return _read_json(Path(local)), f"{repo_id}:{filename}"
+        except HFValidationError:
+            raise ScheduleSourceError(f"{repo_id}: no such local file or directory, and not a valid Hub repo id") from None
+        except LocalEntryNotFoundError:
+            # raised offline (HF_HUB_OFFLINE=1 or no connection) when the file is not in the cache
+            offline_hint = True
+            continue
+        except EntryNotFoundError:
+            continue
+        except RepositoryNotFoundError:
+            raise ScheduleSourceError(f"{repo_id}: no such local path, and no such Hub repository (or it is private or gated)") from None
+        except RevisionNotFoundError:
+            raise ScheduleSourceError(f"{repo_id}: revision {revision!r} not found on the Hub") from None
+        except OSError as err:  # network errors and other hub failures
+            raise ScheduleSourceError(f"{repo_id}: could not read it from the Hub: {' '.join(str(err).split())}") from None
+    if offline_hint:
+        raise ScheduleSourceError(
+            f"{repo_id}: not a local path, and not available offline: {'/'.join(PIPELINE_SCHEDULER)} or {SCHEDULER_FILE} "
+            "of this Hub repo is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE=1 or "
+            "no network); download it once online, or pass a local directory"
+        )
+    raise ScheduleSourceError(f"{repo_id}: the Hub repo has no scheduler config (looked for "
+                              f"{'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})")
+
+
+def load_scheduler_config(spec: str, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
+    """``(config, where)``: the scheduler config (or bare schedule payload) of a pipeline folder
+    (``scheduler/scheduler_config.json``), a scheduler folder, a JSON file, or a Hub repo id (read through
+    ``huggingface_hub``; cached repos work offline, ``revision`` and ``cache_dir`` as there).
+
+    Raises:
+        ScheduleSourceError: (a ``ValueError``) no such path, no scheduler config in it, invalid JSON, or a
+            Hub repo that cannot be read, each in one line.
+    """
+    p = Path(spec).expanduser()
+    if p.is_file():
+        return _read_json(p), str(p)
+    if p.is_dir():
+        for candidate in (p.joinpath(*PIPELINE_SCHEDULER), p / SCHEDULER_FILE):
+            if candidate.is_file():
+                return _read_json(candidate), str(candidate)
+        raise ScheduleSourceError(f"{p}: no scheduler config in this directory (looked for "
+                                  f"{'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})")
+    if spec.startswith((".", "/", "~")) or not _HUB_REPO_ID.fullmatch(spec):
+        raise ScheduleSourceError(f"{spec}: no such file or directory")
+    return _hub_download(spec, revision, cache_dir)
+
+
+def read_schedule_from(source, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
+    """``(payload, where)``: the validated schedule stored in ``source``: a scheduler or its config, a pipeline
+    folder, a scheduler folder, a scheduler JSON or bare payload file, or a Hub repo id
+    (:func:`load_scheduler_config`). What ``--infonoise_schedule_from`` reads (METHOD.md §5.9).
+
+    Raises:
+        ScheduleSourceError: the source cannot be read, or it holds no stored InfoNoise schedule.
+        ScheduleError: the stored schedule is corrupted or of an unknown format version.
+    """
+    if hasattr(source, "config") or isinstance(source, dict):
+        config, where = getattr(source, "config", source), type(source).__name__
+    else:
+        config, where = load_scheduler_config(str(source), revision=revision, cache_dir=cache_dir)
+    payload = validate_payload(config) if config.get("format") == FORMAT else read_schedule(config)
+    if payload is None:
+        raise ScheduleSourceError(f"{where}: holds no stored InfoNoise schedule (no '{CONFIG_KEY}' in its scheduler "
+                                  "config): it was not saved by a run with an InfoNoise sampler")
+    return payload, where
 
 
 # ----------------------------------------------------------------------------------------------

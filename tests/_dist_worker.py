@@ -83,3 +83,29 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
                    os.path.join(outdir, f"resumed{rank}.pt"))
     finally:
         torch.distributed.destroy_process_group()
+
+
+def profile_worker(rank: int, world: int, port: int, outdir: str):
+    """A ``"profile"`` start on two ranks whose models differ (rank r's errors are (1 + r) times the exact MMSE of
+    N(0, 0.25) data): each measures its share of the stratified levels, and both end on the same π."""
+    from diffusers_infonoise.starts import start_from_model
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        path = VEPath("ve", 0.002, 80.0, sigma_data=0.5)
+        sampler = InfoNoiseTrainingTimestepSampler(path, prediction_type="sample", loss_weighting="edm", num_bins=32,
+                                                   min_count=4, mmse_cap="auto", gate="auto")
+        gen = torch.Generator().manual_seed(rank)
+        batches = [0.5 * torch.randn(16, 3, generator=gen, dtype=torch.float64) for _ in range(8)]
+
+        def loss_fn(x0, levels):
+            sampler.add_noise(x0, torch.zeros_like(x0), levels)
+            sig = levels.sigmas.double()
+            return (1.0 + rank) * sig**2 * 0.25 / (sig**2 + 0.25)
+
+        info = start_from_model(sampler, loss_fn, batches, progress=False)
+        torch.save({"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "info": info,
+                    "cap": sampler.estimator.mmse_cap}, os.path.join(outdir, f"profile{rank}.pt"))
+    finally:
+        torch.distributed.destroy_process_group()

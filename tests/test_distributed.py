@@ -66,3 +66,23 @@ def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path):
     assert not torch.equal(r0["stream"][0], r0["stream"][1])
     assert not torch.equal(r0["after"][0], r1["after"][0])
     assert torch.equal(r0["after"][0], r0["next"]) and torch.equal(r1["after"][0], r1["next"])
+
+
+def test_a_profile_start_on_two_ranks_holds_one_pi(tmp_path):
+    """Issue 22: several processes split the stratified levels (the same number of forward passes on each, which
+    DDP's forward may need) and hold the identical π afterwards, built from both ranks' errors."""
+    mp.spawn(W.profile_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"profile{r}.pt") for r in (0, 1))
+    assert r0["probs"] is not None and torch.equal(r0["probs"], r1["probs"])
+    torch.testing.assert_close(r0["m_hat"], r1["m_hat"], rtol=0, atol=0, equal_nan=True)
+    assert r0["info"]["forward_passes"] == r1["info"]["forward_passes"] == 4  # 32 bins x 4 levels / 2 ranks / 16
+    assert r0["cap"] == r1["cap"]
+    # each bin's 4 levels alternate between the ranks along the stratified list (2 each): rank 0's errors are the
+    # exact MMSE, rank 1's twice it, so m̂ = 1.5 x a mean of the MMSE inside the bin, between 1.5 x its values at the
+    # bin's edges (the MMSE increases with sigma); one rank's errors alone would fall outside at large sigma
+    import math
+
+    edges = torch.exp(torch.linspace(math.log(0.002), math.log(80.0), 33, dtype=torch.float64))
+    mmse = edges**2 * 0.25 / (edges**2 + 0.25)
+    m = r0["m_hat"]
+    assert bool((m >= 1.5 * mmse[:-1] * (1 - 1e-9)).all()) and bool((m <= 1.5 * mmse[1:] * (1 + 1e-9)).all())

@@ -467,19 +467,49 @@ def test_sd_min_snr_on_a_zero_terminal_snr_pipeline_trains_finite(sd_model, tmp_
     assert all(bool(torch.isfinite(w).all()) for w in weights.values())
 
 
-def test_sd_lora_at_batch_one_adapts_with_the_default_settings(sd_model, tmp_path):
-    """The common LoRA fine-tune: batch 1, every InfoNoise default (warm-up a tenth of the run but at least
-    one refresh of 50 steps, 64 bins, min count 8). The carry-over fills the bins across refreshes: π
-    adapts within the run, every sample reached the statistics, and the cap is the latents' variance."""
+def test_sd_lora_at_batch_one_adapts_from_the_base_density(sd_model, tmp_path):
+    """The common LoRA fine-tune, started from the base density (``--infonoise_init base``): batch 1, every other
+    InfoNoise default (warm-up a tenth of the run but at least one refresh of 50 steps, 64 bins, min count 8). The
+    carry-over fills the bins across refreshes: π adapts within the run, every sample reached the statistics, and
+    the cap is the latents' variance."""
     out = tmp_path / "lora1"
     result = sd_script.main([
         "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
         "--max_train_samples", "16", "--resolution", str(RESOLUTION), "--train_batch_size", "1", "--seed", "0",
         "--lr_warmup_steps", "0", "--max_train_steps", "200", "--checkpointing_steps", "1000", "--use_lora",
-        "--report_to", "none", "--schedule_plot_steps", "-1", "--noise_sampler", "infonoise"])
+        "--report_to", "none", "--schedule_plot_steps", "-1", "--noise_sampler", "infonoise", "--infonoise_init", "base"])
     sampler = result["sampler"]
     assert sampler.warmup_steps == 50 and sampler.is_adapted
     assert float(sampler.estimator.total_counts.sum()) == 200
     _, payload = _scheduler_payload(str(out))
     assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data_variance)
     assert payload["tv_phi_rho"] <= 0.05 + 1e-6
+
+
+def test_sd_lora_by_default_starts_from_the_pretrained_models_profile(sd_model, tmp_path, caplog):
+    """The default start of a fine-tune (``auto``; issue 22): the pretrained model's errors on the training latents,
+    before step 1, within 5% of the run's compute (a 40-step run at batch 1 affords 2 samples a bin, by hand:
+    max(2, int(0.05·3·40·1/64)) = 2); no warm-up, π adapted from the first step, the card says so."""
+    import logging
+
+    out = tmp_path / "lora_profile"
+    with caplog.at_level(logging.INFO):
+        result = sd_script.main([
+            "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
+            "--max_train_samples", "16", "--resolution", str(RESOLUTION), "--train_batch_size", "1", "--seed", "0",
+            "--lr_warmup_steps", "0", "--max_train_steps", "40", "--checkpointing_steps", "1000", "--use_lora",
+            "--report_to", "none", "--schedule_plot_steps", "-1", "--noise_sampler", "infonoise"])
+    sampler = result["sampler"]
+    assert sampler.warmup_steps == 0 and sampler.is_adapted
+    # 2 levels in each of the 64 log-sigma bins that hold a step of SD's 1000-step table (by hand from its ᾱ)
+    abar = np.asarray(sampler.path.alphas_cumprod, dtype=np.float64)
+    log_sig = 0.5 * np.log((1 - abar) / abar)
+    edges = np.linspace(*sampler.path.log_sigma_range, 65)
+    n = 2 * len(np.unique(np.clip(np.searchsorted(edges[1:-1], log_sig, side="right"), 0, 63)))
+    assert "init 'auto': a pretrained model is given" in caplog.text and f"{n} forward passes" in caplog.text
+    est = sampler.estimator
+    assert float(est.total_counts.sum()) == n  # the profile's samples, folded at its refresh
+    assert float((est.merged_counts + est.counts).sum()) == 40  # the run's, open until its first refresh (step 50)
+    _, payload = _scheduler_payload(str(out))
+    assert payload["warmup_steps_resolved"] == 0 and payload["tv_phi_rho"] <= 0.05 + 1e-6
+    assert "InfoNoise start | profile" in (out / "README.md").read_text()

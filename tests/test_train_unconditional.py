@@ -15,14 +15,15 @@ import re
 
 import pytest
 import torch
+
+from diffusers_infonoise import samplers as S
+from diffusers_infonoise.schedule_io import read_schedule
+
 from _unconditional import (
     base_args,
     load_pipeline_quietly,
     scheduler_payload,
 )
-
-from diffusers_infonoise import samplers as S
-from diffusers_infonoise.schedule_io import read_schedule
 
 pytestmark = pytest.mark.slow
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from _unconditional import (
     REPO,
     SCRIPT,
@@ -23,7 +24,6 @@ from _unconditional import (
     base_args,
     scheduler_payload,
 )
-
 from conftest import free_port
 
 pytestmark = pytest.mark.slow

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+
 from _unconditional import (
     TINY_UNET_1D,
     scheduler_payload,

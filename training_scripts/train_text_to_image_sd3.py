@@ -68,9 +68,10 @@ def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
     noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), noise_scheduler=noise_scheduler,
-        sampler=build_sampler(args, noise_scheduler),
+        training.text_to_image_config(args), noise_scheduler=noise_scheduler, sampler=sampler,
+        start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
         parts={"tokenizer": CLIPTokenizer, "tokenizer_2": CLIPTokenizer, "tokenizer_3": T5TokenizerFast,
                "text_encoder": CLIPTextModelWithProjection, "text_encoder_2": CLIPTextModelWithProjection,
                "text_encoder_3": T5EncoderModel, "vae": AutoencoderKL, "transformer": SD3Transformer2DModel},

@@ -61,9 +61,10 @@ def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
     noise_scheduler = load_noise_scheduler(args)
+    sampler = build_sampler(args, noise_scheduler)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), noise_scheduler=noise_scheduler,
-        sampler=build_sampler(args, noise_scheduler),
+        training.text_to_image_config(args), noise_scheduler=noise_scheduler, sampler=sampler,
+        start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
         parts={"tokenizer": CLIPTokenizer, "tokenizer_2": CLIPTokenizer, "text_encoder": CLIPTextModel,
                "text_encoder_2": CLIPTextModelWithProjection, "vae": AutoencoderKL, "unet": UNet2DConditionModel},
         trained="unet", lora_targets=training.UNET_LORA_TARGETS, pipeline_cls=StableDiffusionXLPipeline,

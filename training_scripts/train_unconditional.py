@@ -24,7 +24,8 @@ from diffusers.training_utils import EMAModel
 
 from diffusers_infonoise.argtypes import positive_float, positive_int
 from diffusers_infonoise.generation import generate_images, model_output
-from diffusers_infonoise.paths import path_class
+from diffusers_infonoise.paths import path_class, scheduler_kind
+from diffusers_infonoise.starts import apply_start
 from diffusers_infonoise.training import (
     accelerator_config,
     add_common_training_args,
@@ -44,6 +45,7 @@ from diffusers_infonoise.training import (
     register_sampler_checkpointing,
     run_config,
     run_training_loop,
+    sampler_start,
     save_samples,
     save_unconditional_outputs,
     save_unconditional_pipeline,
@@ -78,7 +80,11 @@ def parse_args(argv=None):
     a("--center_crop", action="store_true")
     a("--random_flip", action="store_true")
     a("--model_config_name_or_path", type=str, default=None,
-      help="A UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.")
+      help="Train from scratch: a UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.")
+    a("--pretrained_model_name_or_path", type=str, default=None,
+      help="Fine-tune: a saved pipeline folder or Hub repo id; its unet/ and scheduler/ (with any stored InfoNoise "
+           "schedule) are loaded. Its path and prediction type must agree with --diffusion and --prediction_type.")
+    a("--revision", type=str, default=None, help="Revision of --pretrained_model_name_or_path on the Hub.")
     a("--eval_batch_size", type=positive_int, default=16, help="Images in each sample grid.")
     a("--num_epochs", type=positive_int, default=100)
     a("--save_images_epochs", type=positive_int, default=10)
@@ -107,9 +113,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
 
     allowed = PREDICTION_TYPES[args.diffusion]
-    if args.prediction_type is None:
-        args.prediction_type = allowed[0]
-    elif args.prediction_type not in allowed:
+    if args.model_config_name_or_path and args.pretrained_model_name_or_path:
+        parser.error("--model_config_name_or_path (from scratch) and --pretrained_model_name_or_path (fine-tuning): give one")
+    if args.prediction_type is None and not args.pretrained_model_name_or_path:
+        args.prediction_type = allowed[0]  # a pretrained model's own is read from its scheduler (build_scheduler)
+    elif args.prediction_type is not None and args.prediction_type not in allowed:
         parser.error(f"--prediction_type {args.prediction_type} is not valid with --diffusion {args.diffusion}; "
                      f"accepted: {', '.join(allowed)}")
     if args.sigma_min >= args.sigma_max:
@@ -123,8 +131,48 @@ def parse_args(argv=None):
     return args
 
 
+_DIFFUSION_PATHS = {"ddpm": "vp", "edm": "ve", "flow": "flow"}
+_SCHEDULERS = {"ddpm": DDPMScheduler, "edm": EDMEulerScheduler, "flow": FlowMatchEulerDiscreteScheduler}
+
+
+def load_pretrained_scheduler(args):
+    """The pretrained pipeline's training scheduler (its config, with any stored schedule, in the class of
+    ``--diffusion``), and ``--prediction_type`` resolved against it.
+
+    Raises:
+        ValueError: a scheduler of another path than ``--diffusion``, or a prediction type other than
+            ``--prediction_type``, naming both.
+    """
+    import diffusers
+
+    where = args.pretrained_model_name_or_path
+    config = DDPMScheduler.load_config(where, subfolder="scheduler", revision=args.revision)
+    loaded = getattr(diffusers, config.get("_class_name", ""), None)
+    if loaded is None:
+        raise ValueError(f"--pretrained_model_name_or_path: {where} has an unknown scheduler {config.get('_class_name')!r}")
+    kind = scheduler_kind(loaded.from_config(config))
+    if kind != _DIFFUSION_PATHS[args.diffusion]:
+        theirs = next(name for name, k in _DIFFUSION_PATHS.items() if k == kind)
+        raise ValueError(f"--pretrained_model_name_or_path: {where} has a {config['_class_name']} ({kind} path), but "
+                         f"--diffusion {args.diffusion} trains a {_DIFFUSION_PATHS[args.diffusion]} path; pass "
+                         f"--diffusion {theirs}")
+    sched = _SCHEDULERS[args.diffusion].from_config(config)
+    theirs = sched.config.get("prediction_type")  # VP: the loss; EDM: the sign of c_out; flow: none
+    if args.diffusion != "flow":
+        if args.prediction_type is not None and args.prediction_type != theirs:
+            raise ValueError(f"--prediction_type {args.prediction_type}: the pretrained model {where} predicts "
+                             f"{theirs!r} (its scheduler's prediction_type); pass --prediction_type {theirs}")
+    return sched, theirs or PREDICTION_TYPES[args.diffusion][0]
+
+
 def build_scheduler(args):
-    """The training scheduler, the loss parameterization the sampler sees, and the loss weighting."""
+    """The training scheduler (a pretrained pipeline's, or one of ``--diffusion``'s options), the loss
+    parameterization the sampler sees, and the loss weighting."""
+    if args.pretrained_model_name_or_path:
+        sched, prediction_type = load_pretrained_scheduler(args)
+        if args.diffusion == "ddpm":
+            return sched, prediction_type, ("min_snr" if args.snr_gamma else "none")
+        return sched, "sample" if args.diffusion == "edm" else "flow", "edm" if args.diffusion == "edm" else "none"
     if args.diffusion == "ddpm":
         sched = DDPMScheduler(num_train_timesteps=args.ddpm_num_steps, beta_schedule=args.ddpm_beta_schedule,
                               prediction_type=args.prediction_type)
@@ -143,6 +191,11 @@ def build_unet(args, channels: int, length: int | None = None):
         ValueError: ``--model_config_name_or_path`` names a model of the other kind.
     """
     cls = UNet1DModel if length is not None else UNet2DModel
+    if args.pretrained_model_name_or_path:
+        model = cls.from_pretrained(args.pretrained_model_name_or_path, subfolder="unet", revision=args.revision)
+        check_unet_config(model.config, channels=channels, length=length, resolution=args.resolution,
+                          option="--pretrained_model_name_or_path")
+        return model
     if args.model_config_name_or_path:
         config = cls.load_config(args.model_config_name_or_path)
         if config.get("_class_name", cls.__name__) != cls.__name__:
@@ -159,7 +212,10 @@ def main(argv=None):
     noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
     sampler = build_noise_sampler(args, noise_scheduler, prediction_type=prediction_type,
                                   loss_weighting=loss_weighting, snr_gamma=args.snr_gamma)
+    start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
     if args.show_noise_schedule:
+        if start.choice == "stored":
+            apply_start(sampler, start)
         show_noise_schedule(sampler, args.output_dir)
         return
 
@@ -222,7 +278,7 @@ def main(argv=None):
     result = run_training_loop(accelerator, run_config(args), model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
                                dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
                                compute_loss=compute_loss, params_to_clip=list(model.parameters()), ema=ema,
-                               on_epoch_end=on_epoch_end)
+                               on_epoch_end=on_epoch_end, start=start)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         unet = accelerator.unwrap_model(model)
@@ -232,7 +288,9 @@ def main(argv=None):
             seed=args.seed or 0, alphabet=alphabet, hub=hub_target(args),
             card=dict(dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
                       resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
-                      prediction_type=args.prediction_type, total_batch_size=result["total_batch_size"]),
+                      prediction_type=noise_scheduler.config.get("prediction_type", prediction_type),
+                      total_batch_size=result["total_batch_size"], base_model=args.pretrained_model_name_or_path,
+                      start=start.choice),
         )
     accelerator.wait_for_everyone()
     accelerator.end_training()

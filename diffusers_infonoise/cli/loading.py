@@ -4,14 +4,7 @@ stored schedule, probe images, pipeline parts; and the arguments it parses into 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-
-_PIPELINE_SCHEDULER = ("scheduler", "scheduler_config.json")
-
-
-_SCHEDULER_FILE = "scheduler_config.json"
-
 
 #: scheduler shortcuts accepted by ``compare --scheduler`` (default diffusers configs)
 _SCHEDULER_SHORTCUTS = {
@@ -22,10 +15,6 @@ _SCHEDULER_SHORTCUTS = {
 
 
 _DEFAULT_SAMPLERS = "edm_lognormal,logit_normal,uniform,log_uniform"
-
-
-#: what is tried on the Hub when a spec is not a local path: "name" or "owner/name"
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
 class CLIError(Exception):
@@ -56,60 +45,15 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> tuple[dict, str]:
-    """``scheduler/scheduler_config.json`` (a pipeline) or ``scheduler_config.json`` of a Hub repo."""
-    try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import (
-            EntryNotFoundError,
-            HFValidationError,
-            LocalEntryNotFoundError,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
-    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
-        raise CLIError(f"{repo_id}: not a local path, and huggingface_hub is not installed to read it from the Hub") from None
-    offline_hint = False
-    for filename in ("/".join(_PIPELINE_SCHEDULER), _SCHEDULER_FILE):
-        try:
-            local = hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir)
-            return _read_json(Path(local)), f"{repo_id}:{filename}"
-        except HFValidationError:
-            raise CLIError(f"{repo_id}: no such local file or directory, and not a valid Hub repo id") from None
-        except LocalEntryNotFoundError:
-            # raised offline (HF_HUB_OFFLINE=1 or no connection) when the file is not in the cache
-            offline_hint = True
-            continue
-        except EntryNotFoundError:
-            continue
-        except RepositoryNotFoundError:
-            raise CLIError(f"{repo_id}: no such local path, and no such Hub repository (or it is private or gated)") from None
-        except RevisionNotFoundError:
-            raise CLIError(f"{repo_id}: revision {revision!r} not found on the Hub") from None
-        except OSError as err:  # network errors and other hub failures
-            raise CLIError(f"{repo_id}: could not read it from the Hub: {_one_line(err)}") from None
-    if offline_hint:
-        raise CLIError(
-            f"{repo_id}: not a local path, and not available offline: {'/'.join(_PIPELINE_SCHEDULER)} or {_SCHEDULER_FILE} "
-            "of this Hub repo is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE=1 or "
-            "no network); download it once online, or pass a local directory"
-        )
-    raise CLIError(f"{repo_id}: the Hub repo has no scheduler config (looked for {'/'.join(_PIPELINE_SCHEDULER)} and {_SCHEDULER_FILE})")
-
-
 def _load_config(spec: str, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
-    """``(config, where)`` for a pipeline dir, scheduler dir, JSON file or Hub repo id."""
-    p = Path(spec).expanduser()
-    if p.is_file():
-        return _read_json(p), str(p)
-    if p.is_dir():
-        for candidate in (p.joinpath(*_PIPELINE_SCHEDULER), p / _SCHEDULER_FILE):
-            if candidate.is_file():
-                return _read_json(candidate), str(candidate)
-        raise CLIError(f"{p}: no scheduler config in this directory (looked for {'/'.join(_PIPELINE_SCHEDULER)} and {_SCHEDULER_FILE})")
-    if spec.startswith((".", "/", "~")) or not _REPO_ID.fullmatch(spec):
-        raise CLIError(f"{spec}: no such file or directory")
-    return _hub_download(spec, revision, cache_dir)
+    """``(config, where)`` for a pipeline dir, scheduler dir, JSON file or Hub repo id
+    (:func:`~diffusers_infonoise.schedule_io.load_scheduler_config`); a failure is a one-line CLIError."""
+    from ..schedule_io import ScheduleSourceError, load_scheduler_config
+
+    try:
+        return load_scheduler_config(spec, revision=revision, cache_dir=cache_dir)
+    except ScheduleSourceError as err:
+        raise CLIError(str(err)) from None
 
 
 def _scheduler_from_config(config: dict, where: str):
@@ -258,7 +202,9 @@ def _load_pipeline_parts(model_path: str, model_subfolder: str | None, scheduler
     except (OSError, ValueError, RuntimeError) as err:
         raise CLIError(f"--model: could not load {cls.__name__} from {model_dir}: {_one_line(err)}") from None
     if scheduler_spec is None:
-        if not p.joinpath(*_PIPELINE_SCHEDULER).is_file():
+        from ..schedule_io import PIPELINE_SCHEDULER
+
+        if not p.joinpath(*PIPELINE_SCHEDULER).is_file():
             raise CLIError(f"--model: {p} has no scheduler/scheduler_config.json; pass --scheduler")
         scheduler_spec = str(p)
     scheduler, where = _load_scheduler(scheduler_spec)

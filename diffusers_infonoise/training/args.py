@@ -22,6 +22,7 @@ from ..argtypes import (
 )
 from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
+from ..starts import START_CHOICES, SamplerStart, choose_start
 from .datasets import DEFAULT_CAPTIONED_DATASET, DataConfig
 from .flow import FLOW_WEIGHTING_SCHEMES, FlowLoss, training_mu
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
@@ -42,6 +43,7 @@ __all__ = [
     "add_common_training_args",
     "baseline_density_params",
     "build_noise_sampler",
+    "sampler_start",
     "add_text_to_image_args",
     "check_text_to_image_args",
     "DEFAULT_VP_NOISE_SAMPLER",
@@ -105,6 +107,17 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
                         "every this many optimizer steps (the first refresh always; rendering takes about a second of "
                         "CPU, more than the sampler itself); 0: at every refresh; -1: never (the logged scalars and "
                         "the cross-rank check stay).")
+    g.add_argument("--infonoise_init", type=str, default="auto", choices=START_CHOICES,
+                   help="Where InfoNoise starts (METHOD.md 5.9): 'base' (the warm-up on the base density), 'stored' (the "
+                        "pretrained scheduler's stored schedule, or --infonoise_schedule_from's, rebuilt for this run's loss, "
+                        "weighting, floor, gate and bins; no warm-up unless --infonoise_warmup_steps is given), 'profile' "
+                        "(the pretrained model's errors on the training data, measured before step 1 with about "
+                        "min_count forward samples a bin), 'auto' (default): stored when the pretrained scheduler carries a "
+                        "schedule of this path, profile when a pretrained model is given, else base.")
+    g.add_argument("--infonoise_schedule_from", type=str, default=None, metavar="PATH_OR_REPO",
+                   help="Start from the schedule stored in this pipeline folder, scheduler folder, scheduler JSON or Hub "
+                        "repo id (as --infonoise_init stored), for any model; another path's schedule is converted through "
+                        "VE sigma.")
     g.add_argument("--show_noise_schedule", action="store_true",
                    help="Print and plot the training-noise density these options produce, then exit.")
 
@@ -189,8 +202,46 @@ def build_noise_sampler(
             cap = getattr(args, "infonoise_mmse_cap", None)
             if cap is not None:  # unset: the library's default (auto for ε and v)
                 kw["mmse_cap"] = None if cap == "none" else cap
+        if name == "infonoise":
+            kw["use_stored_schedule"] = False  # the start is chosen explicitly: sampler_start
         return make_sampler(name, noise_scheduler, **common, **kw)
     return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
+
+
+def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pretrained_model: bool) -> SamplerStart:
+    """Where the run's sampler starts (``--infonoise_init``, ``--infonoise_schedule_from``; METHOD.md §5.9),
+    resolved before anything is trained, so that a bad choice costs nothing: the stored schedule is read
+    (and validated) here, from ``--infonoise_schedule_from`` or else the pretrained ``noise_scheduler``'s config.
+
+    Raises:
+        ValueError: ``--infonoise_schedule_from`` with ``--infonoise_init base`` or ``profile``; a source
+            without a stored schedule; ``stored`` without one; ``profile`` without a pretrained model.
+        ScheduleError: a stored schedule that is corrupted or of an unknown format version.
+    """
+    from ..schedule_io import read_schedule, read_schedule_from
+
+    init, source = args.infonoise_init, getattr(args, "infonoise_schedule_from", None)
+    if not hasattr(sampler, "load_schedule"):  # a fixed density: nothing to start
+        if source or init in ("stored", "profile"):
+            raise ValueError(f"--infonoise_init {init}{' / --infonoise_schedule_from' if source else ''}: starts an InfoNoise "
+                             f"sampler; this run's is {sampler.name!r} (use --noise_sampler infonoise)")
+        return choose_start("base", sampler)
+    if source:
+        if init in ("base", "profile"):
+            raise ValueError(f"--infonoise_schedule_from {source}: starts from a stored schedule, but --infonoise_init is "
+                             f"{init!r}; drop one of them (or --infonoise_init stored)")
+        payload, where = read_schedule_from(source, revision=getattr(args, "revision", None),
+                                            cache_dir=getattr(args, "cache_dir", None))
+        start = choose_start("stored", sampler, stored=payload, source=where, pretrained_model=pretrained_model)
+    else:
+        try:
+            stored = read_schedule(noise_scheduler)
+        except ValueError as err:
+            raise type(err)(f"the pretrained scheduler's stored schedule: {err}") from None
+        start = choose_start(init, sampler, stored=stored, source="the pretrained scheduler" if stored else None,
+                             pretrained_model=pretrained_model)
+    logger.info(f"noise sampler start: {start.choice} ({start.reason})")
+    return start
 
 
 def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:

@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..samplers import NoiseLevels, TrainingTimestepSampler
+from ..starts import SamplerStart, apply_start, batch_size_of
 from ..weighting import per_sample_mse
 from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
 from .monitor import ScheduleMonitor
@@ -257,18 +258,10 @@ def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
     return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
 
 
-def _batch_size(batch) -> int:
-    if torch.is_tensor(batch):
-        return batch.shape[0]
-    if isinstance(batch, dict):
-        return next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
-    return _batch_size(batch[0])
-
-
 def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
                       sampler: TrainingTimestepSampler, compute_loss: Callable,
                       params_to_clip, ema=None, validate: Callable | None = None,
-                      on_epoch_end: Callable | None = None) -> dict:
+                      on_epoch_end: Callable | None = None, start: SamplerStart | None = None) -> dict:
     """The one training loop of every script, resume included.
 
     Per micro-batch: levels from ``sampler`` → ``compute_loss(batch, levels)`` gives the (B,)
@@ -285,6 +278,11 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
             weights when there is an EMA (text-to-image).
         on_epoch_end: ``on_epoch_end(epoch, global_step, last)`` on every process after each epoch
             (``last``: the run ends after it).
+        start: where the sampler starts (METHOD.md §5.9; :func:`~diffusers_infonoise.training.args.sampler_start`):
+            applied once, before step 1 of a run that does not resume (a resumed sampler's state is the
+            checkpoint's). A ``"profile"`` start measures ``compute_loss`` on the dataloader's batches in eval
+            mode without gradients (:func:`~diffusers_infonoise.starts.start_from_model`); its forward passes and
+            time are logged as ``infonoise/start_forward_passes`` and ``infonoise/start_seconds``.
 
     Returns:
         ``{"global_step", "step_times", "total_batch_size", "max_steps"}``; ``step_times`` holds the wall
@@ -310,6 +308,13 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
         return {"global_step": global_step, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps}
 
     monitor = ScheduleMonitor(sampler, run.output_dir, plot_every=run.schedule_plot_steps or None)
+    if start is not None and global_step == 0:  # after the monitor: it logs the start's π at step 1
+        model.eval()
+        info = apply_start(sampler, start, loss_fn=compute_loss, batches=dataloader, progress=accelerator.is_local_main_process)
+        model.train()
+        if start.choice == "profile":
+            accelerator.log({"infonoise/start_forward_passes": float(info["forward_passes"]),
+                             "infonoise/start_seconds": float(info["seconds"])}, step=0)
     logger.info(f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
                 f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
                 f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
@@ -330,7 +335,7 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
             obj.set_epoch(epoch)
         for batch in loader:
             with accelerator.accumulate(model):
-                levels = sampler.sample(_batch_size(batch), device=accelerator.device)  # the sampler's per-rank stream
+                levels = sampler.sample(batch_size_of(batch), device=accelerator.device)  # the sampler's per-rank stream
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
                 train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / run.gradient_accumulation_steps

@@ -34,20 +34,20 @@ def default_unet(channels: int, *, resolution: int | None = None, length: int | 
     )
 
 
-def check_unet_config(config, *, channels: int, resolution: int | None = None, length: int | None = None) -> None:
+def check_unet_config(config, *, channels: int, resolution: int | None = None, length: int | None = None,
+                      option: str = "--model_config_name_or_path") -> None:
     """Refuse a UNet config that does not fit the training data: (channels, resolution, resolution)
     images for a ``UNet2DModel``, (channels, length) one-hot sequences for a ``UNet1DModel``.
 
     Raises:
-        ValueError: naming ``--model_config_name_or_path`` and each mismatch.
+        ValueError: naming ``option`` (where the config came from) and each mismatch.
     """
-    if length is not None:
-        _check_1d_config(config, channels, length)
-    else:
-        _check_2d_config(config, channels, resolution)
+    problems = _1d_problems(config, channels, length) if length is not None else _2d_problems(config, channels, resolution)
+    if problems:
+        raise ValueError(f"{option}: " + "; ".join(problems))
 
 
-def _check_2d_config(config, channels: int, resolution: int) -> None:
+def _2d_problems(config, channels: int, resolution: int) -> list[str]:
     """A UNet2DModel config must take the training images as they are: a model of another sample_size
     would train at --resolution and then save a pipeline that samples at its own size."""
     size = config.sample_size if isinstance(config.sample_size, int) else tuple(config.sample_size)
@@ -56,11 +56,10 @@ def _check_2d_config(config, channels: int, resolution: int) -> None:
         problems.append(f"sample_size {size}, but --resolution is {resolution}")
     if config.in_channels != channels or config.out_channels != channels:
         problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but the images have {channels}")
-    if problems:
-        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
+    return problems
 
 
-def _check_1d_config(config, channels: int, length: int) -> None:
+def _1d_problems(config, channels: int, length: int) -> list[str]:
     """A UNet1DModel config must match the one-hot sequences: channels = alphabet size, sample_size = length,
     and the length must survive its downsamplings (a mismatch otherwise fails deep inside torch)."""
     problems = []
@@ -73,5 +72,4 @@ def _check_1d_config(config, channels: int, length: int) -> None:
     if length % factor:
         problems.append(f"{levels} levels halve the length {int(math.log2(factor))} times: it must be a multiple of "
                         f"{factor}, got {length}")
-    if problems:
-        raise ValueError("--model_config_name_or_path: " + "; ".join(problems))
+    return problems

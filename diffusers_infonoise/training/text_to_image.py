@@ -11,6 +11,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..samplers import TrainingTimestepSampler
+from ..starts import SamplerStart, apply_start
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, captioned_dataloader
 from .loop import (
@@ -89,11 +90,13 @@ class TextToImageConfig:
     learning_rate: float = 1e-4
 
 
-def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler):
+def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler, start: SamplerStart | None = None):
     """The start of a text-to-image script's run: the run's ``Accelerator`` (:func:`start_run`), or None with
-    ``--show_noise_schedule``, when the sampler's density is printed and plotted (:func:`show_noise_schedule`)
-    and there is nothing to train."""
+    ``--show_noise_schedule``, when the sampler's density is printed and plotted (:func:`show_noise_schedule`;
+    after a ``"stored"`` start, the stored schedule rebuilt for this run) and there is nothing to train."""
     if cfg.show_noise_schedule:
+        if start is not None and start.choice == "stored":
+            apply_start(sampler, start)
         show_noise_schedule(sampler, cfg.output_dir)
         return None
     return start_run(cfg.accelerator)
@@ -202,6 +205,7 @@ class TextToImageRun:
     dataloader: object = None
     epoch_setters: tuple = ()
     weight_dtype: torch.dtype = torch.float32
+    start: SamplerStart | None = None
 
     @property
     def device(self):
@@ -216,12 +220,15 @@ class TextToImageRun:
         return run_training_loop(self.accelerator, self.cfg.run, model=self.model, optimizer=self.optimizer,
                                  lr_scheduler=self.lr_scheduler, dataloader=self.dataloader,
                                  epoch_setters=self.epoch_setters, sampler=self.sampler, compute_loss=compute_loss,
-                                 params_to_clip=self.params, ema=self.ema,
+                                 params_to_clip=self.params, ema=self.ema, start=self.start,
                                  validate=validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs))
 
     def finish(self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None,
                validation_kwargs: dict | None = None) -> dict:
-        """:func:`finish_text_to_image_run`; returns ``result`` with the sampler."""
+        """:func:`finish_text_to_image_run`; returns ``result`` with the sampler. The card's details say where
+        the sampler started (METHOD.md §5.9)."""
+        if self.start is not None and hasattr(self.sampler, "load_schedule"):
+            card = {**card, "details": {**card.get("details", {}), "InfoNoise start": self.start.choice}}
         finish_text_to_image_run(self.accelerator, self.cfg, pipeline=pipeline, build_pipeline=build_pipeline,
                                  model_key=self.trained, noise_scheduler=self.noise_scheduler, sampler=self.sampler,
                                  ema=self.ema, result=result, card=card, validation_kwargs=validation_kwargs)
@@ -229,15 +236,17 @@ class TextToImageRun:
 
 
 def setup_text_to_image_run(cfg: TextToImageConfig, *, noise_scheduler, sampler: TrainingTimestepSampler, parts: dict,
-                            trained: str, lora_targets: Iterable[str], pipeline_cls, tracker_project: str) -> TextToImageRun:
+                            trained: str, lora_targets: Iterable[str], pipeline_cls, tracker_project: str,
+                            start: SamplerStart | None = None) -> TextToImageRun:
     """Everything a text-to-image script does before its loss, given its training ``noise_scheduler`` and
-    ``sampler`` (built from the command line, :mod:`.args`): :func:`start_text_to_image_run`, the
+    ``sampler`` (built from the command line, :mod:`.args`) and where the sampler starts (``start``,
+    :func:`~diffusers_infonoise.training.args.sampler_start`; applied before step 1): :func:`start_text_to_image_run`, the
     components ``parts`` of ``cfg.pretrained_model_name_or_path`` (name → class,
     :func:`load_pretrained_parts`), the ``trained`` one set up for training (:func:`setup_trained_model`,
     the others frozen) and :func:`prepare_text_to_image_training`."""
-    accelerator = start_text_to_image_run(cfg, sampler)
+    accelerator = start_text_to_image_run(cfg, sampler, start)
     run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator,
-                         trained=trained)
+                         trained=trained, start=start)
     if accelerator is None:
         return run
     run.weight_dtype = weight_dtype_of(accelerator)

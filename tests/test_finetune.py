@@ -1,0 +1,124 @@
+"""Fine-tuning with the training scripts (issue 22): ``train_unconditional.py --pretrained_model_name_or_path``,
+``--infonoise_init {auto,base,stored,profile}`` and ``--infonoise_schedule_from``, and the errors that come
+before anything is trained. A tiny EDM model is pretrained once on 64 digits (8x8) with InfoNoise."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from _unconditional import base_args, scheduler_payload
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, unet_config):
+    """A pipeline folder with a stored 16-bin schedule, and one trained with a fixed density (no schedule)."""
+    from conftest import load_training_script
+
+    script = load_training_script("train_unconditional", "train_unconditional_pretrain")
+    root = tmp_path_factory.mktemp("pre")
+    script.main(base_args(unet_config, root / "infonoise", "--diffusion", "edm", "--max_train_steps", 6))
+    script.main(base_args(unet_config, root / "fixed", "--diffusion", "edm", "--noise_sampler", "edm_lognormal",
+                          "--max_train_steps", 2))
+    assert scheduler_payload(root / "infonoise")["adapted"] and scheduler_payload(root / "fixed") is None
+    return root
+
+
+def _drop(args: list, *options: str) -> list:
+    for option in options:
+        i = args.index(option)
+        args = args[:i] + args[i + 2:]
+    return args
+
+
+def finetune_args(pretrained_dir, out, *extra):
+    """base_args without the from-scratch model config (the UNet and scheduler come from ``pretrained_dir``) and
+    without its pinned warm-up (the library's automatic one, which a start skips)."""
+    args = _drop(base_args("-", out), "--model_config_name_or_path", "--infonoise_warmup_steps")
+    return args + ["--diffusion", "edm", "--pretrained_model_name_or_path", str(pretrained_dir), *map(str, extra)]
+
+
+def _start_log(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if "noise sampler start" in r.getMessage())
+
+
+def test_auto_takes_the_stored_schedule_and_the_ema_starts_from_the_pretrained_weights(script, pretrained, tmp_path, caplog):
+    from diffusers import UNet2DModel
+
+    out = tmp_path / "stored"
+    with caplog.at_level(logging.INFO):
+        script.main(finetune_args(pretrained / "infonoise", out, "--max_train_steps", 2, "--use_ema",
+                                  "--learning_rate", "1e-12"))
+    assert "init 'auto': the schedule from the pretrained scheduler is for this run's path" in _start_log(caplog)
+    payload = scheduler_payload(out)
+    assert payload["adapted"] and payload["warmup_steps_resolved"] == 0 and payload["hyperparameters"]["warmup_steps"] == 0
+    # lr ~0: the saved (EMA) weights are the pretrained ones, so the EMA started from them, not from a fresh init
+    a = UNet2DModel.from_pretrained(str(pretrained / "infonoise"), subfolder="unet").state_dict()
+    b = UNet2DModel.from_pretrained(str(out), subfolder="unet").state_dict()
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
+    card = (out / "README.md").read_text()
+    assert f"base_model: {pretrained / 'infonoise'}" in card and "start `stored`" in card
+
+
+def test_stored_with_other_bins_is_interpolated_and_an_explicit_warmup_is_kept(script, pretrained, tmp_path, caplog):
+    """issue 22: another --infonoise_num_bins stopped the run, and --infonoise_warmup_steps 50 was saved as 0."""
+    out = tmp_path / "bins"
+    with caplog.at_level(logging.INFO):
+        script.main(finetune_args(pretrained / "infonoise", out, "--max_train_steps", 4, "--infonoise_init", "stored",
+                                  "--infonoise_num_bins", "24", "--infonoise_warmup_steps", "2"))
+    assert "interpolated onto this sampler's 24 bins" in caplog.text
+    payload = scheduler_payload(out)
+    assert len(payload["pi"]) == 24 and payload["hyperparameters"]["warmup_steps"] == 2
+    assert payload["warmup_steps_resolved"] == 2 and payload["adapted"]
+
+
+def test_profile_measures_the_pretrained_model_before_step_one(script, pretrained, tmp_path, caplog):
+    out = tmp_path / "profile"
+    with caplog.at_level(logging.INFO):
+        script.main(finetune_args(pretrained / "fixed", out, "--max_train_steps", 2))
+    log = caplog.text
+    # auto: no stored schedule in the pretrained scheduler, a pretrained model: its errors are measured
+    assert "init 'auto': a pretrained model is given, so its errors are measured" in log
+    assert "noise sampler profile start:" in log and "16 of 16 bins filled" in log
+    payload = scheduler_payload(out)
+    assert payload["adapted"] and payload["warmup_steps_resolved"] == 0 and payload["tv_phi_rho"] <= 0.07
+
+
+def test_a_schedule_from_another_folder_starts_a_run_from_scratch(script, unet_config, pretrained, tmp_path, caplog):
+    out = tmp_path / "shared"
+    with caplog.at_level(logging.INFO):
+        script.main(_drop(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 2,
+                                    "--infonoise_schedule_from", str(pretrained / "infonoise" / "scheduler")),
+                          "--infonoise_warmup_steps"))
+    assert f"init 'stored': the schedule from {pretrained / 'infonoise' / 'scheduler'}" in _start_log(caplog)
+    assert scheduler_payload(out)["warmup_steps_resolved"] == 0
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--diffusion", "ddpm"], r"has a EDMEulerScheduler \(ve path\), but --diffusion ddpm trains a vp path; pass "
+                              r"--diffusion edm"),
+    (["--prediction_type", "v_prediction"], r"--prediction_type v_prediction: the pretrained model .* predicts 'epsilon'"),
+    (["--infonoise_init", "stored"], "'stored' needs a stored schedule, and the pretrained scheduler carries none"),
+    (["--infonoise_schedule_from", "NOWHERE"], "NOWHERE"),
+    (["--infonoise_init", "base", "--infonoise_schedule_from", "x"], "drop one of them"),
+])
+def test_bad_fine_tuning_options_stop_before_anything_is_trained(script, pretrained, tmp_path, extra, match):
+    out = tmp_path / "bad"
+    with pytest.raises(ValueError, match=match):
+        script.main(finetune_args(pretrained / "fixed", out, "--max_train_steps", 2, *extra))
+    assert not out.exists() or not any(out.iterdir())  # nothing trained, nothing written
+
+
+def test_profile_without_a_pretrained_model_and_a_folder_without_a_schedule(script, unet_config, pretrained, tmp_path):
+    with pytest.raises(ValueError, match="'profile' measures a pretrained model's errors"):
+        script.main(base_args(unet_config, tmp_path / "a", "--diffusion", "edm", "--infonoise_init", "profile"))
+    with pytest.raises(ValueError, match="holds no stored InfoNoise schedule"):
+        script.main(base_args(unet_config, tmp_path / "b", "--diffusion", "edm", "--infonoise_schedule_from",
+                              str(pretrained / "fixed")))
+    with pytest.raises(SystemExit):
+        script.parse_args(base_args(unet_config, tmp_path / "c", "--pretrained_model_name_or_path", str(pretrained)))
+    assert torch.get_num_threads() >= 1
