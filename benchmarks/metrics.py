@@ -119,9 +119,12 @@ class FeatureNet(nn.Module):
         self.size, self.feature_dim = size, feature_dim
         s3 = 2 if size >= 16 else 1
         self.body = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(32, 32, 3, stride=s3, padding=1), nn.ReLU(),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, stride=s3, padding=1),
+            nn.ReLU(),
             nn.Flatten(),
         )
         side = -(-size // 2)
@@ -136,8 +139,16 @@ class FeatureNet(nn.Module):
         return self.head(self.features(x))
 
 
-def train_classifier(images: torch.Tensor, labels: torch.Tensor, *, feature_dim: int = 32, epochs: int = 30,
-                     batch_size: int = 128, lr: float = 2e-3, seed: int = 0) -> FeatureNet:
+def train_classifier(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    feature_dim: int = 32,
+    epochs: int = 30,
+    batch_size: int = 128,
+    lr: float = 2e-3,
+    seed: int = 0,
+) -> FeatureNet:
     """Train :class:`FeatureNet` on ``images`` (N, 1, H, W) in [0, 1] with ±1-pixel random shifts."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -150,7 +161,7 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, *, feature_dim:
     for _ in range(epochs):
         perm = torch.randperm(n, generator=g)
         for i in range(0, n - batch_size + 1, batch_size):
-            idx = perm[i:i + batch_size]
+            idx = perm[i : i + batch_size]
             x = images[idx]
             dx, dy = (int(v) for v in torch.randint(-1, 2, (2,), generator=g))
             x = torch.roll(x, shifts=(dy, dx), dims=(2, 3))
@@ -166,18 +177,26 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, *, feature_dim:
 def extract_features(net: FeatureNet, images, batch_size: int = 2048) -> np.ndarray:
     """Penultimate features (N, feature_dim) float64 of images (N, 1, H, W) in [0, 1]."""
     images = torch.as_tensor(images, dtype=torch.float32)
-    out = [net.features(images[i:i + batch_size]) for i in range(0, images.shape[0], batch_size)]
+    out = [net.features(images[i : i + batch_size]) for i in range(0, images.shape[0], batch_size)]
     return torch.cat(out).double().numpy()
 
 
 @torch.no_grad()
 def accuracy(net: FeatureNet, images: torch.Tensor, labels: torch.Tensor) -> float:
-    pred = torch.cat([net(images[i:i + 2048]).argmax(1) for i in range(0, images.shape[0], 2048)])
+    pred = torch.cat([net(images[i : i + 2048]).argmax(1) for i in range(0, images.shape[0], 2048)])
     return float((pred == labels).float().mean())
 
 
-def classifier_for(key: str, train_images: np.ndarray, train_labels: np.ndarray, heldout_images: np.ndarray,
-                   heldout_labels: np.ndarray, *, feature_dim: int = 32, epochs: int = 30) -> tuple[FeatureNet, dict]:
+def classifier_for(
+    key: str,
+    train_images: np.ndarray,
+    train_labels: np.ndarray,
+    heldout_images: np.ndarray,
+    heldout_labels: np.ndarray,
+    *,
+    feature_dim: int = 32,
+    epochs: int = 30,
+) -> tuple[FeatureNet, dict]:
     """The cached classifier of data set ``key`` (trained on its training split on first use).
 
     ``*_images`` are (N, H, W) or (N, 1, H, W) uint8 or float in [0, 1]. The cache file name carries a
@@ -196,9 +215,15 @@ def classifier_for(key: str, train_images: np.ndarray, train_labels: np.ndarray,
         net.load_state_dict(torch.load(stem.with_suffix(".pt"), weights_only=True))
         return net.eval(), json.loads(stem.with_suffix(".json").read_text())
     net = train_classifier(tr_x, tr_y, feature_dim=feature_dim, epochs=epochs)
-    info = {"key": key, "feature_dim": feature_dim, "epochs": epochs, "train_size": int(tr_x.shape[0]),
-            "train_accuracy": accuracy(net, tr_x, tr_y), "heldout_accuracy": accuracy(net, ho_x, ho_y),
-            "architecture": "conv16-conv32/2-conv32-linear(feature_dim)-linear(10), ReLU, ±1px shift augmentation"}
+    info = {
+        "key": key,
+        "feature_dim": feature_dim,
+        "epochs": epochs,
+        "train_size": int(tr_x.shape[0]),
+        "train_accuracy": accuracy(net, tr_x, tr_y),
+        "heldout_accuracy": accuracy(net, ho_x, ho_y),
+        "architecture": "conv16-conv32/2-conv32-linear(feature_dim)-linear(10), ReLU, ±1px shift augmentation",
+    }
     torch.save(net.state_dict(), stem.with_suffix(".pt"))
     stem.with_suffix(".json").write_text(json.dumps(info, indent=1))
     return net, info

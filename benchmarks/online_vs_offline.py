@@ -66,12 +66,39 @@ def main(argv=None):
 
     t0 = time.time()
     train_argv = [
-        "--diffusion", "edm", "--noise_sampler", "infonoise", "--dataset_name", args.dataset_name,
-        "--resolution", str(args.resolution), "--train_batch_size", str(args.train_batch_size),
-        "--max_train_steps", str(args.max_train_steps), "--learning_rate", "5e-4", "--lr_warmup_steps", "100",
-        "--use_ema", "--checkpointing_steps", "1000000", "--save_images_epochs", "1000", "--eval_batch_size", "16",
-        "--infonoise_refresh_every", str(args.refresh_every), "--infonoise_warmup_steps", str(args.warmup_steps),
-        "--seed", str(args.seed), "--logger", "none", "--output_dir", args.work_dir,
+        "--diffusion",
+        "edm",
+        "--noise_sampler",
+        "infonoise",
+        "--dataset_name",
+        args.dataset_name,
+        "--resolution",
+        str(args.resolution),
+        "--train_batch_size",
+        str(args.train_batch_size),
+        "--max_train_steps",
+        str(args.max_train_steps),
+        "--learning_rate",
+        "5e-4",
+        "--lr_warmup_steps",
+        "100",
+        "--use_ema",
+        "--checkpointing_steps",
+        "1000000",
+        "--save_images_epochs",
+        "1000",
+        "--eval_batch_size",
+        "16",
+        "--infonoise_refresh_every",
+        str(args.refresh_every),
+        "--infonoise_warmup_steps",
+        str(args.warmup_steps),
+        "--seed",
+        str(args.seed),
+        "--logger",
+        "none",
+        "--output_dir",
+        args.work_dir,
     ]
     if not os.path.exists(os.path.join(args.work_dir, "model_index.json")):
         _script().main(train_argv)
@@ -83,7 +110,7 @@ def main(argv=None):
     steps = [h["step"] for h in history]
     probs = [np.asarray(h["probs"]) for h in history]
     consecutive = [_tv(probs[i], probs[i - 1]) for i in range(1, len(probs))]
-    settle = next((steps[i] for i in range(1, len(probs)) if all(c < 0.01 for c in consecutive[i - 1:])), None)
+    settle = next((steps[i] for i in range(1, len(probs)) if all(c < 0.01 for c in consecutive[i - 1 :])), None)
 
     scheduler = EDMEulerScheduler.from_pretrained(args.work_dir, subfolder="scheduler")
     payload = read_schedule(scheduler)
@@ -109,19 +136,35 @@ def main(argv=None):
     idx = rng.choice(len(test_x), size=min(args.probe_size, len(test_x)), replace=False)
     probe = _prepare(test_x[idx], args.resolution)
     gate = payload["hyperparameters"]["gate"]
-    common = dict(gate=gate, gate_fallback=payload["hyperparameters"]["gate_fallback"], smoothing=1.0,
-                  loss_weighting="edm", prediction_type="sample")
-    prof_model = profile_from_model(unet, scheduler, probe, sigmas=torch.exp(centres), batch_size=256,
-                                    num_noise_draws=4, generator=torch.Generator().manual_seed(args.seed),
-                                    device=device, progress=False, **common)
+    common = dict(
+        gate=gate, gate_fallback=payload["hyperparameters"]["gate_fallback"], smoothing=1.0, loss_weighting="edm", prediction_type="sample"
+    )
+    prof_model = profile_from_model(
+        unet,
+        scheduler,
+        probe,
+        sigmas=torch.exp(centres),
+        batch_size=256,
+        num_noise_draws=4,
+        generator=torch.Generator().manual_seed(args.seed),
+        device=device,
+        progress=False,
+        **common,
+    )
 
     # -- offline: optimal empirical denoiser -------------------------------------------------------
     train_x, _ = load_builtin_arrays(args.dataset_name, "train")
     sub = rng.choice(len(train_x), size=min(args.data_subset, len(train_x)), replace=False)
     data = _prepare(train_x[sub], args.resolution).flatten(1)
-    prof_data = profile_from_dataset(data, sigmas=torch.exp(centres), num_noise_draws=args.noise_draws,
-                                     generator=torch.Generator().manual_seed(args.seed), device=device,
-                                     sigma_data=0.5, **common)
+    prof_data = profile_from_dataset(
+        data,
+        sigmas=torch.exp(centres),
+        num_noise_draws=args.noise_draws,
+        generator=torch.Generator().manual_seed(args.seed),
+        device=device,
+        sigma_data=0.5,
+        **common,
+    )
 
     off_model, off_data = as_masses(prof_model.pi), as_masses(prof_data.pi)
     result = {
@@ -142,14 +185,25 @@ def main(argv=None):
         "pi_checkpoint": off_model.tolist(),
         "pi_empirical_denoiser": off_data.tolist(),
         "note": "The empirical-denoiser profile of a finite subset describes memorisation at small sigma "
-                "(METHOD.md section 7); all three pi include the same floor mixing with the base.",
+        "(METHOD.md section 7); all three pi include the same floor mixing with the base.",
     }
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "online_vs_offline.json"), "w") as f:
         json.dump(result, f, indent=1)
     _plot(result, widths, os.path.join(args.output_dir, "online_vs_offline.png"))
-    print(json.dumps({k: result[k] for k in ("settle_step_tv_below_0.01", "tv_online_vs_checkpoint",
-                                             "tv_online_vs_empirical_denoiser", "tv_checkpoint_vs_empirical_denoiser")}))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "settle_step_tv_below_0.01",
+                    "tv_online_vs_checkpoint",
+                    "tv_online_vs_empirical_denoiser",
+                    "tv_checkpoint_vs_empirical_denoiser",
+                )
+            }
+        )
+    )
 
 
 def _prepare(images: np.ndarray, resolution: int) -> torch.Tensor:
@@ -170,14 +224,19 @@ def _plot(result, widths, path):
 
     x = np.asarray(result["log_sigma_centres"])
     fig, (a, b) = plt.subplots(2, 1, figsize=(7, 6.5))
-    for key, label in (("pi_online", "online (end of training)"), ("pi_checkpoint", "offline: frozen checkpoint"),
-                       ("pi_empirical_denoiser", "offline: empirical denoiser")):
+    for key, label in (
+        ("pi_online", "online (end of training)"),
+        ("pi_checkpoint", "offline: frozen checkpoint"),
+        ("pi_empirical_denoiser", "offline: empirical denoiser"),
+    ):
         a.step(x, np.asarray(result[key]) / widths, where="mid", label=label)
     a.set_xlabel("log σ (VE)")
     a.set_ylabel("π per unit log σ")
     a.legend(fontsize=8)
-    a.set_title(f"TV online–checkpoint {result['tv_online_vs_checkpoint']:.3f}, "
-                f"online–empirical {result['tv_online_vs_empirical_denoiser']:.3f}", fontsize=9)
+    a.set_title(
+        f"TV online–checkpoint {result['tv_online_vs_checkpoint']:.3f}, online–empirical {result['tv_online_vs_empirical_denoiser']:.3f}",
+        fontsize=9,
+    )
     b.plot(result["refresh_steps"][1:], result["consecutive_tv"], marker=".")
     b.axhline(0.01, color="grey", ls=":")
     b.set_yscale("log")

@@ -57,24 +57,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=str, default=str(RESULTS))
     p.add_argument("--only", type=str, default=None, help="Comma-separated race names to run.")
     p.add_argument("--samplers", type=str, default=None, help="Comma-separated samplers to run (default: the tier's).")
-    p.add_argument("--reuse", type=str, default=None, help="Another tier (e.g. quick) whose finished runs are copied "
-                   "instead of rerun when the run id, the training arguments (all but --output_dir) and the "
-                   "evaluation settings are the same.")
-    p.add_argument("--note", type=str, default=None, help="Free text recorded in the results' meta and report "
-                   "(e.g. how the runs were made when this is --report_only).")
+    p.add_argument(
+        "--reuse",
+        type=str,
+        default=None,
+        help="Another tier (e.g. quick) whose finished runs are copied "
+        "instead of rerun when the run id, the training arguments (all but --output_dir) and the "
+        "evaluation settings are the same.",
+    )
+    p.add_argument(
+        "--note",
+        type=str,
+        default=None,
+        help="Free text recorded in the results' meta and report (e.g. how the runs were made when this is --report_only).",
+    )
     p.add_argument("--report_only", action="store_true", help="Aggregate the existing run results only.")
     p.add_argument("--plan", action="store_true", help="Print the runs and a time estimate, then exit.")
     p.add_argument("--schedule_plots", action="store_true", help="Keep the script's per-refresh schedule plots.")
-    p.add_argument("--smoke", action="store_true", help="A seconds-long check of the harness (tiny budgets; "
-                   "results under quality_race_smoke*, not a measurement).")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="A seconds-long check of the harness (tiny budgets; results under quality_race_smoke*, not a measurement).",
+    )
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.tier == "gpu":
-        print("note: --tier gpu is the 28x28 MNIST / binarized MNIST / Fashion-MNIST tier with a larger UNet, for a "
-              "machine with a GPU (accelerate picks the device); it has not been run.", flush=True)
+        print(
+            "note: --tier gpu is the 28x28 MNIST / binarized MNIST / Fashion-MNIST tier with a larger UNet, for a "
+            "machine with a GPU (accelerate picks the device); it has not been run.",
+            flush=True,
+        )
 
     races = tier_races(args.tier)
     tier_name = args.tier
@@ -86,8 +101,15 @@ def main(argv=None):
         races = [r for r in races if r.name in keep or r.dataset in keep]
     out = Path(args.out)
     root = out / f"quality_race_{tier_name}"
-    specs = run_specs(races, tier=args.tier, results_tier=tier_name, root=root, samplers=args.samplers,
-                      threads=args.threads, schedule_plots=args.schedule_plots)
+    specs = run_specs(
+        races,
+        tier=args.tier,
+        results_tier=tier_name,
+        root=root,
+        samplers=args.samplers,
+        threads=args.threads,
+        schedule_plots=args.schedule_plots,
+    )
     if args.plan:
         print_plan(specs, out, jobs=args.jobs, tier=args.tier)
         return
@@ -110,15 +132,24 @@ def main(argv=None):
     wall = time.time() - t0
     invocation = {
         "command": "python " + shlex.join(["benchmarks/quality_race.py"] + (argv if argv is not None else sys.argv[1:])),
-        "tier": args.tier, "jobs": args.jobs, "threads": args.threads,
+        "tier": args.tier,
+        "jobs": args.jobs,
+        "threads": args.threads,
         "wall_time_s": wall if not args.report_only else None,
-        "load_start": [round(v, 2) for v in load_start], "load_end": [round(v, 2) for v in os.getloadavg()],
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                    "diffusers": diffusers.__version__, "python": platform.python_version()},
+        "load_start": [round(v, 2) for v in load_start],
+        "load_end": [round(v, 2) for v in os.getloadavg()],
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "diffusers": diffusers.__version__,
+            "python": platform.python_version(),
+        },
         "errors": errors,
     }
-    meta = results_meta(invocation, out / f"quality_race_{tier_name}.json", report_only=args.report_only,
-                        note=args.note, tier=args.tier, runs=runs)
+    meta = results_meta(
+        invocation, out / f"quality_race_{tier_name}.json", report_only=args.report_only, note=args.note, tier=args.tier, runs=runs
+    )
     out_json = write_report(tier_name, args.tier, races, runs, summary, meta, out)
     print(f"wrote {out_json} ({out_json.stat().st_size / 1024:.0f} KB) in {wall:.0f} s; errors: {errors or 'none'}", flush=True)
 

@@ -25,16 +25,36 @@ class DataSpec:
 
 
 DATASETS = {
-    "digits": DataSpec("digits", "image", 8, False, 32, 60,
-                       "sklearn digits 8x8 (17 grey levels), library split 1438 train / 359 held-out (fixed random permutation)"),
-    "binarized_digits": DataSpec("binarized_digits", "image", 8, True, 32, 60,
-                                 "digits thresholded at 8/16, same split"),
-    "mnist16": DataSpec("mnist16", "image", 16, False, 64, 3,
-                        "MNIST resized to 16x16 (PIL bilinear), 60000 train; held-out: a random 5000 of the 10000 test images"),
-    "binarized_mnist16": DataSpec("binarized_mnist16", "image", 16, True, 64, 3,
-                                  "MNIST resized to 16x16 then stochastically binarized (rng 0), same split"),
-    "dna64": DataSpec("dna64", "dna", 64, True, note="dm3 upstream2000, last 64 bases before the TSS, unique ACGT crops; "
-                      "held-out: a random 4000; one-hot (4 x 64) in {-1, 1}, UNet1DModel (--sequence_column)"),
+    "digits": DataSpec(
+        "digits",
+        "image",
+        8,
+        False,
+        32,
+        60,
+        "sklearn digits 8x8 (17 grey levels), library split 1438 train / 359 held-out (fixed random permutation)",
+    ),
+    "binarized_digits": DataSpec("binarized_digits", "image", 8, True, 32, 60, "digits thresholded at 8/16, same split"),
+    "mnist16": DataSpec(
+        "mnist16",
+        "image",
+        16,
+        False,
+        64,
+        3,
+        "MNIST resized to 16x16 (PIL bilinear), 60000 train; held-out: a random 5000 of the 10000 test images",
+    ),
+    "binarized_mnist16": DataSpec(
+        "binarized_mnist16", "image", 16, True, 64, 3, "MNIST resized to 16x16 then stochastically binarized (rng 0), same split"
+    ),
+    "dna64": DataSpec(
+        "dna64",
+        "dna",
+        64,
+        True,
+        note="dm3 upstream2000, last 64 bases before the TSS, unique ACGT crops; "
+        "held-out: a random 4000; one-hot (4 x 64) in {-1, 1}, UNet1DModel (--sequence_column)",
+    ),
     # gpu tier (not run here)
     "mnist": DataSpec("mnist", "image", 28, False, 64, 3, "MNIST 28x28"),
     "binarized_mnist": DataSpec("binarized_mnist", "image", 28, True, 64, 3, "library binarized MNIST 28x28"),
@@ -65,8 +85,13 @@ def load_data(name: str) -> dict:
         if name not in ("digits", "binarized_digits"):
             idx = np.random.default_rng(0).permutation(len(te))[:5000]
             te, yte = te[idx], yte[idx]
-        out.update(train=tr, train_labels=ytr, heldout=te, heldout_labels=yte,
-                   script_args=["--dataset_name", name, "--resolution", str(spec.resolution)])
+        out.update(
+            train=tr,
+            train_labels=ytr,
+            heldout=te,
+            heldout_labels=yte,
+            script_args=["--dataset_name", name, "--resolution", str(spec.resolution)],
+        )
     elif name in ("mnist16", "binarized_mnist16"):
         tr, ytr = load_builtin_arrays("mnist", "train")
         te, yte = load_builtin_arrays("mnist", "test")
@@ -75,14 +100,15 @@ def load_data(name: str) -> dict:
             rng = np.random.default_rng(0)
             allx = np.concatenate([tr, te])
             allx = np.where(rng.random(allx.shape, dtype=np.float32) < allx / np.float32(255.0), 255, 0).astype(np.uint8)
-            tr, te = allx[: len(tr)], allx[len(tr):]
+            tr, te = allx[: len(tr)], allx[len(tr) :]
         idx = np.random.default_rng(0).permutation(len(te))[:5000]
         te, yte = te[idx], yte[idx]
         path = M.ensure_cache_dir("data") / f"{name}_train"
         if not (path / "dataset_info.json").exists():
             DNA.save_image_dataset(tr, path)
-        out.update(train=tr, train_labels=ytr, heldout=te, heldout_labels=yte,
-                   script_args=["--dataset_name", str(path), "--resolution", "16"])
+        out.update(
+            train=tr, train_labels=ytr, heldout=te, heldout_labels=yte, script_args=["--dataset_name", str(path), "--resolution", "16"]
+        )
     elif name == "dna64":
         seqs = DNA.load_sequences(64)
         tr, ho = DNA.split_sequences(seqs, 4000, seed=0)

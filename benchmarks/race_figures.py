@@ -101,8 +101,15 @@ def plot_pi(races, runs, path):
             ax.plot(x.numpy(), dens, color="k", ls=style, lw=1.2, label=f"{name} (base)")
         for r in lst:
             pi = np.asarray(r["schedule"]["pi"]) / np.diff(edges)
-            ax.step(centres, pi, where="mid", color="C3", lw=1.2, alpha=0.8,
-                    label=f"final π, seed {r['seed']}" if r is lst[0] else f"seed {r['seed']}")
+            ax.step(
+                centres,
+                pi,
+                where="mid",
+                color="C3",
+                lw=1.2,
+                alpha=0.8,
+                label=f"final π, seed {r['seed']}" if r is lst[0] else f"seed {r['seed']}",
+            )
         rho = lst[0]["schedule"].get("rho_hat")
         if rho:
             ax.plot(centres, rho, color="C0", lw=1, alpha=0.8, label="ρ̂ (seed 0)")

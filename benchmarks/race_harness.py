@@ -43,8 +43,21 @@ RESULTS = REPO / "benchmarks" / "results"
 #: Samplers that take the race's ``extra_args`` (the InfoNoise options, e.g. its warm-up).
 ADAPTIVE_SAMPLERS = ("infonoise", "kingma_gao")
 #: The fields of the stored InfoNoise schedule that a run's results keep.
-SCHEDULE_FIELDS = ("edges", "pi", "rho_hat", "gate", "base", "hyperparameters", "optimizer_steps",
-                   "warmup_steps_resolved", "num_updates", "loss_weighting", "prediction_type", "tv_phi_rho", "data")
+SCHEDULE_FIELDS = (
+    "edges",
+    "pi",
+    "rho_hat",
+    "gate",
+    "base",
+    "hyperparameters",
+    "optimizer_steps",
+    "warmup_steps_resolved",
+    "num_updates",
+    "loss_weighting",
+    "prediction_type",
+    "tv_phi_rho",
+    "data",
+)
 
 
 @dataclass
@@ -85,14 +98,40 @@ class RunSpec:
         # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto
         name, *options = self.sampler.split("-")
         a = list(data["script_args"]) + [
-            "--model_config_name_or_path", str(self.model_config_path), "--diffusion", r.diffusion, "--noise_sampler", name,
-            "--seed", str(self.seed), "--train_batch_size", str(r.batch_size), "--max_train_steps", str(r.steps),
-            "--learning_rate", str(r.learning_rate), "--lr_scheduler", "constant_with_warmup",
-            "--lr_warmup_steps", str(r.lr_warmup_steps), "--checkpointing_steps", str(r.eval_every), "--use_ema",
-            "--logger", "none", "--output_dir", str(self.out_dir), "--save_images_epochs", "1000000000",
-            "--save_model_epochs", "1000000000", "--eval_batch_size", "16",
+            "--model_config_name_or_path",
+            str(self.model_config_path),
+            "--diffusion",
+            r.diffusion,
+            "--noise_sampler",
+            name,
+            "--seed",
+            str(self.seed),
+            "--train_batch_size",
+            str(r.batch_size),
+            "--max_train_steps",
+            str(r.steps),
+            "--learning_rate",
+            str(r.learning_rate),
+            "--lr_scheduler",
+            "constant_with_warmup",
+            "--lr_warmup_steps",
+            str(r.lr_warmup_steps),
+            "--checkpointing_steps",
+            str(r.eval_every),
+            "--use_ema",
+            "--logger",
+            "none",
+            "--output_dir",
+            str(self.out_dir),
+            "--save_images_epochs",
+            "1000000000",
+            "--save_model_epochs",
+            "1000000000",
+            "--eval_batch_size",
+            "16",
             # the per-refresh figures cost seconds per run on 2 cores; the logged scalars and checks stay
-            "--schedule_plot_steps", "0" if self.schedule_plots else "-1",
+            "--schedule_plot_steps",
+            "0" if self.schedule_plots else "-1",
         ]
         return a + self.sampler_args + variant_args(options)
 
@@ -112,8 +151,16 @@ def variant_args(options: list[str]) -> list[str]:
     return out
 
 
-def run_specs(races: list[Race], *, tier: str, results_tier: str, root: Path, samplers: str | None = None,
-              threads: int = 1, schedule_plots: bool = False) -> list[RunSpec]:
+def run_specs(
+    races: list[Race],
+    *,
+    tier: str,
+    results_tier: str,
+    root: Path,
+    samplers: str | None = None,
+    threads: int = 1,
+    schedule_plots: bool = False,
+) -> list[RunSpec]:
     """Every run of ``races`` (only ``samplers``, comma-separated, when given), in the tier's priority
     order; within a group seed by seed, so that the samplers of a seed run side by side under the same
     load. ``results_tier`` names the results (``smoke_<tier>`` under ``--smoke``)."""
@@ -124,10 +171,19 @@ def run_specs(races: list[Race], *, tier: str, results_tier: str, root: Path, sa
                 continue
             for seed in race.seeds[s]:
                 # evaluation jitter from the seed-0 runs of InfoNoise and the baseline (extra samplings)
-                specs.append(RunSpec(results_tier, race, s, seed, str(root), threads, schedule_plots,
-                                     jitter=(seed == 0 and s in ("infonoise", race.baseline))))
-    specs.sort(key=lambda sp: (run_priority(tier, sp), sp.seed,
-                               ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
+                specs.append(
+                    RunSpec(
+                        results_tier,
+                        race,
+                        s,
+                        seed,
+                        str(root),
+                        threads,
+                        schedule_plots,
+                        jitter=(seed == 0 and s in ("infonoise", race.baseline)),
+                    )
+                )
+    specs.sort(key=lambda sp: (run_priority(tier, sp), sp.seed, ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
     return specs
 
 
@@ -141,6 +197,7 @@ def model_config(race: Race) -> dict:
 # one run: train, evaluate every checkpoint, write the result
 # ----------------------------------------------------------------------------------------------
 
+
 def sample(unet, race: Race, seed: int, n: int | None = None):
     import torch
 
@@ -151,8 +208,9 @@ def sample(unet, race: Race, seed: int, n: int | None = None):
     sched = eval_scheduler(race)
     out = []
     for i in range(0, n, race.sample_batch):
-        out.append(generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=NUM_INFERENCE_STEPS,
-                                   generator=gen).cpu())
+        out.append(
+            generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=NUM_INFERENCE_STEPS, generator=gen).cpu()
+        )
     return torch.cat(out)
 
 
@@ -190,9 +248,11 @@ def evaluate_checkpoints(spec: RunSpec, scorer: Scorer, ckpts: list[tuple[int, P
                 save_image_grid(images[:64], str(spec.out_dir / "final_samples.png"))
             if spec.jitter:
                 vals = [evals[-1]] + [scorer.score(sample(unet, race, EVAL_SEED + s)) for s in JITTER_SEEDS]
-                jitter = {"seeds": [EVAL_SEED] + [EVAL_SEED + s for s in JITTER_SEEDS],
-                          "values": {k: [v[k] for v in vals] for k in vals[0]},
-                          "std": {k: float(np.std([v[k] for v in vals], ddof=1)) for k in vals[0]}}
+                jitter = {
+                    "seeds": [EVAL_SEED] + [EVAL_SEED + s for s in JITTER_SEEDS],
+                    "values": {k: [v[k] for v in vals] for k in vals[0]},
+                    "std": {k: float(np.std([v[k] for v in vals], ddof=1)) for k in vals[0]},
+                }
     return steps, evals, jitter
 
 
@@ -240,23 +300,43 @@ def run_one(spec: RunSpec) -> dict:
     steps, evals, jitter = evaluate_checkpoints(spec, scorer, ckpts)
     eval_s, eval_cpu = time.time() - t1, time.process_time() - c1
     result = {
-        "run_id": spec.run_id, "tier": spec.tier, "race": race.name, "dataset": race.dataset, "path": race.diffusion,
-        "sampler": spec.sampler, "seed": spec.seed,
-        "hyperparameters": {"steps": race.steps, "eval_every": race.eval_every, "batch_size": race.batch_size,
-                            "learning_rate": race.learning_rate, "lr_scheduler": "constant_with_warmup",
-                            "lr_warmup_steps": race.lr_warmup_steps, "unet_block_out_channels": list(race.channels),
-                            "sampler_args": spec.sampler_args,
-                            "ema": "diffusers EMAModel, max decay 0.9999, warm-up inv_gamma 1, power 3/4 (script defaults)"},
-        "inference": {"scheduler": type(eval_scheduler(race)).__name__, "num_inference_steps": NUM_INFERENCE_STEPS,
-                      "num_samples": race.num_samples, "sampling_seed": EVAL_SEED, "weights": "EMA (checkpoint-N/unet_ema)"},
+        "run_id": spec.run_id,
+        "tier": spec.tier,
+        "race": race.name,
+        "dataset": race.dataset,
+        "path": race.diffusion,
+        "sampler": spec.sampler,
+        "seed": spec.seed,
+        "hyperparameters": {
+            "steps": race.steps,
+            "eval_every": race.eval_every,
+            "batch_size": race.batch_size,
+            "learning_rate": race.learning_rate,
+            "lr_scheduler": "constant_with_warmup",
+            "lr_warmup_steps": race.lr_warmup_steps,
+            "unet_block_out_channels": list(race.channels),
+            "sampler_args": spec.sampler_args,
+            "ema": "diffusers EMAModel, max decay 0.9999, warm-up inv_gamma 1, power 3/4 (script defaults)",
+        },
+        "inference": {
+            "scheduler": type(eval_scheduler(race)).__name__,
+            "num_inference_steps": NUM_INFERENCE_STEPS,
+            "num_samples": race.num_samples,
+            "sampling_seed": EVAL_SEED,
+            "weights": "EMA (checkpoint-N/unet_ema)",
+        },
         "primary_metric": scorer.primary,
         "steps": steps,
         "quality": {k: [round(float(e[k]), 6) for e in evals] for k in evals[0]} if evals else {},
         "jitter": jitter,
         "schedule": stored_schedule(spec.out_dir),
         "wall_time_s": {"train": round(train_s, 1), "eval": round(eval_s, 1), "total": round(train_s + eval_s, 1)},
-        "cpu_time_s": {"train": round(train_cpu, 1), "eval": round(eval_cpu, 1),
-                       "num_evals": len(steps), "num_jitter_samplings": len(JITTER_SEEDS) if jitter else 0},
+        "cpu_time_s": {
+            "train": round(train_cpu, 1),
+            "eval": round(eval_cpu, 1),
+            "num_evals": len(steps),
+            "num_jitter_samplings": len(JITTER_SEEDS) if jitter else 0,
+        },
         "resumed": resumed,
         "threads": spec.threads,
         "command": script_command(spec),
@@ -287,6 +367,7 @@ def _rel(a: str) -> str:
 # the cache of runs: finished runs, reuse of another tier's, running the rest in worker processes
 # ----------------------------------------------------------------------------------------------
 
+
 def finished_runs(specs: list[RunSpec]) -> list[dict]:
     """The result of every run of ``specs`` that has one, in the order of ``specs``."""
     return [json.loads(sp.result_path.read_text()) for sp in specs if sp.result_path.exists()]
@@ -297,7 +378,7 @@ def _training_args(command: str) -> list[str]:
     a = shlex.split(command)
     for flag in ("--output_dir", "--model_config_name_or_path"):
         i = a.index(flag)
-        a = a[:i] + a[i + 2:]
+        a = a[:i] + a[i + 2 :]
     return a
 
 
@@ -309,10 +390,14 @@ def reuse_run(spec: RunSpec, source: Path) -> bool:
     r = json.loads(source.read_text())
     race = spec.race
     source_cfg = source.parent / f"unet_{race.name}.json"
-    same = (_training_args(r["command"]) == _training_args(script_command(spec))
-            and source_cfg.exists() and json.loads(source_cfg.read_text()) == model_config(race)
-            and r["steps"] == list(range(race.eval_every, race.steps + 1, race.eval_every))
-            and r["inference"]["num_samples"] == race.num_samples and bool(r.get("jitter")) == spec.jitter)
+    same = (
+        _training_args(r["command"]) == _training_args(script_command(spec))
+        and source_cfg.exists()
+        and json.loads(source_cfg.read_text()) == model_config(race)
+        and r["steps"] == list(range(race.eval_every, race.steps + 1, race.eval_every))
+        and r["inference"]["num_samples"] == race.num_samples
+        and bool(r.get("jitter")) == spec.jitter
+    )
     if same:
         r["reused_from"] = str(source.relative_to(REPO)) if source.is_relative_to(REPO) else str(source)
         spec.result_path.write_text(json.dumps(r, indent=1))
@@ -354,6 +439,7 @@ def run_all(specs: list[RunSpec], races: list[Race], *, jobs: int, threads: int,
 # the plan: the runs and a time estimate
 # ----------------------------------------------------------------------------------------------
 
+
 def quick_calibration(out: Path) -> dict:
     """Seconds per training step (batch 64) and per 2000-sample evaluation of the 8x8 quick-tier model,
     medians over the quick tier's finished runs (wall time, so they include the machine's load then)."""
@@ -362,8 +448,7 @@ def quick_calibration(out: Path) -> dict:
         return {"step_s": 0.27, "eval_s": 33.0, "source": "default (quick tier measured under load ~5 on 2 cores)"}
     runs = json.loads(path.read_text())["runs"]
     step = [r["wall_time_s"]["train"] / r["hyperparameters"]["steps"] for r in runs]
-    ev = [r["wall_time_s"]["eval"] / (len(r["steps"]) + (len(r["jitter"]["seeds"]) - 1 if r.get("jitter") else 0))
-          for r in runs]
+    ev = [r["wall_time_s"]["eval"] / (len(r["steps"]) + (len(r["jitter"]["seeds"]) - 1 if r.get("jitter") else 0)) for r in runs]
     return {"step_s": float(np.median(step)), "eval_s": float(np.median(ev)), "source": str(path.relative_to(REPO))}
 
 
@@ -389,6 +474,7 @@ def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str) -> None
         est = estimate_seconds(sp.race, cal) + (len(JITTER_SEEDS) * cal["eval_s"] if sp.jitter else 0)
         total += est
         print(f"{sp.run_id:55s} ~{est:6.0f} s")
-    print(f"{len(specs)} runs, ~{total / 3600:.2f} h of worker time at the calibration's speed, "
-          f"~{total / 3600 / max(1, jobs):.2f} h with --jobs {jobs}"
-          + (" (CPU calibration: meaningless for a GPU)" if tier == "gpu" else ""))
+    print(
+        f"{len(specs)} runs, ~{total / 3600:.2f} h of worker time at the calibration's speed, "
+        f"~{total / 3600 / max(1, jobs):.2f} h with --jobs {jobs}" + (" (CPU calibration: meaningless for a GPU)" if tier == "gpu" else "")
+    )

@@ -40,28 +40,30 @@ def design(races, tier: str) -> dict:
     return {
         "each_run": "one in-process call of training_scripts/train_unconditional.py main(argv) (see each run's 'command')",
         "inference": f"EMA weights; EDM: EDMEulerScheduler (Karras sigmas, rho 7), {NUM_INFERENCE_STEPS} steps; "
-                     f"DDPM: DDIM eta 0 trailing, {NUM_INFERENCE_STEPS} steps; flow: FlowMatchEuler, {NUM_INFERENCE_STEPS} steps",
+        f"DDPM: DDIM eta 0 trailing, {NUM_INFERENCE_STEPS} steps; flow: FlowMatchEuler, {NUM_INFERENCE_STEPS} steps",
         "metric": "Fréchet distance of the penultimate features (small CNN trained once on the training split) vs the "
-                  "held-out split; binarized data: fd_thresholded (samples > 0.5) reported, fd (continuous) also given; "
-                  "DNA: Jensen-Shannon distance of pooled k-mer distributions (k=4..6, mean) reported, k-mer spectrum "
-                  "FDs also given",
+        "held-out split; binarized data: fd_thresholded (samples > 0.5) reported, fd (continuous) also given; "
+        "DNA: Jensen-Shannon distance of pooled k-mer distributions (k=4..6, mean) reported, k-mer spectrum "
+        "FDs also given",
         "speedup": "steps the baseline needs to reach its own final quality / steps InfoNoise needs, on curves "
-                   "smoothed by a centred 3-evaluation moving average, linear interpolation between evaluations, "
-                   "paired by seed; median over seeds",
+        "smoothed by a centred 3-evaluation moving average, linear interpolation between evaluations, "
+        "paired by seed; median over seeds",
         "datasets": {r.dataset: DATASETS[r.dataset].note for r in races},
         "races": [asdict(r) for r in races],
         "other_tiers": {
             "full": "NOT RUN in this results file (not enough session time): every data set (digits cont/bin, "
-                    "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "
-                    "binarized MNIST and DNA), plus a DDPM-eps race and a flow race: 125 runs; run with "
-                    "`python benchmarks/quality_race.py --tier full --jobs 2` (resumable); `--plan` prints the run list "
-                    "and an estimate calibrated on this quick tier: ~32 h with 2 jobs at this session's contended speed "
-                    "(load ~4.5 on 2 cores), i.e. several times the ~2.5 h the issue asks for even on free cores; "
-                    "2000 samples x 18 steps per evaluation makes evaluation as costly as training, and the 16x16 "
-                    "races dominate. Its data/metric/path code was exercised by a 60-step --smoke run (DDPM, flow, "
-                    "DNA, binarized MNIST 16x16), not a measurement",
+            "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "
+            "binarized MNIST and DNA), plus a DDPM-eps race and a flow race: 125 runs; run with "
+            "`python benchmarks/quality_race.py --tier full --jobs 2` (resumable); `--plan` prints the run list "
+            "and an estimate calibrated on this quick tier: ~32 h with 2 jobs at this session's contended speed "
+            "(load ~4.5 on 2 cores), i.e. several times the ~2.5 h the issue asks for even on free cores; "
+            "2000 samples x 18 steps per evaluation makes evaluation as costly as training, and the 16x16 "
+            "races dominate. Its data/metric/path code was exercised by a 60-step --smoke run (DDPM, flow, "
+            "DNA, binarized MNIST 16x16), not a measurement",
             "gpu": "NOT RUN: 28x28 MNIST / binarized MNIST / Fashion-MNIST, larger UNet, for a GPU machine",
-        } if tier == "quick" else {},
+        }
+        if tier == "quick"
+        else {},
     }
 
 
@@ -122,6 +124,7 @@ def write_report(tier_name: str, tier: str, races, runs: list, summary: dict, me
 # the markdown report
 # ----------------------------------------------------------------------------------------------
 
+
 def _fmt(s: dict) -> str:
     return f"{s['mean']:.3g} ± {s['std']:.2g} [{', '.join(f'{v:.3g}' for v in s['per_seed'])}]"
 
@@ -129,8 +132,7 @@ def _fmt(s: dict) -> str:
 def _per_seed_speedups(sp: dict) -> str:
     """The seeds' speedups of :func:`benchmarks.steps_to_target.paired_speedups`, ``<x`` for a seed that
     did not reach the target (x its upper bound)."""
-    return ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}"
-                     for p in sp["per_seed"])
+    return ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}" for p in sp["per_seed"])
 
 
 def write_markdown(tier, races, summary, meta, path: Path):
@@ -138,28 +140,43 @@ def write_markdown(tier, races, summary, meta, path: Path):
     if path.exists():
         old = path.read_text()
         if "\n## Reading" in old:
-            reading = old[old.index("\n## Reading"):]
-    L = [f"# Quality race — `{tier}` tier", "",
-         f"Command: `{meta['command']}`  ", f"Wall time: {meta['wall_time_s']:.0f} s with {meta['jobs']} job(s) × "
-         f"{meta['threads']} thread(s); load average at start/end {meta['load_start']} / {meta['load_end']}.  ",
-         f"Figures: [`quality_race_{tier}_curves.png`](quality_race_{tier}_curves.png), "
-         f"[`quality_race_{tier}_pi.png`](quality_race_{tier}_pi.png); data: [`quality_race_{tier}.json`](quality_race_{tier}.json).", "",
-         "Inference: EMA weights of `checkpoint-N/unet_ema`; EDM path: `EDMEulerScheduler` (deterministic Euler, Karras σ), "
-         f"{NUM_INFERENCE_STEPS} steps; one fixed sampling seed for every evaluation. Metric: Fréchet distance in the "
-         "penultimate features of a small CNN trained once on the data set's training split, against the held-out split "
-         "(lower is better). Binarized data: `fd_thresholded` (samples thresholded at 0.5) is the reported metric; "
-         "`fd` (continuous samples as they are) is also given. DNA: Jensen-Shannon distance of the pooled k-mer "
-         "distributions (k = 4..6, mean) against held-out sequences.", ""]
+            reading = old[old.index("\n## Reading") :]
+    L = [
+        f"# Quality race — `{tier}` tier",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Wall time: {meta['wall_time_s']:.0f} s with {meta['jobs']} job(s) × "
+        f"{meta['threads']} thread(s); load average at start/end {meta['load_start']} / {meta['load_end']}.  ",
+        f"Figures: [`quality_race_{tier}_curves.png`](quality_race_{tier}_curves.png), "
+        f"[`quality_race_{tier}_pi.png`](quality_race_{tier}_pi.png); data: [`quality_race_{tier}.json`](quality_race_{tier}.json).",
+        "",
+        "Inference: EMA weights of `checkpoint-N/unet_ema`; EDM path: `EDMEulerScheduler` (deterministic Euler, Karras σ), "
+        f"{NUM_INFERENCE_STEPS} steps; one fixed sampling seed for every evaluation. Metric: Fréchet distance in the "
+        "penultimate features of a small CNN trained once on the data set's training split, against the held-out split "
+        "(lower is better). Binarized data: `fd_thresholded` (samples thresholded at 0.5) is the reported metric; "
+        "`fd` (continuous samples as they are) is also given. DNA: Jensen-Shannon distance of the pooled k-mer "
+        "distributions (k = 4..6, mean) against held-out sequences.",
+        "",
+    ]
     if meta.get("note"):
         L += [f"Note: {meta['note']}", ""]
     if meta.get("sizing"):
         L += [f"Sizing: {meta['sizing']}.", ""]
     if meta.get("reused_runs"):
-        L += [f"Reused (same run id, training arguments and evaluation): {len(meta['reused_runs']['run_ids'])} runs from "
-              f"{', '.join(meta['reused_runs']['from'])}.", ""]
-    L += ["## Summary", "", "Lower is better; speedup = steps the sampler needs to reach its own final quality / steps "
-          "InfoNoise needs (paired by seed; `<x`: InfoNoise did not reach it within the budget, x is the upper bound).", "",
-          summary_table(races, summary), ""]
+        L += [
+            f"Reused (same run id, training arguments and evaluation): {len(meta['reused_runs']['run_ids'])} runs from "
+            f"{', '.join(meta['reused_runs']['from'])}.",
+            "",
+        ]
+    L += [
+        "## Summary",
+        "",
+        "Lower is better; speedup = steps the sampler needs to reach its own final quality / steps "
+        "InfoNoise needs (paired by seed; `<x`: InfoNoise did not reach it within the budget, x is the upper bound).",
+        "",
+        summary_table(races, summary),
+        "",
+    ]
     for race in races:
         if summary.get(race.name):
             L += _race_section(race, summary[race.name])
@@ -176,57 +193,81 @@ def _race_section(race, e: dict) -> list[str]:
     fl = e.get("floor", {})
     if "train2000_vs_heldout" in fl:
         a_, b_ = fl["train2000_vs_heldout"], fl["heldout_half_vs_half"]
-        L.append(f"Floors (real vs real): training subset (2000) vs held-out ({fl['sizes']['heldout']}) `js` **{a_['js']:.3g}**, "
-                 f"`fd` {a_['fd']:.3g}, `fd_k4` {a_['fd_k4']:.3g}; held-out halves `js` {b_['js']:.3g}, `fd` {b_['fd']:.3g}.  ")
+        L.append(
+            f"Floors (real vs real): training subset (2000) vs held-out ({fl['sizes']['heldout']}) `js` **{a_['js']:.3g}**, "
+            f"`fd` {a_['fd']:.3g}, `fd_k4` {a_['fd_k4']:.3g}; held-out halves `js` {b_['js']:.3g}, `fd` {b_['fd']:.3g}.  "
+        )
     if "train_vs_heldout" in fl:
-        L.append(f"Floors (real vs real, `fd`): train ({fl['sizes']['train']}) vs held-out ({fl['sizes']['heldout']}) "
-                 f"**{fl['train_vs_heldout']:.3g}**; train subset ({fl['sizes']['train_subset']}) vs held-out "
-                 f"{fl['train_subset_vs_heldout']:.3g}; held-out halves {fl['heldout_half_vs_half']:.3g}.  ")
+        L.append(
+            f"Floors (real vs real, `fd`): train ({fl['sizes']['train']}) vs held-out ({fl['sizes']['heldout']}) "
+            f"**{fl['train_vs_heldout']:.3g}**; train subset ({fl['sizes']['train_subset']}) vs held-out "
+            f"{fl['train_subset_vs_heldout']:.3g}; held-out halves {fl['heldout_half_vs_half']:.3g}.  "
+        )
     if e.get("jitter"):
-        L.append("Evaluation jitter: " + "; ".join(f"`{k}` std {v['mean_std']:.2g}" for k, v in e["jitter"].items()
-                                                  if isinstance(v, dict)) + f" ({e['jitter']['how']}).  ")
+        L.append(
+            "Evaluation jitter: "
+            + "; ".join(f"`{k}` std {v['mean_std']:.2g}" for k, v in e["jitter"].items() if isinstance(v, dict))
+            + f" ({e['jitter']['how']}).  "
+        )
     if e.get("classifier"):
         c = e["classifier"]
-        L.append(f"Feature classifier: held-out accuracy {c['heldout_accuracy']:.3f} (train {c['train_accuracy']:.3f}), "
-                 f"{c['feature_dim']} features.  ")
+        L.append(
+            f"Feature classifier: held-out accuracy {c['heldout_accuracy']:.3f} (train {c['train_accuracy']:.3f}), "
+            f"{c['feature_dim']} features.  "
+        )
     if e.get("base_mass_where_final_pi_below_1pct_of_peak"):
         w = e["base_mass_where_final_pi_below_1pct_of_peak"]
         w2 = e["base_mass_where_unfloored_pi_below_1pct_of_peak"]
-        L.append(f"Mass of {race.baseline} draws where the final InfoNoise π is < 1% of its peak: {_fmt(w)}; "
-                 f"where the InfoNoise target before the floor mixing is: {_fmt(w2)}.  ")
+        L.append(
+            f"Mass of {race.baseline} draws where the final InfoNoise π is < 1% of its peak: {_fmt(w)}; "
+            f"where the InfoNoise target before the floor mixing is: {_fmt(w2)}.  "
+        )
         gates = {f"{g['source']} {g['pivot']}" + (f" ({g['reason']})" if g.get("reason") else "") for g in e["gate"].values()}
         L.append(f"Gate at the end of the InfoNoise runs: {'; '.join(sorted(gates))}.")
     cont = m == "fd_thresholded"
-    L += ["", f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) | π: std ln σ, σ 10–90% |"
-          + (" final `fd` (continuous) |" if cont else ""),
-          "|---|---|---|---|---|---|---|" + ("---|" if cont else "")]
+    L += [
+        "",
+        f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) | π: std ln σ, σ 10–90% |"
+        + (" final `fd` (continuous) |" if cont else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if cont else ""),
+    ]
     for s in race.samplers:
         if s not in e["final"]:
             continue
         ab = e["at_budget"][s]
         tv = (e.get("tv_phi_rho") or {}).get(s)
-        row = f"| {s} | {_fmt(e['final'][s][m])} | " + " | ".join(
-            f"{ab[k][m]['mean']:.3g} ± {ab[k][m]['std']:.2g}" for k in ("25%", "50%", "100%")) + " | " + (
-            f"{tv['mean']:.2f}" if tv else "—") + " | "
+        row = (
+            f"| {s} | {_fmt(e['final'][s][m])} | "
+            + " | ".join(f"{ab[k][m]['mean']:.3g} ± {ab[k][m]['std']:.2g}" for k in ("25%", "50%", "100%"))
+            + " | "
+            + (f"{tv['mean']:.2f}" if tv else "—")
+            + " | "
+        )
         wd = (e.get("pi_width") or {}).get(s)
-        row += (f"{wd['std_log_sigma']['mean']:.2f}, {wd['sigma_q10']['mean']:.2g}–{wd['sigma_q90']['mean']:.2g}"
-                if wd else "—") + " |"
+        row += (f"{wd['std_log_sigma']['mean']:.2f}, {wd['sigma_q10']['mean']:.2g}–{wd['sigma_q90']['mean']:.2g}" if wd else "—") + " |"
         if cont:
             row += f" {_fmt(e['final'][s]['fd'])} |"
         L.append(row)
     L.append("")
     for v, against in (e.get("variant_speedup_vs") or {}).items():
-        cells = [f"vs `{b}` {'≤ ' if sp['num_not_reached'] else ''}**{sp['median']:.2f}** [{_per_seed_speedups(sp)}]"
-                 for b, sp in against.items()]
+        cells = [
+            f"vs `{b}` {'≤ ' if sp['num_not_reached'] else ''}**{sp['median']:.2f}** [{_per_seed_speedups(sp)}]"
+            for b, sp in against.items()
+        ]
         L.append(f"Steps-to-target speedup of `{v}` on `{m}`: " + "; ".join(cells) + ".  ")
     for b, per_metric in e["speedup_vs"].items():
         for mm, sp in per_metric.items():
             seeds = ", ".join(
-                (f"s{p['seed']}: {p['speedup']:.2f}" + ("≥" if p.get("speedup_is_lower_bound") else "")) if p["speedup"] is not None
-                else f"s{p['seed']}: not reached (< {p['speedup_upper_bound']:.2f})" for p in sp["per_seed"])
+                (f"s{p['seed']}: {p['speedup']:.2f}" + ("≥" if p.get("speedup_is_lower_bound") else ""))
+                if p["speedup"] is not None
+                else f"s{p['seed']}: not reached (< {p['speedup_upper_bound']:.2f})"
+                for p in sp["per_seed"]
+            )
             med = f"{'≤ ' if sp['num_not_reached'] else ''}{sp['median']:.2f}"
-            L.append(f"Steps-to-target speedup of InfoNoise vs `{b}` on `{mm}` (target: {b}'s own final quality, "
-                     f"curves smoothed over 3 evaluations): median **{med}** ({seeds}).  ")
+            L.append(
+                f"Steps-to-target speedup of InfoNoise vs `{b}` on `{mm}` (target: {b}'s own final quality, "
+                f"curves smoothed over 3 evaluations): median **{med}** ({seeds}).  "
+            )
     L.append("")
     return L
 
@@ -234,8 +275,10 @@ def _race_section(race, e: dict) -> list[str]:
 def summary_table(races, summary) -> str:
     """One markdown table over the races: each sampler's final quality (mean ± std over seeds, n) and
     InfoNoise's steps-to-target speedup against it (median [per seed]); for README.md."""
-    L = ["| data set (path, metric) | sampler | final quality, mean ± std (n) | TV(φ, ρ̂) | InfoNoise speedup vs it: median [seeds] |",
-         "|---|---|---|---|---|"]
+    L = [
+        "| data set (path, metric) | sampler | final quality, mean ± std (n) | TV(φ, ρ̂) | InfoNoise speedup vs it: median [seeds] |",
+        "|---|---|---|---|---|",
+    ]
     for race in races:
         e = summary.get(race.name)
         if not e:

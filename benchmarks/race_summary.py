@@ -15,8 +15,13 @@ from benchmarks.steps_to_target import paired_speedups
 def seed_stats(vals) -> dict:
     """Mean, std (ddof 1; 0 for one value), min, max and the values (one per seed)."""
     vals = [float(v) for v in vals]
-    return {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
-            "min": min(vals), "max": max(vals), "per_seed": vals}
+    return {
+        "mean": float(np.mean(vals)),
+        "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
+        "min": min(vals),
+        "max": max(vals),
+        "per_seed": vals,
+    }
 
 
 def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
@@ -26,12 +31,22 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
         if not rr:
             continue
         metric = rr[0]["primary_metric"]
-        metrics = [metric] + [m for m in ("fd", "fd_thresholded", "fd_k4", "js_k4", "frac_grey_pixels")
-                              if m in rr[0]["quality"] and m != metric]
+        metrics = [metric] + [
+            m for m in ("fd", "fd_thresholded", "fd_k4", "js_k4", "frac_grey_pixels") if m in rr[0]["quality"] and m != metric
+        ]
         by = {s: sorted([r for r in rr if r["sampler"] == s], key=lambda r: r["seed"]) for s in race.samplers}
-        entry = {"dataset": race.dataset, "path": race.diffusion, "primary_metric": metric, "baseline": race.baseline,
-                 "inference": rr[0]["inference"]["scheduler"],
-                 "budget_steps": race.steps, "final": {}, "at_budget": {}, "speedup_vs": {}, "wall_time_s": {}}
+        entry = {
+            "dataset": race.dataset,
+            "path": race.diffusion,
+            "primary_metric": metric,
+            "baseline": race.baseline,
+            "inference": rr[0]["inference"]["scheduler"],
+            "budget_steps": race.steps,
+            "final": {},
+            "at_budget": {},
+            "speedup_vs": {},
+            "wall_time_s": {},
+        }
         for s, lst in by.items():
             if not lst:
                 continue
@@ -52,8 +67,10 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                     continue
                 per_metric = {}
                 for m in (metric,) + tuple(x for x in ("fd",) if x != metric and x in metrics):
-                    per_metric[m] = {**paired_speedups(by[b], by["infonoise"], m),
-                                     "note": "a not-reached seed enters the median with its upper bound (baseline steps / budget)"}
+                    per_metric[m] = {
+                        **paired_speedups(by[b], by["infonoise"], m),
+                        "note": "a not-reached seed enters the median with its upper bound (baseline steps / budget)",
+                    }
                 entry["speedup_vs"][b] = per_metric
         # each InfoNoise variant against the fixed densities, on the primary metric (same pairing by seed)
         entry["variant_speedup_vs"] = {}
@@ -64,11 +81,16 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                     entry["variant_speedup_vs"].setdefault(v, {})[b] = sp
         jit = [r["jitter"] for r in rr if r.get("jitter")]
         if jit:
-            entry["jitter"] = {m: {"mean_std": float(np.mean([j["std"][m] for j in jit])),
-                                   "per_run": {r["run_id"]: r["jitter"]["std"][m] for r in rr if r.get("jitter")}}
-                               for m in jit[0]["std"]}
-            entry["jitter"]["how"] = (f"std over {len(jit[0]['seeds'])} sampling seeds of the same final EMA model "
-                                      f"({race.num_samples} samples each)")
+            entry["jitter"] = {
+                m: {
+                    "mean_std": float(np.mean([j["std"][m] for j in jit])),
+                    "per_run": {r["run_id"]: r["jitter"]["std"][m] for r in rr if r.get("jitter")},
+                }
+                for m in jit[0]["std"]
+            }
+            entry["jitter"]["how"] = (
+                f"std over {len(jit[0]['seeds'])} sampling seeds of the same final EMA model ({race.num_samples} samples each)"
+            )
         sc = scorers.get(race.dataset)
         if sc is not None:
             entry["floor"] = sc.floors()
@@ -89,7 +111,8 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
         if waste:
             entry["base_mass_where_final_pi_below_1pct_of_peak"] = seed_stats(waste)
             entry["base_mass_where_unfloored_pi_below_1pct_of_peak"] = seed_stats(
-                [base_mass_where_pi_small(r["schedule"], race, unfloored=True) for r in by["infonoise"] if r.get("schedule")])
+                [base_mass_where_pi_small(r["schedule"], race, unfloored=True) for r in by["infonoise"] if r.get("schedule")]
+            )
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by["infonoise"] if r.get("schedule")}
         summary[race.name] = entry
     return summary

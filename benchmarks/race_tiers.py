@@ -21,17 +21,34 @@ def unet_config(resolution: int, channels: tuple, kind: str = "image") -> dict:
     levels = len(channels)
     if kind == "dna":
         return {
-            "_class_name": "UNet1DModel", "sample_size": resolution, "in_channels": 4, "out_channels": 4,
-            "extra_in_channels": 0, "time_embedding_type": "positional", "use_timestep_embedding": True,
-            "flip_sin_to_cos": False, "freq_shift": 1, "block_out_channels": list(channels),
-            "down_block_types": ["DownResnetBlock1D"] * levels, "up_block_types": ["UpResnetBlock1D"] * (levels - 1),
-            "mid_block_type": "MidResTemporalBlock1D", "out_block_type": "OutConv1DBlock", "act_fn": "mish",
-            "norm_num_groups": 8, "layers_per_block": 1,
+            "_class_name": "UNet1DModel",
+            "sample_size": resolution,
+            "in_channels": 4,
+            "out_channels": 4,
+            "extra_in_channels": 0,
+            "time_embedding_type": "positional",
+            "use_timestep_embedding": True,
+            "flip_sin_to_cos": False,
+            "freq_shift": 1,
+            "block_out_channels": list(channels),
+            "down_block_types": ["DownResnetBlock1D"] * levels,
+            "up_block_types": ["UpResnetBlock1D"] * (levels - 1),
+            "mid_block_type": "MidResTemporalBlock1D",
+            "out_block_type": "OutConv1DBlock",
+            "act_fn": "mish",
+            "norm_num_groups": 8,
+            "layers_per_block": 1,
         }
     return {
-        "_class_name": "UNet2DModel", "sample_size": resolution, "in_channels": 1, "out_channels": 1,
-        "layers_per_block": 1, "block_out_channels": list(channels), "norm_num_groups": 8,
-        "down_block_types": ["DownBlock2D"] * levels, "up_block_types": ["UpBlock2D"] * levels,
+        "_class_name": "UNet2DModel",
+        "sample_size": resolution,
+        "in_channels": 1,
+        "out_channels": 1,
+        "layers_per_block": 1,
+        "block_out_channels": list(channels),
+        "norm_num_groups": 8,
+        "down_block_types": ["DownBlock2D"] * levels,
+        "up_block_types": ["UpBlock2D"] * levels,
     }
 
 
@@ -77,8 +94,7 @@ def eval_scheduler(race: Race):
     if race.diffusion == "edm":
         return EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5, prediction_type="epsilon")
     if race.diffusion == "ddpm":
-        return DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", prediction_type="epsilon",
-                             timestep_spacing="trailing")
+        return DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", prediction_type="epsilon", timestep_spacing="trailing")
     return FlowMatchEulerDiscreteScheduler(shift=1.0)
 
 
@@ -91,8 +107,10 @@ def tier_races(tier: str) -> list[Race]:
     """The races of a tier, in the tier's order."""
     if tier == "quick":
         samplers = ("infonoise", "edm_lognormal")
-        return [Race(f"edm-{d}", d, "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800, eval_every=100,
-                     sample_batch=2000) for d in ("digits", "binarized_digits")]
+        return [
+            Race(f"edm-{d}", d, "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800, eval_every=100, sample_batch=2000)
+            for d in ("digits", "binarized_digits")
+        ]
     if tier == "full":
         # Sized for ~2 h on 2 free cores (issue 6). A 16x16 evaluation (2000 samples x 18 steps) costs ~45 s
         # and a 16x16 step ~0.2 s on one core, so the 16x16 MNIST races run the pair the issue singles out
@@ -104,27 +122,53 @@ def tier_races(tier: str) -> list[Race]:
         small = dict(steps=800, eval_every=100, sample_batch=2000)
         mid = dict(steps=600, eval_every=120, extra_args=("--infonoise_warmup_steps", "150"))
         races = [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 5), **mid)]
-        races += [Race(f"edm-{d}", d, "edm", ALL_SAMPLERS, "edm_lognormal", _seeds(ALL_SAMPLERS, 3), **small)
-                  for d in ("binarized_digits", "digits")]
+        races += [
+            Race(f"edm-{d}", d, "edm", ALL_SAMPLERS, "edm_lognormal", _seeds(ALL_SAMPLERS, 3), **small)
+            for d in ("binarized_digits", "digits")
+        ]
         # DDPM race + InfoNoise with its m̂ capped at the data variance (the diagnosis of its loss there:
         # the ε-model's x0-space error exceeds the data variance ~1000x at high noise)
         ddpm = ("infonoise", "uniform", "infonoise-mmse_cap_auto")
-        races += [Race("ddpm-binarized_digits", "binarized_digits", "ddpm", ddpm, "uniform", _seeds(ddpm, 3), **small),
-                  Race("flow-digits", "digits", "flow", ("infonoise", "logit_normal"), "logit_normal",
-                       _seeds(("infonoise", "logit_normal"), 3), **small),
-                  Race("edm-mnist16", "mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 2), **mid)]
+        races += [
+            Race("ddpm-binarized_digits", "binarized_digits", "ddpm", ddpm, "uniform", _seeds(ddpm, 3), **small),
+            Race(
+                "flow-digits",
+                "digits",
+                "flow",
+                ("infonoise", "logit_normal"),
+                "logit_normal",
+                _seeds(("infonoise", "logit_normal"), 3),
+                **small,
+            ),
+            Race("edm-mnist16", "mnist16", "edm", pair, "edm_lognormal", _seeds(pair, 2), **mid),
+        ]
         # DNA: one-hot 4 x 64 through UNet1DModel (--sequence_column); 5 seeds for the pair, 2 for the other
         # samplers (a 2000-sample evaluation of the 1-D UNet costs ~20 s)
-        races.insert(1, Race("edm-dna64", "dna64", "edm", ALL_SAMPLERS, "edm_lognormal", _seeds(ALL_SAMPLERS, 2, five),
-                             steps=800, eval_every=160, channels=(32, 64), sample_batch=2000,
-                             extra_args=("--infonoise_warmup_steps", "200")))
+        races.insert(
+            1,
+            Race(
+                "edm-dna64",
+                "dna64",
+                "edm",
+                ALL_SAMPLERS,
+                "edm_lognormal",
+                _seeds(ALL_SAMPLERS, 2, five),
+                steps=800,
+                eval_every=160,
+                channels=(32, 64),
+                sample_batch=2000,
+                extra_args=("--infonoise_warmup_steps", "200"),
+            ),
+        )
         return races
     if tier == "gate":
         # Gate study: the quick tier's races (InfoNoise lost on continuous digits), same settings, plus
         # InfoNoise with the gate off and pinned lower. Sampler "infonoise-gate_X" = --infonoise_gate X.
         samplers = ("infonoise", "edm_lognormal", "infonoise-gate_none", "infonoise-gate_0.05")
-        return [Race(f"edm-{d}", d, "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800,
-                     eval_every=100, sample_batch=2000) for d in ("digits", "binarized_digits")]
+        return [
+            Race(f"edm-{d}", d, "edm", samplers, "edm_lognormal", _seeds(samplers, 2), steps=800, eval_every=100, sample_batch=2000)
+            for d in ("digits", "binarized_digits")
+        ]
     if tier == "recheck":
         # Issue 10: the corrected method (φ-space floor, carry-over, value-grid gate) on the quick tier's
         # races against EDM log-normal and logit-normal (the best fixed density found so far); the former
@@ -133,11 +177,30 @@ def tier_races(tier: str) -> list[Race]:
         # A later session added the library's default warm-up (a tenth of the run, 80 steps; the races pin 200).
         both = ("infonoise", "edm_lognormal", "logit_normal")
         auto = ("infonoise-warmup_steps_auto",)
-        return [Race("edm-binarized_digits", "binarized_digits", "edm", both + ("infonoise-floor_space_pi",) + auto,
-                     "edm_lognormal", _seeds(both + ("infonoise-floor_space_pi",) + auto, 2), steps=800, eval_every=160,
-                     sample_batch=2000),
-                Race("edm-digits", "digits", "edm", both + auto, "edm_lognormal", _seeds(both + auto, 2), steps=800,
-                     eval_every=160, sample_batch=2000)]
+        return [
+            Race(
+                "edm-binarized_digits",
+                "binarized_digits",
+                "edm",
+                both + ("infonoise-floor_space_pi",) + auto,
+                "edm_lognormal",
+                _seeds(both + ("infonoise-floor_space_pi",) + auto, 2),
+                steps=800,
+                eval_every=160,
+                sample_batch=2000,
+            ),
+            Race(
+                "edm-digits",
+                "digits",
+                "edm",
+                both + auto,
+                "edm_lognormal",
+                _seeds(both + auto, 2),
+                steps=800,
+                eval_every=160,
+                sample_batch=2000,
+            ),
+        ]
     if tier == "recheck_full":
         # Issue 10's re-measure of the full tier with the corrected method, cut to this session's ~100 min
         # of 2 cores (a 16x16 run costs ~10 min of a core next to other jobs): binarized MNIST 16x16 with 3
@@ -157,47 +220,123 @@ def tier_races(tier: str) -> list[Race]:
         # "infonoise-warmup_steps_150" is InfoNoise as the race runs it (the race pins 150), rerun on the code
         # of the study: s0-s2 of the other samplers ran before the sampler owned its random stream (issue 13),
         # so this is the study's same-code control, and a measure of how much a seed's draws alone move a run.
-        study = ("infonoise-warmup_steps_150", "infonoise-warmup_steps_auto", "infonoise-base=logit_normal", "infonoise-refresh_every_25",
-                 "infonoise-ema_decay_0.5", "infonoise-floor_space_pi", "infonoise-gate_none",
-                 # wider π (the adapted π is narrower than logit-normal's at the noisy end): a larger floor,
-                 # three times the smoothing
-                 "infonoise-floor_0.15", "infonoise-smoothing_3")
+        study = (
+            "infonoise-warmup_steps_150",
+            "infonoise-warmup_steps_auto",
+            "infonoise-base=logit_normal",
+            "infonoise-refresh_every_25",
+            "infonoise-ema_decay_0.5",
+            "infonoise-floor_space_pi",
+            "infonoise-gate_none",
+            # wider π (the adapted π is narrower than logit-normal's at the noisy end): a larger floor,
+            # three times the smoothing
+            "infonoise-floor_0.15",
+            "infonoise-smoothing_3",
+        )
         mid = dict(steps=600, eval_every=150, extra_args=("--infonoise_warmup_steps", "150"))
-        dna = dict(steps=800, eval_every=160, channels=(32, 64), sample_batch=2000,
-                   extra_args=("--infonoise_warmup_steps", "200"))
+        dna = dict(steps=800, eval_every=160, channels=(32, 64), sample_batch=2000, extra_args=("--infonoise_warmup_steps", "200"))
         bin16 = three + study + ("infonoise-gate_profile",)
         # the other samplers on DNA (the former full tier ran them there): Kingma & Gao's adaptive density
         # shares the floor and carry-over InfoNoise got in issue 10; the fixed densities are unchanged by it
         others = ("kingma_gao", "uniform", "log_uniform", "cosine")
-        dna_samplers = three + gates + ("infonoise-floor_space_pi", "infonoise-warmup_steps_auto",
-                                         "infonoise-ema_decay_0.5") + others
+        dna_samplers = three + gates + ("infonoise-floor_space_pi", "infonoise-warmup_steps_auto", "infonoise-ema_decay_0.5") + others
         cont16 = three + ("infonoise-gate_0.2", "infonoise-gate_profile", "infonoise-warmup_steps_auto")
-        return [Race("edm-binarized_mnist16", "binarized_mnist16", "edm", bin16, "edm_lognormal",
-                     _seeds(bin16, 2, {**{s: 5 for s in three}, "infonoise-gate_profile": 1,
-                                       # the faster adaptation led on seed 0, the library's default warm-up
-                                       # on seeds 0-1: all 5 seeds
-                                       "infonoise-refresh_every_25": 5, "infonoise-ema_decay_0.5": 5,
-                                       "infonoise-warmup_steps_auto": 5}), **mid),
-                Race("edm-dna64", "dna64", "edm", dna_samplers, "edm_lognormal",
-                     _seeds(dna_samplers, 1, {**{s: 5 for s in three}, "infonoise-floor_space_pi": 2, "kingma_gao": 2,
-                                                    "infonoise-warmup_steps_auto": 5, "infonoise-ema_decay_0.5": 2}),
-                     **dna),
-                Race("edm-mnist16", "mnist16", "edm", cont16, "edm_lognormal",
-                     _seeds(cont16, 1, {**{s: 3 for s in three}, "infonoise-warmup_steps_auto": 3}), **mid)]
+        return [
+            Race(
+                "edm-binarized_mnist16",
+                "binarized_mnist16",
+                "edm",
+                bin16,
+                "edm_lognormal",
+                _seeds(
+                    bin16,
+                    2,
+                    {
+                        **{s: 5 for s in three},
+                        "infonoise-gate_profile": 1,
+                        # the faster adaptation led on seed 0, the library's default warm-up
+                        # on seeds 0-1: all 5 seeds
+                        "infonoise-refresh_every_25": 5,
+                        "infonoise-ema_decay_0.5": 5,
+                        "infonoise-warmup_steps_auto": 5,
+                    },
+                ),
+                **mid,
+            ),
+            Race(
+                "edm-dna64",
+                "dna64",
+                "edm",
+                dna_samplers,
+                "edm_lognormal",
+                _seeds(
+                    dna_samplers,
+                    1,
+                    {
+                        **{s: 5 for s in three},
+                        "infonoise-floor_space_pi": 2,
+                        "kingma_gao": 2,
+                        "infonoise-warmup_steps_auto": 5,
+                        "infonoise-ema_decay_0.5": 2,
+                    },
+                ),
+                **dna,
+            ),
+            Race(
+                "edm-mnist16",
+                "mnist16",
+                "edm",
+                cont16,
+                "edm_lognormal",
+                _seeds(cont16, 1, {**{s: 3 for s in three}, "infonoise-warmup_steps_auto": 3}),
+                **mid,
+            ),
+        ]
     if tier == "recheck_paths":
         # Issue 10's re-measure of the other two paths, as in the former full tier: DDPM-ε (the m̂ cap now
         # on by default in the library) and flow, 3 seeds.
         small = dict(steps=800, eval_every=100, sample_batch=2000)
-        return [Race("ddpm-binarized_digits", "binarized_digits", "ddpm", ("infonoise", "uniform"), "uniform",
-                     _seeds(("infonoise", "uniform"), 3), **small),
-                Race("flow-digits", "digits", "flow", ("infonoise", "logit_normal"), "logit_normal",
-                     _seeds(("infonoise", "logit_normal"), 3), **small)]
+        return [
+            Race(
+                "ddpm-binarized_digits",
+                "binarized_digits",
+                "ddpm",
+                ("infonoise", "uniform"),
+                "uniform",
+                _seeds(("infonoise", "uniform"), 3),
+                **small,
+            ),
+            Race(
+                "flow-digits",
+                "digits",
+                "flow",
+                ("infonoise", "logit_normal"),
+                "logit_normal",
+                _seeds(("infonoise", "logit_normal"), 3),
+                **small,
+            ),
+        ]
     if tier == "gpu":
         races = []
         for d in ("mnist", "binarized_mnist", "fashion_mnist"):
-            races.append(Race(f"edm-{d}", d, "edm", ALL_SAMPLERS, "edm_lognormal", _seeds(ALL_SAMPLERS, 3), steps=20000,
-                              eval_every=2000, channels=(32, 64, 128), batch_size=128, learning_rate=5e-4,
-                              num_samples=10000, sample_batch=2500, extra_args=("--infonoise_warmup_steps", "1000")))
+            races.append(
+                Race(
+                    f"edm-{d}",
+                    d,
+                    "edm",
+                    ALL_SAMPLERS,
+                    "edm_lognormal",
+                    _seeds(ALL_SAMPLERS, 3),
+                    steps=20000,
+                    eval_every=2000,
+                    channels=(32, 64, 128),
+                    batch_size=128,
+                    learning_rate=5e-4,
+                    num_samples=10000,
+                    sample_batch=2500,
+                    extra_args=("--infonoise_warmup_steps", "1000"),
+                )
+            )
         return races
     raise ValueError(f"unknown tier {tier!r}")
 
@@ -205,17 +344,17 @@ def tier_races(tier: str) -> list[Race]:
 #: What a tier leaves out of the issue's specification to fit its time budget (recorded in the results).
 TIER_SIZING = {
     "recheck_full": "cut to ~100 min on 2 shared cores, then seeds 3-4 added: 5 seeds of infonoise/edm_lognormal/"
-                    "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on "
-                    "DNA; 4 evaluations at 16x16; then a settings study (2 seeds of 9 variants, a same-code control "
-                    "among them, and 1 of the profile gate on binarized MNIST 16x16), seeds 1-2 and 1 seed of two gate "
-                    "rules on MNIST 16x16, 2 seeds of the π-space floor on DNA, 2 seeds of kingma_gao and 1 of each "
-                    "other fixed density on DNA, 5 seeds of the default warm-up (a tenth of the run) on binarized MNIST "
-                    "16x16 and DNA, 3 on MNIST 16x16, and 2 of EMA 0.5 on DNA; the other samplers on the 8x8 races are left to the "
-                    "former full tier",
+    "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on "
+    "DNA; 4 evaluations at 16x16; then a settings study (2 seeds of 9 variants, a same-code control "
+    "among them, and 1 of the profile gate on binarized MNIST 16x16), seeds 1-2 and 1 seed of two gate "
+    "rules on MNIST 16x16, 2 seeds of the π-space floor on DNA, 2 seeds of kingma_gao and 1 of each "
+    "other fixed density on DNA, 5 seeds of the default warm-up (a tenth of the run) on binarized MNIST "
+    "16x16 and DNA, 3 on MNIST 16x16, and 2 of EMA 0.5 on DNA; the other samplers on the 8x8 races are left to the "
+    "former full tier",
     "full": "sized for ~2 h on 2 cores: every sampler on digits and binarized digits (8x8, 3 seeds) and DNA (2 seeds, "
-            "5 for infonoise/edm_lognormal); on 16x16 MNIST and binarized MNIST only infonoise vs edm_lognormal "
-            "(a 2000-sample evaluation at 16x16 costs ~45 s per core), 600 steps; MNIST 16x16 runs last and may be "
-            "cut; Inception-v3 FID only for final models (benchmarks/inception_fid.py, ~0.25 s per image per core)",
+    "5 for infonoise/edm_lognormal); on 16x16 MNIST and binarized MNIST only infonoise vs edm_lognormal "
+    "(a 2000-sample evaluation at 16x16 costs ~45 s per core), 600 steps; MNIST 16x16 runs last and may be "
+    "cut; Inception-v3 FID only for final models (benchmarks/inception_fid.py, ~0.25 s per image per core)",
 }
 
 #: The order runs start in, as (race, which runs): "pair" = InfoNoise and the race's baseline,
@@ -223,12 +362,25 @@ TIER_SIZING = {
 #: InfoNoise's variants, "rest" = the samplers neither main nor a variant, "all". The full tier puts the issue's central question first
 #: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
 TIER_PRIORITY = {
-    "recheck_full": [("edm-binarized_mnist16", "main"), ("edm-dna64", "main"), ("edm-binarized_mnist16", "variants"),
-                     ("edm-mnist16", "main"), ("edm-dna64", "variants"), ("edm-mnist16", "variants"),
-                     ("edm-dna64", "rest")],
-    "full": [("edm-binarized_mnist16", "all"), ("edm-dna64", "pair"), ("ddpm-binarized_digits", "all"),
-             ("flow-digits", "all"), ("edm-binarized_digits", "all"), ("edm-dna64", "others"), ("edm-digits", "all"),
-             ("edm-mnist16", "all")],
+    "recheck_full": [
+        ("edm-binarized_mnist16", "main"),
+        ("edm-dna64", "main"),
+        ("edm-binarized_mnist16", "variants"),
+        ("edm-mnist16", "main"),
+        ("edm-dna64", "variants"),
+        ("edm-mnist16", "variants"),
+        ("edm-dna64", "rest"),
+    ],
+    "full": [
+        ("edm-binarized_mnist16", "all"),
+        ("edm-dna64", "pair"),
+        ("ddpm-binarized_digits", "all"),
+        ("flow-digits", "all"),
+        ("edm-binarized_digits", "all"),
+        ("edm-dna64", "others"),
+        ("edm-digits", "all"),
+        ("edm-mnist16", "all"),
+    ],
 }
 
 
@@ -244,16 +396,29 @@ def run_priority(tier: str, spec) -> int:
         if race != spec.race.name:
             continue
         main = spec.sampler in ("infonoise", "edm_lognormal", "logit_normal")
-        if which == "all" or (which in ("pair", "others") and (which == "pair") == pair) \
-                or (which == "main" and main) or (which == "variants" and variant) \
-                or (which == "rest" and not main and not variant):
+        if (
+            which == "all"
+            or (which in ("pair", "others") and (which == "pair") == pair)
+            or (which == "main" and main)
+            or (which == "variants" and variant)
+            or (which == "rest" and not main and not variant)
+        ):
             return i
     return len(rules)
 
 
 def smoke_races(races: list[Race]) -> list[Race]:
     """The races with the budgets of ``--smoke``: a seconds-long check of the harness, not a measurement."""
-    return [dataclasses.replace(r, steps=60, eval_every=30, num_samples=200, sample_batch=200, lr_warmup_steps=10,
-                                seeds={s: [0] for s in r.samplers},
-                                extra_args=("--infonoise_warmup_steps", "20", "--infonoise_refresh_every", "10"))
-            for r in races]
+    return [
+        dataclasses.replace(
+            r,
+            steps=60,
+            eval_every=30,
+            num_samples=200,
+            sample_batch=200,
+            lr_warmup_steps=10,
+            seeds={s: [0] for s in r.samplers},
+            extra_args=("--infonoise_warmup_steps", "20", "--infonoise_refresh_every", "10"),
+        )
+        for r in races
+    ]

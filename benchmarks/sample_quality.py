@@ -21,8 +21,14 @@ class Scorer:
         self.spec: DataSpec = self.data["spec"]
         if self.spec.kind == "image":
             self.net, self.classifier_info = M.classifier_for(
-                name, self.data["train"], self.data["train_labels"], self.data["heldout"], self.data["heldout_labels"],
-                feature_dim=self.spec.feature_dim, epochs=self.spec.classifier_epochs)
+                name,
+                self.data["train"],
+                self.data["train_labels"],
+                self.data["heldout"],
+                self.data["heldout_labels"],
+                feature_dim=self.spec.feature_dim,
+                epochs=self.spec.classifier_epochs,
+            )
             self.ref = M.extract_features(self.net, M.to_unit_tensor(self.data["heldout"]))
 
     @property
@@ -52,10 +58,13 @@ class Scorer:
         rng = np.random.default_rng(0)
         tr, ho = self.data["train"], self.data["heldout"]
         n_ho = len(ho)
-        sub = [tr[i] for i in rng.permutation(len(tr))[:min(n_ho, len(tr))]] if self.spec.kind == "dna" else \
-            tr[rng.permutation(len(tr))[:n_ho]]
+        sub = (
+            [tr[i] for i in rng.permutation(len(tr))[: min(n_ho, len(tr))]]
+            if self.spec.kind == "dna"
+            else tr[rng.permutation(len(tr))[:n_ho]]
+        )
         perm = rng.permutation(n_ho)
-        half_a, half_b = perm[: n_ho // 2], perm[n_ho // 2:]
+        half_a, half_b = perm[: n_ho // 2], perm[n_ho // 2 :]
         if self.spec.kind == "dna":
             gen_n = 2000
             sub2k = [tr[i] for i in rng.permutation(len(tr))[:gen_n]]

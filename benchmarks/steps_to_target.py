@@ -11,7 +11,7 @@ def smooth(values, window: int = 3) -> np.ndarray:
     """Centred moving average over ``window`` neighbouring evaluations (shrinking at the ends)."""
     v = np.asarray(values, float)
     h = window // 2
-    return np.array([v[max(0, i - h): i + h + 1].mean() for i in range(len(v))])
+    return np.array([v[max(0, i - h) : i + h + 1].mean() for i in range(len(v))])
 
 
 def steps_to_reach(steps, values, target: float) -> tuple[float | None, str]:
@@ -46,9 +46,12 @@ def speedup(base: dict, other: dict, metric: str) -> dict:
 def paired_speedups(baseline_runs: list, runs: list, metric: str) -> dict:
     """:func:`speedup` of ``runs`` against ``baseline_runs`` seed by seed (the seeds both have), their
     median (a not-reached seed with its upper bound) and how many did not reach the target."""
-    per_seed = [{"seed": rb["seed"], **speedup(rb, ri[0], metric)} for rb in baseline_runs
-                if (ri := [r for r in runs if r["seed"] == rb["seed"]])]
+    per_seed = [
+        {"seed": rb["seed"], **speedup(rb, ri[0], metric)} for rb in baseline_runs if (ri := [r for r in runs if r["seed"] == rb["seed"]])
+    ]
     vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
-    return {"per_seed": per_seed, "median": float(np.median(vals)) if vals else None,
-            "num_not_reached": sum(p["speedup"] is None for p in per_seed)}
-
+    return {
+        "per_seed": per_seed,
+        "median": float(np.median(vals)) if vals else None,
+        "num_not_reached": sum(p["speedup"] is None for p in per_seed),
+    }

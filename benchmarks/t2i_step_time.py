@@ -105,8 +105,10 @@ def use_synthetic_data(num_images: int = 64, side: int = 96) -> None:
     from _tiny_pipelines import CAPTIONS
 
     rng = np.random.default_rng(0)
-    rows = [{"image": Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)),
-             "text": CAPTIONS[i % len(CAPTIONS)]} for i in range(num_images)]
+    rows = [
+        {"image": Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)), "text": CAPTIONS[i % len(CAPTIONS)]}
+        for i in range(num_images)
+    ]
 
     class Rows(list):
         column_names = ["image", "text"]
@@ -118,13 +120,36 @@ def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opt
     from _tiny_pipelines import SIZES
 
     args = [
-        "--pretrained_model_name_or_path", model, "--output_dir", output_dir, "--dataset_name", opts.dataset,
-        "--resolution", str(SIZES[opts.size]["resolution"]), "--train_batch_size", str(opts.batch_size),
-        "--max_train_samples", str(opts.max_train_samples), "--max_train_steps", str(opts.steps),
-        "--lr_warmup_steps", "0", "--seed", "0", "--checkpointing_steps", "1000000", "--report_to", opts.report_to,
-        "--infonoise_warmup_steps", str(opts.skip), "--infonoise_refresh_every", str(opts.refresh_every),
-        "--infonoise_min_count", str(opts.min_count),
-        "--mixed_precision", opts.mixed_precision,
+        "--pretrained_model_name_or_path",
+        model,
+        "--output_dir",
+        output_dir,
+        "--dataset_name",
+        opts.dataset,
+        "--resolution",
+        str(SIZES[opts.size]["resolution"]),
+        "--train_batch_size",
+        str(opts.batch_size),
+        "--max_train_samples",
+        str(opts.max_train_samples),
+        "--max_train_steps",
+        str(opts.steps),
+        "--lr_warmup_steps",
+        "0",
+        "--seed",
+        "0",
+        "--checkpointing_steps",
+        "1000000",
+        "--report_to",
+        opts.report_to,
+        "--infonoise_warmup_steps",
+        str(opts.skip),
+        "--infonoise_refresh_every",
+        str(opts.refresh_every),
+        "--infonoise_min_count",
+        str(opts.min_count),
+        "--mixed_precision",
+        opts.mixed_precision,
     ]
     if kind == "sd3":
         args += ["--max_sequence_length", "77"]
@@ -162,6 +187,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
             step = step_of(a)
             spent[key][step] = spent[key].get(step, 0.0) + time.perf_counter() - t0
             return out
+
         return wrapper
 
     def current_step(_args):  # the optimizer step the call belongs to (1-based)
@@ -196,7 +222,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
-    window = result["step_times"][opts.skip:opts.steps]
+    window = result["step_times"][opts.skip : opts.steps]
     steps = range(opts.skip + 1, opts.steps + 1)
     sampler_s = {k: sum(v.get(i, 0.0) for i in steps) / len(window) for k, v in spent.items()}
     return {
@@ -207,7 +233,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
         "max_step_s": max(window),
         "sampler_calls_s_per_step": sampler_s,
         "sampler_s_per_step": sum(sampler_s.values()),
-        "first_steps_s": result["step_times"][:opts.skip + 1],
+        "first_steps_s": result["step_times"][: opts.skip + 1],
         "run_total_s": total,
         # InfoNoise: pi is first adapted (and the plots drawn) at the first refresh with enough statistics
         "schedule_plotted_at_steps": plotted,
@@ -234,9 +260,12 @@ def bench_script(kind: str, opts, tmp: str) -> dict:
             r["repeat"] = rep
             runs.append(r)
             res[sampler or "default"] = r
-            print(f"{kind} repeat {rep} {r['sampler']:12s} mean {r['mean_step_s'] * 1e3:8.1f} ms/step  median "
-                  f"{r['median_step_s'] * 1e3:8.1f} ms  max {r['max_step_s'] * 1e3:8.1f} ms  sampler calls "
-                  f"{r['sampler_s_per_step'] * 1e3:7.2f} ms/step", flush=True)
+            print(
+                f"{kind} repeat {rep} {r['sampler']:12s} mean {r['mean_step_s'] * 1e3:8.1f} ms/step  median "
+                f"{r['median_step_s'] * 1e3:8.1f} ms  max {r['max_step_s'] * 1e3:8.1f} ms  sampler calls "
+                f"{r['sampler_s_per_step'] * 1e3:7.2f} ms/step",
+                flush=True,
+            )
         ratios.append(res["infonoise"]["mean_step_s"] / res["default"]["mean_step_s"])
         extra = res["infonoise"]["sampler_s_per_step"] - res["default"]["sampler_s_per_step"]
         attributed.append(1.0 + extra / res["default"]["mean_step_s"])
@@ -256,8 +285,9 @@ def bench_script(kind: str, opts, tmp: str) -> dict:
         "ratio_of_median_steps": med["infonoise"] / med[default],
         "attributed_ratios_per_repeat": attributed,
         "median_attributed_ratio": statistics.median(attributed),
-        "median_sampler_s_per_step": {s: statistics.median(r["sampler_s_per_step"] for r in runs if r["sampler"] == s)
-                                      for s in ("infonoise", default)},
+        "median_sampler_s_per_step": {
+            s: statistics.median(r["sampler_s_per_step"] for r in runs if r["sampler"] == s) for s in ("infonoise", default)
+        },
         "median_mean_step_s": mean,
         "median_median_step_s": med,
         "adapted_before_window": all(r["adapted_before_window"] for r in runs if r["sampler"] == "infonoise"),
@@ -273,10 +303,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=60, help="optimizer steps per run (end of the timed window)")
     p.add_argument("--skip", type=int, default=10, help="steps before the window (also InfoNoise's warm-up)")
     p.add_argument("--refresh_every", type=int, default=50, help="InfoNoise refresh period (the scripts' default)")
-    p.add_argument("--min_count", type=int, default=1,
-                   help="InfoNoise's min_count: 1 so that pi is adapted at the end of the --skip warm-up steps even with "
-                        "small batches (the default 8 needs about 8 samples per bin first); it does not change the cost "
-                        "of a step")
+    p.add_argument(
+        "--min_count",
+        type=int,
+        default=1,
+        help="InfoNoise's min_count: 1 so that pi is adapted at the end of the --skip warm-up steps even with "
+        "small batches (the default 8 needs about 8 samples per bin first); it does not change the cost "
+        "of a step",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--max_train_samples", type=int, default=2048)
@@ -286,12 +320,18 @@ def main(argv=None) -> int:
     p.add_argument("--report_to", default="tensorboard")
     p.add_argument("--use_lora", action="store_true", help="LoRA fine-tuning (faster steps: a stricter test of the overhead)")
     p.add_argument("--lora_rank", type=int, default=16)
-    p.add_argument("--model_dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="dtype of the saved random pipeline (LoRA casts the frozen model to the mixed-precision dtype)")
-    p.add_argument("--no_warmup_run", action="store_true",
-                   help="skip the untimed warm-up run (the first --skip steps of each run are untimed anyway)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: 1 on CPU, where a second OpenMP thread spins against other jobs)")
+    p.add_argument(
+        "--model_dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="dtype of the saved random pipeline (LoRA casts the frozen model to the mixed-precision dtype)",
+    )
+    p.add_argument(
+        "--no_warmup_run", action="store_true", help="skip the untimed warm-up run (the first --skip steps of each run are untimed anyway)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: 1 on CPU, where a second OpenMP thread spins against other jobs)"
+    )
     p.add_argument("--threshold", type=float, default=1.02)
     p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "t2i_step_time.json"))
     opts = p.parse_args(argv)
@@ -329,32 +369,47 @@ def main(argv=None) -> int:
             "the window; the headline per script is the median over repeats."
         ),
         "config": {
-            "size": opts.size, "resolution": SIZES[opts.size]["resolution"], "steps": opts.steps,
-            "window_start": opts.skip, "refresh_every": opts.refresh_every, "infonoise_min_count": opts.min_count,
+            "size": opts.size,
+            "resolution": SIZES[opts.size]["resolution"],
+            "steps": opts.steps,
+            "window_start": opts.skip,
+            "refresh_every": opts.refresh_every,
+            "infonoise_min_count": opts.min_count,
             "repeats": opts.repeats,
-            "batch_size": opts.batch_size, "dataset": opts.dataset, "max_train_samples": opts.max_train_samples,
-            "mixed_precision": opts.mixed_precision, "report_to": opts.report_to, "torch_threads": torch.get_num_threads(),
+            "batch_size": opts.batch_size,
+            "dataset": opts.dataset,
+            "max_train_samples": opts.max_train_samples,
+            "mixed_precision": opts.mixed_precision,
+            "report_to": opts.report_to,
+            "torch_threads": torch.get_num_threads(),
             "training": (f"LoRA rank {opts.lora_rank}" if opts.use_lora else "full fine-tuning") + ", AdamW, constant lr",
-            "model_dtype": opts.model_dtype, "warmup_run": not opts.no_warmup_run,
+            "model_dtype": opts.model_dtype,
+            "warmup_run": not opts.no_warmup_run,
         },
         "results": results,
         "threshold": opts.threshold,
         "passed": all(r["passed"] for r in results.values()),
         "machine": {
-            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "diffusers": diffusers.__version__, "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "diffusers": diffusers.__version__,
+            "cpu_count": os.cpu_count(),
             "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-            "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+            "loadavg_start": load_start,
+            "loadavg_end": os.getloadavg(),
         },
         "wall_s": time.time() - t_start,
     }
     Path(opts.output).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.output).write_text(json.dumps(result, indent=1) + "\n")
     for kind, r in results.items():
-        print(f"{kind}: step time ratio infonoise/{r['default_sampler']}: median {r['median_ratio']:.4f} over "
-              f"{opts.repeats} repeats ({', '.join(f'{x:.4f}' for x in r['ratios_per_repeat'])}), ratio of median steps "
-              f"{r['ratio_of_median_steps']:.4f}, attributed ratio {r['median_attributed_ratio']:.4f}; "
-              f"threshold {opts.threshold}: {'PASS' if r['passed'] else 'FAIL'}")
+        print(
+            f"{kind}: step time ratio infonoise/{r['default_sampler']}: median {r['median_ratio']:.4f} over "
+            f"{opts.repeats} repeats ({', '.join(f'{x:.4f}' for x in r['ratios_per_repeat'])}), ratio of median steps "
+            f"{r['ratio_of_median_steps']:.4f}, attributed ratio {r['median_attributed_ratio']:.4f}; "
+            f"threshold {opts.threshold}: {'PASS' if r['passed'] else 'FAIL'}"
+        )
     return 0 if result["passed"] else 1
 
 

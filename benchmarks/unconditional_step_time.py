@@ -62,13 +62,42 @@ def load_script():
 
 def script_args(sampler: str, output_dir: str, opts) -> list[str]:
     return [
-        "--diffusion", "ddpm", "--noise_sampler", sampler, "--dataset_name", opts.dataset, "--resolution", "16",
-        "--max_train_samples", str(opts.max_train_samples), "--train_batch_size", str(opts.batch_size),
-        "--max_train_steps", str(opts.steps), "--lr_warmup_steps", "0", "--seed", "0",
-        "--infonoise_warmup_steps", str(opts.skip), "--infonoise_refresh_every", str(opts.refresh_every),
-        "--checkpointing_steps", "1000000", "--save_images_epochs", "1000000", "--save_model_epochs", "1000000",
-        "--eval_batch_size", "1", "--ddpm_num_inference_steps", "1", "--logger", opts.logger,
-        "--output_dir", output_dir,
+        "--diffusion",
+        "ddpm",
+        "--noise_sampler",
+        sampler,
+        "--dataset_name",
+        opts.dataset,
+        "--resolution",
+        "16",
+        "--max_train_samples",
+        str(opts.max_train_samples),
+        "--train_batch_size",
+        str(opts.batch_size),
+        "--max_train_steps",
+        str(opts.steps),
+        "--lr_warmup_steps",
+        "0",
+        "--seed",
+        "0",
+        "--infonoise_warmup_steps",
+        str(opts.skip),
+        "--infonoise_refresh_every",
+        str(opts.refresh_every),
+        "--checkpointing_steps",
+        "1000000",
+        "--save_images_epochs",
+        "1000000",
+        "--save_model_epochs",
+        "1000000",
+        "--eval_batch_size",
+        "1",
+        "--ddpm_num_inference_steps",
+        "1",
+        "--logger",
+        opts.logger,
+        "--output_dir",
+        output_dir,
     ]
 
 
@@ -180,8 +209,12 @@ def main(argv=None) -> int:
     p.add_argument("--max_train_samples", type=int, default=4096)
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--logger", default="tensorboard")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1: on a shared 2-core machine a second OpenMP thread spins against other jobs)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: on a shared 2-core machine a second OpenMP thread spins against other jobs)",
+    )
     p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "unconditional_step_time.json"))
     opts = p.parse_args(argv)
     torch.set_num_threads(opts.threads)
@@ -202,13 +235,16 @@ def main(argv=None) -> int:
             r["repeat"] = rep
             runs.append(r)
             res[sampler] = r
-            print(f"repeat {rep} {sampler:9s} wall: mean {r['mean_step_s'] * 1e3:7.1f} ms/step, median "
-                  f"{r['median_step_s'] * 1e3:7.1f} ms, max {r['max_step_s'] * 1e3:7.1f} ms;  cpu: mean "
-                  f"{r['mean_step_cpu_s'] * 1e3:7.1f} ms/step;  sampler code {r['sampler_code_s_per_step'] * 1e3:6.2f} ms/step",
-                  flush=True)
+            print(
+                f"repeat {rep} {sampler:9s} wall: mean {r['mean_step_s'] * 1e3:7.1f} ms/step, median "
+                f"{r['median_step_s'] * 1e3:7.1f} ms, max {r['max_step_s'] * 1e3:7.1f} ms;  cpu: mean "
+                f"{r['mean_step_cpu_s'] * 1e3:7.1f} ms/step;  sampler code {r['sampler_code_s_per_step'] * 1e3:6.2f} ms/step",
+                flush=True,
+            )
         ratios.append(res["infonoise"]["mean_step_s"] / res["uniform"]["mean_step_s"])
-        attributable.append(1 + (res["infonoise"]["sampler_code_s_per_step"] - res["uniform"]["sampler_code_s_per_step"])
-                            / res["uniform"]["mean_step_s"])
+        attributable.append(
+            1 + (res["infonoise"]["sampler_code_s_per_step"] - res["uniform"]["sampler_code_s_per_step"]) / res["uniform"]["mean_step_s"]
+        )
         cpu_ratios.append(res["infonoise"]["mean_step_cpu_s"] / res["uniform"]["mean_step_cpu_s"])
     median_ratio = statistics.median(ratios)
     median_cpu_ratio = statistics.median(cpu_ratios)
@@ -236,10 +272,17 @@ def main(argv=None) -> int:
             "step time is the overhead attributable to InfoNoise, which the load of other jobs cannot mask."
         ),
         "config": {
-            "steps": opts.steps, "window_start": opts.skip, "refresh_every": opts.refresh_every,
-            "repeats": opts.repeats, "batch_size": opts.batch_size, "resolution": 16, "dataset": opts.dataset,
-            "max_train_samples": opts.max_train_samples, "model": "script default UNet2DModel (32, 64, 64), attention at 8x8",
-            "logger": opts.logger, "torch_threads": opts.threads,
+            "steps": opts.steps,
+            "window_start": opts.skip,
+            "refresh_every": opts.refresh_every,
+            "repeats": opts.repeats,
+            "batch_size": opts.batch_size,
+            "resolution": 16,
+            "dataset": opts.dataset,
+            "max_train_samples": opts.max_train_samples,
+            "model": "script default UNet2DModel (32, 64, 64), attention at 8x8",
+            "logger": opts.logger,
+            "torch_threads": opts.threads,
         },
         "runs": runs,
         "ratios_per_repeat": ratios,
@@ -259,25 +302,35 @@ def main(argv=None) -> int:
             "amortised_overhead_default_schedule_plot_steps_500": plot_s / (500 * step_s),
             "amortised_overhead_plot_every_refresh_50": plot_s / (opts.refresh_every * step_s),
             "note": "the plots are drawn at the first refresh and then at most every --schedule_plot_steps steps "
-                    "(default 500); with --schedule_plot_steps 0 they are drawn at every refresh, at the second amortised cost",
+            "(default 500); with --schedule_plot_steps 0 they are drawn at every refresh, at the second amortised cost",
         },
         "machine": {
-            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+            "loadavg_start": load_start,
+            "loadavg_end": os.getloadavg(),
         },
         "wall_s": time.time() - t_start,
     }
     Path(opts.output).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.output).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"step time ratio infonoise/uniform: median {median_ratio:.4f} over {opts.repeats} repeats "
-          f"({', '.join(f'{r:.4f}' for r in ratios)}); threshold 1.02: {'PASS' if result['passed'] else 'FAIL'}")
+    print(
+        f"step time ratio infonoise/uniform: median {median_ratio:.4f} over {opts.repeats} repeats "
+        f"({', '.join(f'{r:.4f}' for r in ratios)}); threshold 1.02: {'PASS' if result['passed'] else 'FAIL'}"
+    )
     print(f"process CPU time ratio: median {median_cpu_ratio:.4f} ({', '.join(f'{r:.4f}' for r in cpu_ratios)})")
-    print(f"attributable ratio (1 + sampler-code time difference / step): median {statistics.median(attributable):.5f} "
-          f"({', '.join(f'{r:.5f}' for r in attributable)})")
+    print(
+        f"attributable ratio (1 + sampler-code time difference / step): median {statistics.median(attributable):.5f} "
+        f"({', '.join(f'{r:.5f}' for r in attributable)})"
+    )
     plots = result["schedule_plots"]
-    print(f"schedule plots: {plot_s:.2f} s per plotted refresh = "
-          f"{plots['amortised_overhead_default_schedule_plot_steps_500'] * 100:.2f}% amortised at the default, "
-          f"{plots['amortised_overhead_plot_every_refresh_50'] * 100:.1f}% if drawn every refresh")
+    print(
+        f"schedule plots: {plot_s:.2f} s per plotted refresh = "
+        f"{plots['amortised_overhead_default_schedule_plot_steps_500'] * 100:.2f}% amortised at the default, "
+        f"{plots['amortised_overhead_plot_every_refresh_50'] * 100:.1f}% if drawn every refresh"
+    )
     return 0 if result["passed"] else 1
 
 

@@ -28,11 +28,14 @@ __all__ = [
 _DEFAULT_WARMUP_STEPS = 500  # when the run's length is unknown (METHOD.md §5.2)
 
 
-
-
 #: every hyperparameter an adaptive sampler takes (the settings above plus how statistics are collected)
 _ADAPTIVE_KEYS = frozenset(SCHEDULE_SETTINGS) | {
-    "warmup_steps", "num_training_steps", "refresh_every", "ema_decay", "min_count", "base",
+    "warmup_steps",
+    "num_training_steps",
+    "refresh_every",
+    "ema_decay",
+    "min_count",
+    "base",
 }
 
 
@@ -79,25 +82,46 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
         for arg, value, ok, accepted in (
             ("num_bins", num_bins, _is_int(num_bins) and num_bins >= 4, "an int >= 4"),
-            ("warmup_steps", warmup_steps, warmup_steps == "auto" or (_is_int(warmup_steps) and warmup_steps >= 0),
-             "'auto' or an int >= 0"),
-            ("num_training_steps", num_training_steps, num_training_steps is None
-             or (_is_int(num_training_steps) and num_training_steps >= 1), "None or an int >= 1"),
+            (
+                "warmup_steps",
+                warmup_steps,
+                warmup_steps == "auto" or (_is_int(warmup_steps) and warmup_steps >= 0),
+                "'auto' or an int >= 0",
+            ),
+            (
+                "num_training_steps",
+                num_training_steps,
+                num_training_steps is None or (_is_int(num_training_steps) and num_training_steps >= 1),
+                "None or an int >= 1",
+            ),
             ("refresh_every", refresh_every, _is_int(refresh_every) and refresh_every >= 1, "an int >= 1"),
-            ("floor", floor, isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0.0 <= floor <= 1.0,
-             "a float in [0, 1]"),
-            ("floor_space", floor_space, floor_space in _FLOOR_SPACES, "'phi' (METHOD.md §5.7) or 'pi' (the former "
-             "mixing, kept for comparison)"),
-            ("mmse_cap", mmse_cap, mmse_cap is None or mmse_cap == "auto" or (
-                isinstance(mmse_cap, (int, float)) and not isinstance(mmse_cap, bool) and math.isfinite(mmse_cap)
-                and mmse_cap > 0), "None, 'auto' (the data's per-dimension variance) or a finite float > 0"),
+            ("floor", floor, isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0.0 <= floor <= 1.0, "a float in [0, 1]"),
+            (
+                "floor_space",
+                floor_space,
+                floor_space in _FLOOR_SPACES,
+                "'phi' (METHOD.md §5.7) or 'pi' (the former mixing, kept for comparison)",
+            ),
+            (
+                "mmse_cap",
+                mmse_cap,
+                mmse_cap is None
+                or mmse_cap == "auto"
+                or (isinstance(mmse_cap, (int, float)) and not isinstance(mmse_cap, bool) and math.isfinite(mmse_cap) and mmse_cap > 0),
+                "None, 'auto' (the data's per-dimension variance) or a finite float > 0",
+            ),
         ):
             if not ok:
                 raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
         lo, hi = path.log_sigma_range
         edges = torch.linspace(lo, hi, num_bins + 1, dtype=torch.float64)
         self.estimator = ProfileEstimator(
-            edges, ema_decay=ema_decay, min_count=min_count, smoothing=smoothing, gate=gate, gate_fallback=gate_fallback,
+            edges,
+            ema_decay=ema_decay,
+            min_count=min_count,
+            smoothing=smoothing,
+            gate=gate,
+            gate_fallback=gate_fallback,
             mmse_cap=None if mmse_cap in (None, "auto") else float(mmse_cap),
         )
         self.refresh_every, self.floor, self.floor_space = refresh_every, float(floor), floor_space
@@ -159,11 +183,17 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.hyperparameters["warmup_steps"] = 0
 
     def _warn_short(self, num_training_steps: int) -> None:
-        fix = (f"the automatic warm-up is a tenth of the run but at least one refresh (refresh_every="
-               f"{self.refresh_every}): pass a smaller refresh_every or warmup_steps"
-               if self.hyperparameters.get("warmup_steps") == "auto" else "pass warmup_steps='auto' or a smaller one")
-        self._warn_once("short", f"noise sampler: the run has {num_training_steps} optimizer steps and the warm-up "
-                                 f"{self.warmup_steps}; pi never leaves the base density ({fix})")
+        fix = (
+            f"the automatic warm-up is a tenth of the run but at least one refresh (refresh_every="
+            f"{self.refresh_every}): pass a smaller refresh_every or warmup_steps"
+            if self.hyperparameters.get("warmup_steps") == "auto"
+            else "pass warmup_steps='auto' or a smaller one"
+        )
+        self._warn_once(
+            "short",
+            f"noise sampler: the run has {num_training_steps} optimizer steps and the warm-up "
+            f"{self.warmup_steps}; pi never leaves the base density ({fix})",
+        )
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -202,10 +232,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data.resolve(freeze=self.optimizer_step >= self.warmup_steps)
         self._apply_data_statistics()
         if self.data.frozen and self.data.variance is None and self.hyperparameters["mmse_cap"] == "auto":
-            self._warn_once("no_data", "noise sampler: mmse_cap='auto' (the default for epsilon and v losses) saw no "
-                                       "training data: noise through sampler.add_noise(x0, ...) or call "
-                                       "sampler.observe_data(x0) each batch; without the cap an epsilon-model's error "
-                                       "sends most draws to pure noise (METHOD.md 5.4)")
+            self._warn_once(
+                "no_data",
+                "noise sampler: mmse_cap='auto' (the default for epsilon and v losses) saw no "
+                "training data: noise through sampler.add_noise(x0, ...) or call "
+                "sampler.observe_data(x0) each batch; without the cap an epsilon-model's error "
+                "sends most draws to pure noise (METHOD.md 5.4)",
+            )
 
     def _apply_data_statistics(self) -> None:
         if self.data.variance is not None and self.data.variance > 0 and self.hyperparameters["mmse_cap"] == "auto":
@@ -243,8 +276,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def update(self, levels, per_sample_loss):
         errors = self._validated_errors(levels, per_sample_loss)
         if errors.numel():
-            self.estimator.accumulate(torch.log(levels.sigmas.detach().to(errors.device, errors.dtype)),
-                                      self._statistic(levels, errors))
+            self.estimator.accumulate(torch.log(levels.sigmas.detach().to(errors.device, errors.dtype)), self._statistic(levels, errors))
 
     @property
     def num_nonfinite(self) -> int:
@@ -285,19 +317,25 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.estimator.refresh()
         if self.estimator.num_outside:
             lo, hi = (math.exp(float(e)) for e in (self.edges[0], self.edges[-1]))
-            self._warn_once("outside", f"noise sampler: {self.estimator.num_outside} noise levels given to update() lay "
-                                       f"outside the sampler's grid (VE sigma {lo:.4g} to {hi:.4g}) and were left out of "
-                                       "the statistics; give update() the levels that sample() drew")
+            self._warn_once(
+                "outside",
+                f"noise sampler: {self.estimator.num_outside} noise levels given to update() lay "
+                f"outside the sampler's grid (VE sigma {lo:.4g} to {hi:.4g}) and were left out of "
+                "the statistics; give update() the levels that sample() drew",
+            )
         if self.optimizer_step < self.warmup_steps:
             return
         if not self.estimator.is_ready:
             seen = int(self.estimator.total_counts.sum())
-            self._warn_once("unfilled", f"noise sampler: step {self.optimizer_step}, warm-up over, but only "
-                                        f"{self.estimator.num_filled} of {self.estimator.num_bins} bins have "
-                                        f"{self.estimator.min_count} samples yet ({seen} samples so far, kept: the bins "
-                                        f"fill across refreshes; {self.num_nonfinite} non-finite losses left out); pi "
-                                        "stays on the base density until two do. Small batches fill them later; fewer "
-                                        "num_bins or a lower min_count sooner")
+            self._warn_once(
+                "unfilled",
+                f"noise sampler: step {self.optimizer_step}, warm-up over, but only "
+                f"{self.estimator.num_filled} of {self.estimator.num_bins} bins have "
+                f"{self.estimator.min_count} samples yet ({seen} samples so far, kept: the bins "
+                f"fill across refreshes; {self.num_nonfinite} non-finite losses left out); pi "
+                "stays on the base density until two do. Small batches fill them later; fewer "
+                "num_bins or a lower min_count sooner",
+            )
             return
         self._adopt_estimate()
 
@@ -307,11 +345,12 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.num_updates += 1
         self._cell_cache = None
         self.last_refresh = self._describe_refresh()
-        logger.info(f"noise sampler: step {self.optimizer_step}: {what}; " + ", ".join(
-            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step"))
+        logger.info(
+            f"noise sampler: step {self.optimizer_step}: {what}; "
+            + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step")
+        )
 
-    def refresh_now(self, *, ema_decay: float | None = None, min_count: int | None = None,
-                    what: str = "pi refreshed") -> bool:
+    def refresh_now(self, *, ema_decay: float | None = None, min_count: int | None = None, what: str = "pi refreshed") -> bool:
         """Fold everything recorded so far into m̂ and, once two bins hold an estimate, rebuild π now,
         without counting an optimizer step: what a start measured before step 1 becomes the run's first
         π (METHOD.md §5.9). A collective under data parallelism (every rank must call it). ``ema_decay``
@@ -359,8 +398,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "num_updates": self.num_updates,
                 "edges": self.edges.clone(),
                 "warmup_steps": self.warmup_steps,
-                "data": {**self.data.state_dict(), "mmse_cap": self.estimator.mmse_cap,
-                         "mmse_cap_auto": self.hyperparameters["mmse_cap"] == "auto"},
+                "data": {
+                    **self.data.state_dict(),
+                    "mmse_cap": self.estimator.mmse_cap,
+                    "mmse_cap_auto": self.hyperparameters["mmse_cap"] == "auto",
+                },
             }
         )
         return state
@@ -383,10 +425,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
         if state["probs"] is not None:
             p = torch.as_tensor(state["probs"], dtype=torch.float64)
-            if p.shape != (self.edges.numel() - 1,) or not bool(torch.isfinite(p).all()) or bool((p < 0).any()) \
-                    or abs(float(p.sum()) - 1.0) > 1e-6:
-                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses "
-                                 "summing to 1")
+            if (
+                p.shape != (self.edges.numel() - 1,)
+                or not bool(torch.isfinite(p).all())
+                or bool((p < 0).any())
+                or abs(float(p.sum()) - 1.0) > 1e-6
+            ):
+                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses summing to 1")
         super().load_state_dict(state)
         self.estimator.load_state_dict(state["estimator"])  # the same on every rank (already summed over them)
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
@@ -399,8 +444,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.data.load_state_dict(data)
             self.estimator.set_data_grid(self.data.min_gap)
             cap = data.get("mmse_cap")
-            if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool)
-                                        and math.isfinite(cap) and cap > 0):
+            if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
                 raise ValueError(f"state_dict['data']['mmse_cap']: must be None or a finite number > 0, got {cap!r}")
             self.estimator.mmse_cap = cap
             self.hyperparameters["mmse_cap"] = "auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap

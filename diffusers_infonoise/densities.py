@@ -329,9 +329,7 @@ class Truncated(Density):
         self._f_hi = float(base.cdf(_t(high)))
         self._z = self._f_hi - self._f_lo
         if not self._z > 1e-12:
-            raise ValueError(
-                f"the density {base.describe()} has (almost) no mass in the path's range log sigma in [{low:.3f}, {high:.3f}]"
-            )
+            raise ValueError(f"the density {base.describe()} has (almost) no mass in the path's range log sigma in [{low:.3f}, {high:.3f}]")
 
     def log_prob(self, x):
         x = _t(x)

@@ -59,6 +59,7 @@ __all__ = [
     "GATE_EXPONENT",
 ]
 
+
 class ProfileEstimator:
     """Binned EMA estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
 
@@ -97,6 +98,7 @@ class ProfileEstimator:
         edges = torch.as_tensor(edges, dtype=torch.float64).flatten()
         if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
             raise ValueError("edges: need at least 3 finite, strictly increasing log-sigma edges")
+
         def real(x) -> bool:  # a finite int/float, not a bool or a string
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -234,7 +236,7 @@ class ProfileEstimator:
             buf = torch.cat([sums, counts]).to(device, torch.float64)
             torch.distributed.all_reduce(buf)
             buf = buf.to(sums.device, sums.dtype)
-            sums, counts = buf[: self.num_bins], buf[self.num_bins:]
+            sums, counts = buf[: self.num_bins], buf[self.num_bins :]
         self.merged_sums = self.merged_sums + sums
         self.merged_counts = self.merged_counts + counts
         self.sums = torch.zeros_like(self.sums)
@@ -299,9 +301,11 @@ class ProfileEstimator:
         else:
             centres = 0.5 * (edges[1:] + edges[:-1])[filled]
             if float(centres[-1]) < float(self.edges[0]) or float(centres[0]) > float(self.edges[-1]):
-                raise ValueError(f"edges: the stored estimate covers log sigma [{float(centres[0]):.4g}, "
-                                 f"{float(centres[-1]):.4g}], outside this grid's [{float(self.edges[0]):.4g}, "
-                                 f"{float(self.edges[-1]):.4g}]: nothing to start from")
+                raise ValueError(
+                    f"edges: the stored estimate covers log sigma [{float(centres[0]):.4g}, "
+                    f"{float(centres[-1]):.4g}], outside this grid's [{float(self.edges[0]):.4g}, "
+                    f"{float(self.edges[-1]):.4g}]: nothing to start from"
+                )
             y = torch.log(m_hat[filled].clamp_min(1e-300))
             new = torch.exp(_interp_flat(self.centers, centres, y))
         self.m_hat = new
@@ -324,8 +328,9 @@ class ProfileEstimator:
         Raises:
             ValueError: ``min_gap`` is not None or a finite float >= 0.
         """
-        if min_gap is not None and not (isinstance(min_gap, (int, float)) and not isinstance(min_gap, bool)
-                                        and math.isfinite(min_gap) and min_gap >= 0):
+        if min_gap is not None and not (
+            isinstance(min_gap, (int, float)) and not isinstance(min_gap, bool) and math.isfinite(min_gap) and min_gap >= 0
+        ):
             raise ValueError(f"min_gap: must be None or a finite float >= 0 (x0 units), got {min_gap!r}")
         self.data_min_gap = None if min_gap is None else float(min_gap)
 
@@ -385,8 +390,9 @@ class ProfileEstimator:
                 return GateResult(self.gate_fallback, "fallback", "no training data seen yet (add_noise / observe_data)")
             c = data_grid_pivot(self.data_min_gap)
             if c < float(sigmas[0]):
-                return GateResult(None, "data", f"smallest gap between data values {self.data_min_gap:.3g}: pivot "
-                                                f"{c:.3g} below sigma_min, no gate", c)
+                return GateResult(
+                    None, "data", f"smallest gap between data values {self.data_min_gap:.3g}: pivot {c:.3g} below sigma_min, no gate", c
+                )
             return GateResult(c, "data", f"a tenth of the smallest gap between data values ({self.data_min_gap:.3g})", c)
         if self.gate == "profile":
             c = profile_gate_pivot(sigmas, m_hat)
@@ -398,9 +404,7 @@ class ProfileEstimator:
         if c <= float(sigmas[0]):
             return GateResult(self.gate_fallback, "fallback", "automatic pivot collapsed onto sigma_min", c)
         if c >= mode:
-            return GateResult(
-                self.gate_fallback, "fallback", f"automatic pivot {c:.3g} at or above the profile's mode {mode:.3g}", c
-            )
+            return GateResult(self.gate_fallback, "fallback", f"automatic pivot {c:.3g} at or above the profile's mode {mode:.3g}", c)
         return GateResult(c, "paper", "", c)
 
     # -- state ------------------------------------------------------------------------------

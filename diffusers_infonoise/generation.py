@@ -73,9 +73,18 @@ def _fits(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def model_output(model, noise_scheduler, noisy: torch.Tensor, timesteps: torch.Tensor, sigmas: torch.Tensor | None = None,
-                 *, model_kwargs: dict | None = None, edm_timestep_scale: float = EDM_TIMESTEP_SCALE,
-                 pack: Callable | None = None, unpack: Callable | None = None) -> torch.Tensor:
+def model_output(
+    model,
+    noise_scheduler,
+    noisy: torch.Tensor,
+    timesteps: torch.Tensor,
+    sigmas: torch.Tensor | None = None,
+    *,
+    model_kwargs: dict | None = None,
+    edm_timestep_scale: float = EDM_TIMESTEP_SCALE,
+    pack: Callable | None = None,
+    unpack: Callable | None = None,
+) -> torch.Tensor:
     """The network's prediction for a noisy (B, ...) batch, in the parameterization it is trained in:
     the one model call of training, the text-to-image scripts and the diagnostics.
 
@@ -97,6 +106,7 @@ def model_output(model, noise_scheduler, noisy: torch.Tensor, timesteps: torch.T
         ValueError: ``sigmas`` missing on an EDM scheduler, or an output shaped unlike ``noisy`` (a model
             that does not fit the data's channels or resolution).
     """
+
     def call(x, t):
         out = call_model(model, x if pack is None else pack(x), t, model_kwargs)
         return _fits(out if unpack is None else unpack(out), noisy)

@@ -39,8 +39,9 @@ GRID_DENSITIES = ("rho", "q", "q_sigma")
 DEFAULT_GRID_DENSITY = "q_sigma"
 
 
-def entropic_time_sigmas(log_sigma: torch.Tensor, density: torch.Tensor, num_inference_steps: int, *,
-                         edges: torch.Tensor | None = None) -> torch.Tensor:
+def entropic_time_sigmas(
+    log_sigma: torch.Tensor, density: torch.Tensor, num_inference_steps: int, *, edges: torch.Tensor | None = None
+) -> torch.Tensor:
     """(N,) float64 VE σ at equal increments of entropic time (METHOD.md §8), decreasing from σ_max.
 
     Args:
@@ -93,11 +94,14 @@ def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, t
         if source.estimator.mmse_cap is not None:
             import warnings
 
-            warnings.warn("infogrid: this schedule's m̂ is capped at the data's variance (an epsilon/v loss, METHOD.md "
-                          "§5.4), which hides the model's own error at large sigma; measured on DDPM-epsilon, its grid "
-                          "sampled worse than trailing spacing. Prefer the model's offline profile "
-                          "(diagnostics.profile_from_model) for the grid of an epsilon/v model (METHOD.md §8)",
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                "infogrid: this schedule's m̂ is capped at the data's variance (an epsilon/v loss, METHOD.md "
+                "§5.4), which hides the model's own error at large sigma; measured on DDPM-epsilon, its grid "
+                "sampled worse than trailing spacing. Prefer the model's offline profile "
+                "(diagnostics.profile_from_model) for the grid of an epsilon/v model (METHOD.md §8)",
+                UserWarning,
+                stacklevel=3,
+            )
         p = source.profile()
         x, q, rho, edges, path = p["log_sigma"], p["q"], p["rho_hat"], source.edges, source.path
     g = {"rho": rho, "q": q, "q_sigma": q * torch.exp(x)}[density]
@@ -136,7 +140,9 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if grid(mid) is not None else (lo, mid)
-        raise ValueError(f"num_inference_steps: {num_inference_steps} steps of this {density} grid do not fit the path's "
-                         f"range as distinct levels: the entropic-time "
-                         f"spacing crowds them where the profile is large; at most {lo} fit here")
+        raise ValueError(
+            f"num_inference_steps: {num_inference_steps} steps of this {density} grid do not fit the path's "
+            f"range as distinct levels: the entropic-time "
+            f"spacing crowds them where the profile is large; at most {lo} fit here"
+        )
     return InferenceGrid(sigmas, density)

@@ -46,9 +46,17 @@ DENSITY_SCHEMES = ("logit_normal", "mode")
 _SCHEMES = ("none", *LOSS_WEIGHTING_SCHEMES, *DENSITY_SCHEMES)
 
 
-def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr_gamma: float | None = None,
-                     weighting_scheme: str | None = None, precondition_outputs: int | bool | None = None,
-                     logit_mean: float = 0.0, logit_std: float = 1.0, mode_scale: float = 1.29) -> dict:
+def sampler_settings(
+    noise_scheduler,
+    *,
+    prediction_type: str | None = None,
+    snr_gamma: float | None = None,
+    weighting_scheme: str | None = None,
+    precondition_outputs: int | bool | None = None,
+    logit_mean: float = 0.0,
+    logit_std: float = 1.0,
+    mode_scale: float = 1.29,
+) -> dict:
     """The sampler settings for the loss a diffusers script trains with these options.
 
     Args:
@@ -73,27 +81,36 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
         contradict each other (``prediction_type="sample"`` with ``precondition_outputs=0`` on flow).
     """
     kind = scheduler_kind(noise_scheduler)
-    if snr_gamma is not None and not (isinstance(snr_gamma, (int, float)) and not isinstance(snr_gamma, bool)
-                                      and math.isfinite(snr_gamma) and snr_gamma > 0):
+    if snr_gamma is not None and not (
+        isinstance(snr_gamma, (int, float)) and not isinstance(snr_gamma, bool) and math.isfinite(snr_gamma) and snr_gamma > 0
+    ):
         raise ValueError(f"snr_gamma: must be a finite number > 0 (diffusers' --snr_gamma, e.g. 5.0) or None, got {snr_gamma!r}")
     if kind == "flow":
         if snr_gamma is not None:
-            raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; flow scripts weight with "
-                             "weighting_scheme")
+            raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; flow scripts weight with weighting_scheme")
         if prediction_type not in (None, "flow", "sample"):
-            raise ValueError(f"prediction_type: a flow model's loss is on the velocity ('flow') or, with "
-                             f"precondition_outputs, on x0 ('sample'); got {prediction_type!r}")
-        if precondition_outputs is not None and prediction_type is not None \
-                and prediction_type != ("sample" if precondition_outputs else "flow"):
-            raise ValueError(f"prediction_type: {prediction_type!r} contradicts precondition_outputs={int(precondition_outputs)} "
-                             "(1: the loss is on x0, 'sample'; 0: on the velocity, 'flow'); give one of them")
+            raise ValueError(
+                f"prediction_type: a flow model's loss is on the velocity ('flow') or, with "
+                f"precondition_outputs, on x0 ('sample'); got {prediction_type!r}"
+            )
+        if (
+            precondition_outputs is not None
+            and prediction_type is not None
+            and prediction_type != ("sample" if precondition_outputs else "flow")
+        ):
+            raise ValueError(
+                f"prediction_type: {prediction_type!r} contradicts precondition_outputs={int(precondition_outputs)} "
+                "(1: the loss is on x0, 'sample'; 0: on the velocity, 'flow'); give one of them"
+            )
         scheme = weighting_scheme or "none"
         if scheme not in _SCHEMES:
             raise ValueError(f"weighting_scheme: accepted values are {', '.join(_SCHEMES)}, got {scheme!r}")
         # diffusers' scripts index a descending table with u ~ logit-normal(mean): their mean > 0 means
         # less noise, the opposite of the SD3 paper's convention this package's density uses
-        base = {"logit_normal": ("logit_normal", {"mean": 0.0 - float(logit_mean), "std": float(logit_std)}),
-                "mode": ("mode", {"scale": float(mode_scale)})}.get(scheme, "uniform")  # as diffusers draws
+        base = {
+            "logit_normal": ("logit_normal", {"mean": 0.0 - float(logit_mean), "std": float(logit_std)}),
+            "mode": ("mode", {"scale": float(mode_scale)}),
+        }.get(scheme, "uniform")  # as diffusers draws
         return {
             "prediction_type": prediction_type or ("sample" if precondition_outputs else "flow"),
             "loss_weighting": scheme if scheme in LOSS_WEIGHTING_SCHEMES else "none",
@@ -101,16 +118,20 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
             "base": base,
         }
     if weighting_scheme not in (None, "none"):
-        raise ValueError(f"weighting_scheme: {weighting_scheme!r} is a flow-matching option; this is a {kind} "
-                         "scheduler (use snr_gamma for Min-SNR on VP)")
+        raise ValueError(
+            f"weighting_scheme: {weighting_scheme!r} is a flow-matching option; this is a {kind} "
+            "scheduler (use snr_gamma for Min-SNR on VP)"
+        )
     if precondition_outputs:
         raise ValueError("precondition_outputs: a flow-matching option (SD3); this scheduler is not a flow scheduler")
     if kind == "ve":  # EDM: the loss on the denoiser D with EDM's weight, whatever the output sign
         if snr_gamma is not None:
             raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; EDM weights with lambda(sigma)")
         if prediction_type not in (None, "epsilon", "v_prediction", "sample"):
-            raise ValueError(f"prediction_type: {prediction_type!r} is not an EDM option; accepted: epsilon or v_prediction "
-                             "(EDM schedulers' sign of c_out; the loss is on the denoiser D either way) or sample")
+            raise ValueError(
+                f"prediction_type: {prediction_type!r} is not an EDM option; accepted: epsilon or v_prediction "
+                "(EDM schedulers' sign of c_out; the loss is on the denoiser D either way) or sample"
+            )
         return {"prediction_type": "sample", "loss_weighting": "edm", "snr_gamma": None, "base": None}
     pt = prediction_type or noise_scheduler.config.prediction_type
     if pt not in ("epsilon", "v_prediction", "sample"):
@@ -118,16 +139,29 @@ def sampler_settings(noise_scheduler, *, prediction_type: str | None = None, snr
     if pt == "sample":
         # diffusers' train_unconditional.py weights its x0 loss by SNR = ᾱ/(1 − ᾱ): the ε error (METHOD.md §4)
         if snr_gamma is not None:
-            raise ValueError("snr_gamma: diffusers' sample (x0) loss is SNR-weighted (train_unconditional.py) and has no "
-                             "Min-SNR form; leave snr_gamma unset")
+            raise ValueError(
+                "snr_gamma: diffusers' sample (x0) loss is SNR-weighted (train_unconditional.py) and has no "
+                "Min-SNR form; leave snr_gamma unset"
+            )
         return {"prediction_type": "sample", "loss_weighting": "snr", "snr_gamma": None, "base": None}
-    return {"prediction_type": pt, "loss_weighting": "min_snr" if snr_gamma else "none",
-            "snr_gamma": float(snr_gamma) if snr_gamma else None, "base": None}
+    return {
+        "prediction_type": pt,
+        "loss_weighting": "min_snr" if snr_gamma else "none",
+        "snr_gamma": float(snr_gamma) if snr_gamma else None,
+        "base": None,
+    }
 
 
-def infonoise_sampler(noise_scheduler, args=None, *, accelerator=None, mu: float | None = None,
-                      seed: int | None = None, num_training_steps: int | None = None,
-                      **overrides) -> InfoNoiseTrainingTimestepSampler:
+def infonoise_sampler(
+    noise_scheduler,
+    args=None,
+    *,
+    accelerator=None,
+    mu: float | None = None,
+    seed: int | None = None,
+    num_training_steps: int | None = None,
+    **overrides,
+) -> InfoNoiseTrainingTimestepSampler:
     """An InfoNoise sampler for a diffusers training script, in one call.
 
     Reads diffusers' option names from ``args`` (an argparse namespace, any object with attributes,
@@ -149,22 +183,27 @@ def infonoise_sampler(noise_scheduler, args=None, *, accelerator=None, mu: float
     Raises:
         ValueError: as :func:`sampler_settings` and ``from_scheduler``.
     """
+
     def option(name, default=None):
         if isinstance(args, Mapping):  # vars(args), or a config dict
             return args.get(name, default)
         return getattr(args, name, default) if args is not None else default
 
     settings = sampler_settings(
-        noise_scheduler, prediction_type=option("prediction_type"), snr_gamma=option("snr_gamma"),
-        weighting_scheme=option("weighting_scheme"), precondition_outputs=option("precondition_outputs"),
-        logit_mean=option("logit_mean", 0.0), logit_std=option("logit_std", 1.0), mode_scale=option("mode_scale", 1.29),
+        noise_scheduler,
+        prediction_type=option("prediction_type"),
+        snr_gamma=option("snr_gamma"),
+        weighting_scheme=option("weighting_scheme"),
+        precondition_outputs=option("precondition_outputs"),
+        logit_mean=option("logit_mean", 0.0),
+        logit_std=option("logit_std", 1.0),
+        mode_scale=option("mode_scale", 1.29),
     )
     if settings["base"] is None:
         del settings["base"]  # the path's own base
     settings.update(overrides)
     steps = num_training_steps if num_training_steps is not None else option("max_train_steps")
-    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, num_training_steps=steps,
-                                                              **settings)
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, num_training_steps=steps, **settings)
     seed = seed if seed is not None else option("seed")
     sampler.manual_seed(int(seed or 0))
     if accelerator is not None:

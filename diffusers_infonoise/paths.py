@@ -136,8 +136,13 @@ class NoisePath:
     @classmethod
     def loss_target(cls, prediction_type: str) -> str:
         """What a loss of ``prediction_type`` on this path regresses, in words (model cards)."""
-        return {"epsilon": "the noise ε", "v_prediction": "the velocity v", "sample": "the clean sample x0",
-                "flow": "the flow velocity ε − x0", "edm_f": "the raw network output F"}.get(prediction_type, prediction_type)
+        return {
+            "epsilon": "the noise ε",
+            "v_prediction": "the velocity v",
+            "sample": "the clean sample x0",
+            "flow": "the flow velocity ε − x0",
+            "edm_f": "the raw network output F",
+        }.get(prediction_type, prediction_type)
 
     # -- coordinates ------------------------------------------------------------------------
     @property
@@ -235,8 +240,9 @@ class VEPath(NoisePath):
     def scheduler_from_config(cls, path_config):
         from diffusers import EDMEulerScheduler
 
-        return EDMEulerScheduler(sigma_min=path_config["sigma_min"], sigma_max=path_config["sigma_max"],
-                                 sigma_data=path_config.get("sigma_data", 0.5))
+        return EDMEulerScheduler(
+            sigma_min=path_config["sigma_min"], sigma_max=path_config["sigma_max"], sigma_data=path_config.get("sigma_data", 0.5)
+        )
 
     @classmethod
     def loss_target(cls, prediction_type: str) -> str:
@@ -292,8 +298,9 @@ class FlowPath(NoisePath):
     def scheduler_from_config(cls, path_config):
         from diffusers import FlowMatchEulerDiscreteScheduler
 
-        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=path_config.get("num_train_timesteps", 1000),
-                                               shift=path_config.get("shift", 1.0))
+        return FlowMatchEulerDiscreteScheduler(
+            num_train_timesteps=path_config.get("num_train_timesteps", 1000), shift=path_config.get("shift", 1.0)
+        )
 
     def scale_factors(self, sigmas):
         s = self.sigma_to_s(sigmas)
@@ -365,8 +372,10 @@ class VPPath(NoisePath):
 
     @classmethod
     def scheduler_from_config(cls, path_config):
-        raise ValueError("a 'vp' path's scheduler cannot be built from its stored config: the VP alphas_cumprod table is "
-                         "not stored; pass the scheduler directory or pipeline instead")
+        raise ValueError(
+            "a 'vp' path's scheduler cannot be built from its stored config: the VP alphas_cumprod table is "
+            "not stored; pass the scheduler directory or pipeline instead"
+        )
 
     @property
     def is_discrete(self):
@@ -510,15 +519,16 @@ def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePat
             raise ValueError("mu: only flow-matching schedulers take a dynamic shift")
         lo, hi, sd = float(cfg.sigma_min), float(cfg.sigma_max), float(cfg.sigma_data)
         if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
-            raise ValueError(f"noise_scheduler: {name} needs finite 0 < sigma_min < sigma_max, got sigma_min={lo}, "
-                             f"sigma_max={hi}")
+            raise ValueError(f"noise_scheduler: {name} needs finite 0 < sigma_min < sigma_max, got sigma_min={lo}, sigma_max={hi}")
         if not (math.isfinite(sd) and sd > 0):
             raise ValueError(f"noise_scheduler: {name} needs a finite sigma_data > 0, got {sd}")
         return VEPath("ve", lo, hi, sigma_data=sd)
     if getattr(cfg, "use_flow_sigmas", False) or getattr(cfg, "invert_sigmas", False):
         # a VP-looking scheduler on flow sigmas, or an inverted flow schedule: neither path's mapping holds
-        raise ValueError(f"noise_scheduler: {name} with use_flow_sigmas/invert_sigmas is not supported; use "
-                         "FlowMatchEulerDiscreteScheduler (flow) or a plain VP scheduler")
+        raise ValueError(
+            f"noise_scheduler: {name} with use_flow_sigmas/invert_sigmas is not supported; use "
+            "FlowMatchEulerDiscreteScheduler (flow) or a plain VP scheduler"
+        )
     n = int(getattr(cfg, "num_train_timesteps", 1000))
     if n < 3:
         raise ValueError(f"noise_scheduler: num_train_timesteps must be >= 3 for a grid of noise levels, got {n}")

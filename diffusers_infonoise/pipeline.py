@@ -38,7 +38,6 @@ except ImportError as err:  # pragma: no cover - depends on the user's environme
 '''
 
 
-
 class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
     """Unconditional sampling for a UNet trained by diffusers-infonoise on any path.
 
@@ -53,9 +52,16 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
         self.register_modules(unet=unet, scheduler=scheduler)
 
     @torch.no_grad()
-    def __call__(self, batch_size: int = 1, generator: torch.Generator | None = None,
-                 num_inference_steps: int | None = None, sigmas=None, infogrid: bool | str = False,
-                 output_type: str = "pil", return_dict: bool = True):
+    def __call__(
+        self,
+        batch_size: int = 1,
+        generator: torch.Generator | None = None,
+        num_inference_steps: int | None = None,
+        sigmas=None,
+        infogrid: bool | str = False,
+        output_type: str = "pil",
+        return_dict: bool = True,
+    ):
         """Sample ``batch_size`` images (or sequences, for a ``UNet1DModel``).
 
         Args:
@@ -96,8 +102,16 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
         if infogrid:
             sigmas = make_grid(self.scheduler, steps, density=DEFAULT_GRID_DENSITY if infogrid is True else infogrid)
         progress = not getattr(self, "_progress_bar_config", {}).get("disable", False)  # set_progress_bar_config
-        images = generate_images(self.unet, self.scheduler, batch_size, num_inference_steps=steps, generator=generator,
-                                 device=self.device, sigmas=sigmas, progress=progress)
+        images = generate_images(
+            self.unet,
+            self.scheduler,
+            batch_size,
+            num_inference_steps=steps,
+            generator=generator,
+            device=self.device,
+            sigmas=sigmas,
+            progress=progress,
+        )
         if output_type != "pt":
             images = images.cpu().permute(0, 2, 3, 1).numpy() if images.ndim == 4 else images.cpu().numpy()
             if output_type == "pil":
@@ -117,16 +131,15 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
         """
         import diffusers
 
-        config = cls.load_config(pretrained_model_name_or_path, **{k: kwargs[k] for k in ("revision", "token",
-                                                                                          "cache_dir") if k in kwargs})
+        config = cls.load_config(pretrained_model_name_or_path, **{k: kwargs[k] for k in ("revision", "token", "cache_dir") if k in kwargs})
         parts = {}
         for name in ("unet", "scheduler"):
             library, class_name = config.get(name, (None, None))
             if library != "diffusers" or not hasattr(diffusers, class_name or ""):
-                raise ValueError(f"{pretrained_model_name_or_path}: model_index.json names {name} = {library}.{class_name}; "
-                                 "expected a diffusers class")
-            parts[name] = getattr(diffusers, class_name).from_pretrained(pretrained_model_name_or_path, subfolder=name,
-                                                                         **kwargs)
+                raise ValueError(
+                    f"{pretrained_model_name_or_path}: model_index.json names {name} = {library}.{class_name}; expected a diffusers class"
+                )
+            parts[name] = getattr(diffusers, class_name).from_pretrained(pretrained_model_name_or_path, subfolder=name, **kwargs)
         return cls(**parts)
 
     def save_pretrained(self, save_directory, *args, **kwargs):

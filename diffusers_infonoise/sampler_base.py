@@ -63,13 +63,15 @@ class NoiseLevels:
     def __getitem__(self, index) -> "NoiseLevels":
         """The levels of a sub-batch, e.g. ``levels[:n]`` for the instance half of a DreamBooth batch."""
         pick = lambda t: None if t is None else t[index]  # noqa: E731
-        return NoiseLevels(pick(self.timesteps), pick(self.sigmas), pick(self.log_snr), pick(self.loss_weights),
-                           pick(self.scheduler_sigmas))
+        return NoiseLevels(
+            pick(self.timesteps), pick(self.sigmas), pick(self.log_snr), pick(self.loss_weights), pick(self.scheduler_sigmas)
+        )
 
     def to(self, device) -> "NoiseLevels":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return NoiseLevels(move(self.timesteps), move(self.sigmas), move(self.log_snr), move(self.loss_weights),
-                           move(self.scheduler_sigmas))
+        return NoiseLevels(
+            move(self.timesteps), move(self.sigmas), move(self.log_snr), move(self.loss_weights), move(self.scheduler_sigmas)
+        )
 
 
 def default_prediction_type(noise_scheduler) -> str:
@@ -149,12 +151,13 @@ class TrainingTimestepSampler:
         bad = ~torch.isfinite(u)
         if bool(bad.any()):
             where = float(sig[bad][0])
-            at = ("the zero-terminal-SNR step (sigma = inf, rescale_betas_zero_snr=True)" if math.isinf(where)
-                  else f"VE sigma {where:.4g}")
+            at = "the zero-terminal-SNR step (sigma = inf, rescale_betas_zero_snr=True)" if math.isinf(where) else f"VE sigma {where:.4g}"
             name = self.loss_weighting if isinstance(self.loss_weighting, str) else "the callable"
-            raise ValueError(f"loss_weighting: {name!r} on a {self.prediction_type!r} loss is infinite at {at} of this "
-                             "scheduler, so the loss would be infinite there; use 'none', 'min_snr' (+ snr_gamma) or a "
-                             "scheduler without that step")
+            raise ValueError(
+                f"loss_weighting: {name!r} on a {self.prediction_type!r} loss is infinite at {at} of this "
+                "scheduler, so the loss would be infinite there; use 'none', 'min_snr' (+ snr_gamma) or a "
+                "scheduler without that step"
+            )
 
     # -- the random stream -------------------------------------------------------------------
     def manual_seed(self, seed: int) -> "TrainingTimestepSampler":
@@ -212,15 +215,11 @@ class TrainingTimestepSampler:
 
     def x0_loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
         """w(σ): the weight the configured loss puts on the x0-space error (METHOD.md §4)."""
-        return x0_loss_weight(
-            self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data
-        )
+        return x0_loss_weight(self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data)
 
     def loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
         """u(σ): the weight the configured loss puts on its own per-sample error (float64)."""
-        return loss_weight(
-            self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data
-        )
+        return loss_weight(self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data)
 
     # -- drawing ----------------------------------------------------------------------------
     def sample(self, batch_size: int, *, device=None, generator: torch.Generator | None = None) -> NoiseLevels:
@@ -356,7 +355,10 @@ class TrainingTimestepSampler:
             f"noise sampler: it counts {self.optimizer_step} optimizer steps, the run is at global_step {int(global_step)}. "
             "A resumed run without the sampler's state restarts its warm-up and replays its draws: register it with "
             "accelerator.register_for_checkpointing(sampler) before accelerator.load_state (or call step() once per "
-            "optimizer step, inside `if accelerator.sync_gradients:`)", UserWarning, stacklevel=3)
+            "optimizer step, inside `if accelerator.sync_gradients:`)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -181,9 +181,15 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         applies, ``gate_pivot`` (VE σ). Cheap (bin arithmetic on the CPU; no synchronisation).
         """
         q = torch.exp(self.density.icdf(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)))
-        out = {"adapted": float(self.is_adapted), "num_updates": float(self.num_updates),
-               "filled_bins": float(self.estimator.num_filled), "measured_mass": self.measured_mass(),
-               "pi_sigma_p10": float(q[0]), "pi_sigma_p50": float(q[1]), "pi_sigma_p90": float(q[2])}
+        out = {
+            "adapted": float(self.is_adapted),
+            "num_updates": float(self.num_updates),
+            "filled_bins": float(self.estimator.num_filled),
+            "measured_mass": self.measured_mass(),
+            "pi_sigma_p10": float(q[0]),
+            "pi_sigma_p50": float(q[1]),
+            "pi_sigma_p90": float(q[2]),
+        }
         if self.estimator.is_ready:
             out["tv_phi_rho"] = self.allocation_total_variation()
             if self.estimator.last_gate.pivot is not None:
@@ -281,14 +287,23 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
         stored = read_schedule(noise_scheduler)
         if stored is None:
-            raise ValueError(f"noise_scheduler: its config carries no learned InfoNoise schedule (no '{CONFIG_KEY}' "
-                             "entry); it was not saved by a run with an InfoNoise sampler")
+            raise ValueError(
+                f"noise_scheduler: its config carries no learned InfoNoise schedule (no '{CONFIG_KEY}' "
+                "entry); it was not saved by a run with an InfoNoise sampler"
+            )
         if stored["loss_weighting"] == "custom" and "loss_weighting" not in overrides:
             raise ValueError("loss_weighting: the stored schedule used a custom callable weighting; pass loss_weighting=")
         mu = overrides.pop("mu", None)
         mu = stored_mu(noise_scheduler, stored) if mu is None else mu
-        return cls._build(noise_scheduler, stored, overrides.pop("prediction_type", None),
-                          overrides.pop("loss_weighting", None), overrides.pop("snr_gamma", None), mu, overrides)
+        return cls._build(
+            noise_scheduler,
+            stored,
+            overrides.pop("prediction_type", None),
+            overrides.pop("loss_weighting", None),
+            overrides.pop("snr_gamma", None),
+            mu,
+            overrides,
+        )
 
     @classmethod
     def _build(cls, noise_scheduler, stored, prediction_type, loss_weighting, snr_gamma, mu, kwargs):
@@ -343,9 +358,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             return  # saved before anything was estimated: nothing to start from
         interpolated = self.estimator.load_m_hat(edges, m_hat)
         if interpolated:
-            logger.info(f"stored schedule: m_hat of {edges.numel() - 1} bins on the {payload['path']['kind']} path "
-                        f"{payload['path']} interpolated onto this sampler's {self.estimator.num_bins} bins on "
-                        f"{self.path.config()} (through VE sigma, METHOD.md 5.9)")
+            logger.info(
+                f"stored schedule: m_hat of {edges.numel() - 1} bins on the {payload['path']['kind']} path "
+                f"{payload['path']} interpolated onto this sampler's {self.estimator.num_bins} bins on "
+                f"{self.path.config()} (through VE sigma, METHOD.md 5.9)"
+            )
         data = payload.get("data") or {}
         if data.get("min_gap") is not None and self.data.min_gap is None:
             self.data.min_gap = float(data["min_gap"])
@@ -363,15 +380,18 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             rebuilt = self._build_probs()
             tv = 0.5 * float((rebuilt - stored_pi).abs().sum())
             if mine["loss_weighting"] != "custom" and tv > 1e-6:
-                raise ScheduleError(f"_infonoise_schedule: its pi does not follow from its own m_hat and settings (TV "
-                                    f"{tv:.3g} from the pi they give): the payload was edited or corrupted")
+                raise ScheduleError(
+                    f"_infonoise_schedule: its pi does not follow from its own m_hat and settings (TV "
+                    f"{tv:.3g} from the pi they give): the payload was edited or corrupted"
+                )
             probs = stored_pi
         else:
             if not interpolated:
                 theirs = payload_settings(payload)
                 changed = sorted(k for k in mine if mine[k] != theirs[k])
-                logger.info(f"stored schedule: {', '.join(changed) or 'the path'} differ from this sampler's; rebuilding "
-                            "pi from the stored m_hat")
+                logger.info(
+                    f"stored schedule: {', '.join(changed) or 'the path'} differ from this sampler's; rebuilding pi from the stored m_hat"
+                )
             probs = self._build_probs()
         if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:  # else: the base until the warm-up ends
             self.probs = probs
@@ -389,15 +409,21 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         from .schedule_io import write_schedule
 
         if not self.is_adapted:
-            why = (f"saved at optimizer step {self.optimizer_step}, before the warm-up of {self.warmup_steps} steps "
-                   "ended" if self.optimizer_step < self.warmup_steps else
-                   f"saved at optimizer step {self.optimizer_step}, and only {self.estimator.num_filled} bins held "
-                   f"{self.estimator.min_count} samples so far")
-            fix = ("num_training_steps sizes the automatic warm-up to a tenth of the run, at least one refresh "
-                   f"(refresh_every={self.refresh_every}); a smaller warmup_steps or refresh_every adapts sooner"
-                   if self.optimizer_step < self.warmup_steps else "fewer num_bins or a lower min_count fill sooner")
-            self._warn_once("unadapted", f"noise sampler: the schedule has not adapted ({why}); the saved schedule is "
-                                         f"the base density ({fix})")
+            why = (
+                f"saved at optimizer step {self.optimizer_step}, before the warm-up of {self.warmup_steps} steps ended"
+                if self.optimizer_step < self.warmup_steps
+                else f"saved at optimizer step {self.optimizer_step}, and only {self.estimator.num_filled} bins held "
+                f"{self.estimator.min_count} samples so far"
+            )
+            fix = (
+                "num_training_steps sizes the automatic warm-up to a tenth of the run, at least one refresh "
+                f"(refresh_every={self.refresh_every}); a smaller warmup_steps or refresh_every adapts sooner"
+                if self.optimizer_step < self.warmup_steps
+                else "fewer num_bins or a lower min_count fill sooner"
+            )
+            self._warn_once(
+                "unadapted", f"noise sampler: the schedule has not adapted ({why}); the saved schedule is the base density ({fix})"
+            )
         write_schedule(noise_scheduler, self)
 
 

@@ -113,9 +113,7 @@ def validate_payload(payload: Any) -> dict:
     if payload.get("format") != FORMAT:
         raise ScheduleError(f"{CONFIG_KEY}: format {payload.get('format')!r} is not {FORMAT!r}")
     if type(payload.get("version")) is not int or payload.get("version") != VERSION:  # not True, not 1.0
-        raise ScheduleError(
-            f"{CONFIG_KEY}: unknown version {payload.get('version')!r}; this diffusers-infonoise reads version {VERSION}"
-        )
+        raise ScheduleError(f"{CONFIG_KEY}: unknown version {payload.get('version')!r}; this diffusers-infonoise reads version {VERSION}")
     required = ("path", "prediction_type", "loss_weighting", "edges", "pi", "m_hat", "hyperparameters", "optimizer_steps")
     missing = [k for k in required if k not in payload]
     if missing:
@@ -124,8 +122,9 @@ def validate_payload(payload: Any) -> dict:
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
     for name, values, nulls in (("edges", edges, False), ("pi", pi, False), ("m_hat", m_hat, True)):
         if not isinstance(values, list) or not all(number(v) or (nulls and v is None) for v in values):
-            raise ScheduleError(f"{CONFIG_KEY}: {name} must be a flat list of numbers" + (" (null where a bin never "
-                                                                                         "filled)" if nulls else ""))
+            raise ScheduleError(
+                f"{CONFIG_KEY}: {name} must be a flat list of numbers" + (" (null where a bin never filled)" if nulls else "")
+            )
     k = len(pi)
     if len(edges) != k + 1 or len(m_hat) != k:
         raise ScheduleError(f"{CONFIG_KEY}: need len(edges) == len(pi) + 1 == len(m_hat) + 1, got {len(edges)}, {k}, {len(m_hat)}")
@@ -140,8 +139,10 @@ def validate_payload(payload: Any) -> dict:
         raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
     filled = m[~torch.isnan(m)]
     if bool((filled < 0).any()) or not bool(torch.isfinite(filled).all()) or bool((filled > MAX_M_HAT).any()):
-        raise ScheduleError(f"{CONFIG_KEY}: m_hat must hold finite x0-space errors in [0, {MAX_M_HAT:g}] (null where a bin "
-                            f"never filled), got a largest value of {float(filled.max()) if filled.numel() else 0:g}")
+        raise ScheduleError(
+            f"{CONFIG_KEY}: m_hat must hold finite x0-space errors in [0, {MAX_M_HAT:g}] (null where a bin "
+            f"never filled), got a largest value of {float(filled.max()) if filled.numel() else 0:g}"
+        )
     if not isinstance(payload["hyperparameters"], dict):
         raise ScheduleError(f"{CONFIG_KEY}: hyperparameters must be an object, got {type(payload['hyperparameters']).__name__}")
     gate = payload["hyperparameters"].get("gate", "auto")
@@ -181,9 +182,11 @@ def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
         raise ScheduleError(f"{CONFIG_KEY}: path needs sigma_min and sigma_max > 0, got {path!r}") from None
     first, last = float(edges[0]), float(edges[-1])
     if not PATH_CLASSES[path["kind"]].grid_spans(first, last, lo, hi):
-        raise ScheduleError(f"{CONFIG_KEY}: edges span log sigma [{first:.6g}, {last:.6g}], but its {path['kind']} path's "
-                            f"sigma range [{path['sigma_min']:.6g}, {path['sigma_max']:.6g}] is log sigma [{lo:.6g}, "
-                            f"{hi:.6g}]; the payload is inconsistent (edited or corrupted)")
+        raise ScheduleError(
+            f"{CONFIG_KEY}: edges span log sigma [{first:.6g}, {last:.6g}], but its {path['kind']} path's "
+            f"sigma range [{path['sigma_min']:.6g}, {path['sigma_max']:.6g}] is log sigma [{lo:.6g}, "
+            f"{hi:.6g}]; the payload is inconsistent (edited or corrupted)"
+        )
 
 
 #: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
@@ -247,10 +250,13 @@ def write_schedule(noise_scheduler, sampler) -> dict:
     if configured is not None and configured != sampler.prediction_type:
         import warnings
 
-        warnings.warn(f"noise_scheduler: its prediction_type is {configured!r}, but the schedule stored in it was learned "
-                      f"from a {sampler.prediction_type!r} loss; a pipeline reads the model's output as {configured!r}. "
-                      "Save the schedule into the scheduler the model samples with (register_to_config(prediction_type=...))",
-                      UserWarning, stacklevel=2)
+        warnings.warn(
+            f"noise_scheduler: its prediction_type is {configured!r}, but the schedule stored in it was learned "
+            f"from a {sampler.prediction_type!r} loss; a pipeline reads the model's output as {configured!r}. "
+            "Save the schedule into the scheduler the model samples with (register_to_config(prediction_type=...))",
+            UserWarning,
+            stacklevel=2,
+        )
     payload = validate_payload(schedule_payload(sampler))
     noise_scheduler.register_to_config(**{CONFIG_KEY: payload})
     return payload
@@ -333,8 +339,9 @@ def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> 
             "of this Hub repo is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE=1 or "
             "no network); download it once online, or pass a local directory"
         )
-    raise ScheduleSourceError(f"{repo_id}: the Hub repo has no scheduler config (looked for "
-                              f"{'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})")
+    raise ScheduleSourceError(
+        f"{repo_id}: the Hub repo has no scheduler config (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})"
+    )
 
 
 def load_scheduler_config(spec: str, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
@@ -353,8 +360,9 @@ def load_scheduler_config(spec: str, *, revision: str | None = None, cache_dir: 
         for candidate in (p.joinpath(*PIPELINE_SCHEDULER), p / SCHEDULER_FILE):
             if candidate.is_file():
                 return _read_json(candidate), str(candidate)
-        raise ScheduleSourceError(f"{p}: no scheduler config in this directory (looked for "
-                                  f"{'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})")
+        raise ScheduleSourceError(
+            f"{p}: no scheduler config in this directory (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})"
+        )
     if spec.startswith((".", "/", "~")) or not _HUB_REPO_ID.fullmatch(spec):
         raise ScheduleSourceError(f"{spec}: no such file or directory")
     return _hub_download(spec, revision, cache_dir)
@@ -375,8 +383,10 @@ def read_schedule_from(source, *, revision: str | None = None, cache_dir: str | 
         config, where = load_scheduler_config(str(source), revision=revision, cache_dir=cache_dir)
     payload = validate_payload(config) if config.get("format") == FORMAT else read_schedule(config)
     if payload is None:
-        raise ScheduleSourceError(f"{where}: holds no stored InfoNoise schedule (no '{CONFIG_KEY}' in its scheduler "
-                                  "config): it was not saved by a run with an InfoNoise sampler")
+        raise ScheduleSourceError(
+            f"{where}: holds no stored InfoNoise schedule (no '{CONFIG_KEY}' in its scheduler "
+            "config): it was not saved by a run with an InfoNoise sampler"
+        )
     return payload, where
 
 

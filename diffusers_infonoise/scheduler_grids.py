@@ -49,8 +49,12 @@ SUPPORTED_SCHEDULERS = _EDM + _SIGMA_VP + _TIMESTEP_VP + _FLOW
 
 def _check_sigmas(sigmas) -> torch.Tensor:
     sig = torch.as_tensor(sigmas, dtype=torch.float64).flatten()
-    if sig.numel() < 1 or not bool(torch.isfinite(sig).all()) or bool((sig <= 0).any()) or \
-            (sig.numel() > 1 and bool((sig[1:] >= sig[:-1]).any())):
+    if (
+        sig.numel() < 1
+        or not bool(torch.isfinite(sig).all())
+        or bool((sig <= 0).any())
+        or (sig.numel() > 1 and bool((sig[1:] >= sig[:-1]).any()))
+    ):
         raise ValueError("sigmas: expected finite VE sigmas > 0, strictly decreasing (without the final 0)")
     return sig
 
@@ -59,12 +63,16 @@ def _flow_shift(noise_scheduler, mu: float | None) -> float:
     cfg = noise_scheduler.config
     for flag in ("shift_terminal", "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas"):
         if cfg.get(flag):
-            raise ValueError(f"noise_scheduler: {flag} re-spaces the sigmas it is given; a custom grid cannot be "
-                             "landed exactly (turn it off in the scheduler's config)")
+            raise ValueError(
+                f"noise_scheduler: {flag} re-spaces the sigmas it is given; a custom grid cannot be "
+                "landed exactly (turn it off in the scheduler's config)"
+            )
     if cfg.get("use_dynamic_shifting"):
         if mu is None:
-            raise ValueError("mu: the scheduler uses dynamic shifting and re-applies mu to the sigmas it is given; "
-                             "pass the pipeline's mu (Flux: calculate_shift of the image's sequence length)")
+            raise ValueError(
+                "mu: the scheduler uses dynamic shifting and re-applies mu to the sigmas it is given; "
+                "pass the pipeline's mu (Flux: calculate_shift of the image's sequence length)"
+            )
         return math.exp(mu) if cfg.get("time_shift_type", "exponential") == "exponential" else float(mu)
     if mu is not None:
         raise ValueError("mu: the scheduler has use_dynamic_shifting=False (its static shift is in its config)")
@@ -73,8 +81,9 @@ def _flow_shift(noise_scheduler, mu: float | None) -> float:
 
 def _check_range(sig: torch.Tensor, lo: float, hi: float) -> None:
     if float(sig[0]) > hi * (1 + 1e-3) or float(sig[-1]) < lo * (1 - 1e-3):  # float32 tables round
-        raise ValueError(f"sigmas: [{float(sig[-1]):.4g}, {float(sig[0]):.4g}] leaves the scheduler's range of VE sigma "
-                         f"[{lo:.4g}, {hi:.4g}]")
+        raise ValueError(
+            f"sigmas: [{float(sig[-1]):.4g}, {float(sig[0]):.4g}] leaves the scheduler's range of VE sigma [{lo:.4g}, {hi:.4g}]"
+        )
 
 
 def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -> dict:
@@ -110,8 +119,10 @@ def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -
     if name in _EDM:
         cfg = noise_scheduler.config
         if cfg.sigma_schedule != "karras":
-            raise ValueError(f"noise_scheduler: EDMEulerScheduler with sigma_schedule={cfg.sigma_schedule!r} ignores "
-                             "the values of a custom grid; use sigma_schedule='karras'")
+            raise ValueError(
+                f"noise_scheduler: EDMEulerScheduler with sigma_schedule={cfg.sigma_schedule!r} ignores "
+                "the values of a custom grid; use sigma_schedule='karras'"
+            )
         lo, hi, rho = float(cfg.sigma_min), float(cfg.sigma_max), float(cfg.rho)
         _check_range(sig, lo, hi)
         ramp = (sig ** (1 / rho) - hi ** (1 / rho)) / (lo ** (1 / rho) - hi ** (1 / rho))
@@ -132,9 +143,11 @@ def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -
         idx = (table[finite][None, :] - torch.log(sig)[:, None]).abs().argmin(dim=1)
         steps = torch.unique_consecutive(ts[idx])
         return {"timesteps": [int(t) for t in steps]}
-    raise ValueError(f"noise_scheduler: {name} takes no custom grid of noise levels; supported: "
-                     f"{', '.join(SUPPORTED_SCHEDULERS)} (for a DDIM model, DDPM/DPMSolverMultistep take timesteps=, "
-                     "EulerDiscreteScheduler takes sigmas=)")
+    raise ValueError(
+        f"noise_scheduler: {name} takes no custom grid of noise levels; supported: "
+        f"{', '.join(SUPPORTED_SCHEDULERS)} (for a DDIM model, DDPM/DPMSolverMultistep take timesteps=, "
+        "EulerDiscreteScheduler takes sigmas=)"
+    )
 
 
 def scheduler_sigmas_as_ve(noise_scheduler) -> torch.Tensor:
@@ -170,6 +183,5 @@ def set_infogrid(noise_scheduler, grid, *, device=None, mu: float | None = None,
     got = scheduler_sigmas_as_ve(noise_scheduler)
     if name not in _TIMESTEP_VP:
         if got.shape != sig.shape or not torch.allclose(got, sig, rtol=rtol, atol=0):
-            raise ValueError(f"noise_scheduler: {name} set other sigmas than the grid's ({got.tolist()[:4]}... vs "
-                             f"{sig.tolist()[:4]}...)")
+            raise ValueError(f"noise_scheduler: {name} set other sigmas than the grid's ({got.tolist()[:4]}... vs {sig.tolist()[:4]}...)")
     return got

@@ -30,8 +30,16 @@ from typing import Callable, Iterable
 
 import torch
 
-__all__ = ["START_CHOICES", "PROFILE_SHARE", "SamplerStart", "choose_start", "apply_start", "stratified_levels",
-           "start_from_model", "batch_size_of"]
+__all__ = [
+    "START_CHOICES",
+    "PROFILE_SHARE",
+    "SamplerStart",
+    "choose_start",
+    "apply_start",
+    "stratified_levels",
+    "start_from_model",
+    "batch_size_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +64,9 @@ class SamplerStart:
     source: str | None = None
 
 
-def choose_start(init: str, sampler, *, stored: dict | None = None, source: str | None = None,
-                 pretrained_model: bool = False) -> SamplerStart:
+def choose_start(
+    init: str, sampler, *, stored: dict | None = None, source: str | None = None, pretrained_model: bool = False
+) -> SamplerStart:
     """Resolve ``init`` (:data:`START_CHOICES`) for ``sampler``.
 
     Args:
@@ -81,15 +90,21 @@ def choose_start(init: str, sampler, *, stored: dict | None = None, source: str 
     adaptive = hasattr(sampler, "load_schedule")
     if not adaptive:
         if init in ("stored", "profile"):
-            raise ValueError(f"init: {init!r} starts an InfoNoise sampler; the {sampler.name!r} sampler draws from a "
-                             "fixed density (use --noise_sampler infonoise, or init 'base')")
+            raise ValueError(
+                f"init: {init!r} starts an InfoNoise sampler; the {sampler.name!r} sampler draws from a "
+                "fixed density (use --noise_sampler infonoise, or init 'base')"
+            )
         return SamplerStart("base", f"the {sampler.name} sampler has no schedule to start")
     if init == "stored" and stored is None:
-        raise ValueError("init: 'stored' needs a stored schedule, and the pretrained scheduler carries none; pass one "
-                         "(--infonoise_schedule_from PATH_OR_REPO), or use 'profile' (a pretrained model) or 'base'")
+        raise ValueError(
+            "init: 'stored' needs a stored schedule, and the pretrained scheduler carries none; pass one "
+            "(--infonoise_schedule_from PATH_OR_REPO), or use 'profile' (a pretrained model) or 'base'"
+        )
     if init == "profile" and not pretrained_model:
-        raise ValueError("init: 'profile' measures a pretrained model's errors before step 1, and this run has none "
-                         "(--pretrained_model_name_or_path); use 'base', or 'stored' with a stored schedule")
+        raise ValueError(
+            "init: 'profile' measures a pretrained model's errors before step 1, and this run has none "
+            "(--pretrained_model_name_or_path); use 'base', or 'stored' with a stored schedule"
+        )
     where = f" from {source}" if source else ""
     if init == "stored":
         return SamplerStart("stored", f"init 'stored': the schedule{where}", stored, source)
@@ -100,14 +115,24 @@ def choose_start(init: str, sampler, *, stored: dict | None = None, source: str 
     if stored is not None and stored["path"] == sampler.path.config():
         return SamplerStart("stored", f"init 'auto': the schedule{where} is for this run's path", stored, source)
     if pretrained_model:
-        why = (f"; the stored schedule{where} is for another path ({stored['path']['kind']}), and 'stored' would "
-               "convert it through VE sigma" if stored is not None else "")
+        why = (
+            f"; the stored schedule{where} is for another path ({stored['path']['kind']}), and 'stored' would convert it through VE sigma"
+            if stored is not None
+            else ""
+        )
         return SamplerStart("profile", "init 'auto': a pretrained model is given, so its errors are measured" + why)
     return SamplerStart("base", "init 'auto': no pretrained model and no stored schedule (training from scratch)")
 
 
-def apply_start(sampler, start: SamplerStart, *, loss_fn: Callable | None = None, batches: Iterable | None = None,
-                samples_per_bin: int | str = "auto", progress: bool = True) -> dict:
+def apply_start(
+    sampler,
+    start: SamplerStart,
+    *,
+    loss_fn: Callable | None = None,
+    batches: Iterable | None = None,
+    samples_per_bin: int | str = "auto",
+    progress: bool = True,
+) -> dict:
     """Start ``sampler`` as ``start`` says, before step 1: nothing for ``"base"``, its
     ``load_schedule(start.payload)`` for ``"stored"``, :func:`start_from_model` (``loss_fn``, ``batches``,
     ``samples_per_bin``) for ``"profile"``. Returns a description for the log (``{"start", ...}``).
@@ -121,8 +146,7 @@ def apply_start(sampler, start: SamplerStart, *, loss_fn: Callable | None = None
     elif start.choice == "profile":
         if loss_fn is None or batches is None:
             raise ValueError("loss_fn, batches: a 'profile' start measures the model on training batches; give both")
-        info = {"start": "profile", **start_from_model(sampler, loss_fn, batches, samples_per_bin=samples_per_bin,
-                                                        progress=progress)}
+        info = {"start": "profile", **start_from_model(sampler, loss_fn, batches, samples_per_bin=samples_per_bin, progress=progress)}
     else:
         info = {"start": "base"}
     logger.info(f"noise sampler start: {start.reason}; " + ", ".join(f"{k} {v}" for k, v in info.items() if k != "start"))
@@ -184,8 +208,7 @@ PROFILE_SHARE = 0.05
 
 
 @torch.no_grad()
-def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto",
-                     progress: bool = True) -> dict:
+def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", progress: bool = True) -> dict:
     """The ``"profile"`` start (METHOD.md §5.9): measure the model's x0 error before step 1 and start from it.
 
     ``samples_per_bin`` levels in every bin (:func:`stratified_levels`, from the sampler's seed, the same on every
@@ -208,8 +231,7 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
     Raises:
         ValueError: ``samples_per_bin`` neither ``"auto"`` nor an int >= 1, or ``batches`` that yield nothing.
     """
-    if samples_per_bin != "auto" and (isinstance(samples_per_bin, bool) or not isinstance(samples_per_bin, int)
-                                      or samples_per_bin < 1):
+    if samples_per_bin != "auto" and (isinstance(samples_per_bin, bool) or not isinstance(samples_per_bin, int) or samples_per_bin < 1):
         raise ValueError(f"samples_per_bin: must be 'auto' or an int >= 1, got {samples_per_bin!r}")
     rank, world = _world()
 
@@ -261,13 +283,20 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
     sampler.start_adapted()
     sampler.refresh_now(ema_decay=0.0, min_count=n, what="pi from the pretrained model's profile")
     seconds = time.perf_counter() - start
-    info = {"samples_per_bin": n, "forward_passes": total_batches, "samples": done, "seconds": round(seconds, 3),
-            "filled_bins": sampler.estimator.num_filled}
+    info = {
+        "samples_per_bin": n,
+        "forward_passes": total_batches,
+        "samples": done,
+        "seconds": round(seconds, 3),
+        "filled_bins": sampler.estimator.num_filled,
+    }
     if sampler.is_adapted:
         info["tv_phi_rho"] = round(sampler.allocation_total_variation(), 4)
-    logger.info(f"noise sampler profile start: {total_batches} forward passes ({done} samples on this process, {n} a bin, "
-                f"{len(levels)} levels over {world} process(es)) in {seconds:.1f} s; {info['filled_bins']} of "
-                f"{sampler.estimator.num_bins} bins filled")
+    logger.info(
+        f"noise sampler profile start: {total_batches} forward passes ({done} samples on this process, {n} a bin, "
+        f"{len(levels)} levels over {world} process(es)) in {seconds:.1f} s; {info['filled_bins']} of "
+        f"{sampler.estimator.num_bins} bins filled"
+    )
     return info
 
 

@@ -75,16 +75,16 @@ def x0_from_output(prediction_type: str, x: torch.Tensor, out: torch.Tensor, a: 
         return x - b * out
     if prediction_type == "sample":
         return out
-    raise ValueError(f"prediction_type: {prediction_type!r} has no x0 form without the scheduler's preconditioning; "
-                     "accepted: epsilon, v_prediction, flow, sample")
+    raise ValueError(
+        f"prediction_type: {prediction_type!r} has no x0 form without the scheduler's preconditioning; "
+        "accepted: epsilon, v_prediction, flow, sample"
+    )
 
 
 def validate_prediction_type(prediction_type: str) -> str:
     """Return ``prediction_type`` or raise ``ValueError`` listing the accepted values."""
     if prediction_type not in PREDICTION_TYPES:
-        raise ValueError(
-            f"prediction_type: unknown value {prediction_type!r}; accepted: {', '.join(PREDICTION_TYPES)}"
-        )
+        raise ValueError(f"prediction_type: unknown value {prediction_type!r}; accepted: {', '.join(PREDICTION_TYPES)}")
     return prediction_type
 
 
@@ -101,9 +101,7 @@ def validate_loss_weighting(loss_weighting, snr_gamma: float | None = None):
     if not isinstance(loss_weighting, str):
         raise TypeError(f"loss_weighting: expected a string or a callable, got {type(loss_weighting).__name__}")
     if loss_weighting not in LOSS_WEIGHTINGS:
-        raise ValueError(
-            f"loss_weighting: unknown value {loss_weighting!r}; accepted: {', '.join(LOSS_WEIGHTINGS)} or a callable"
-        )
+        raise ValueError(f"loss_weighting: unknown value {loss_weighting!r}; accepted: {', '.join(LOSS_WEIGHTINGS)} or a callable")
     if loss_weighting == "min_snr" and not (
         isinstance(snr_gamma, (int, float)) and not isinstance(snr_gamma, bool) and math.isfinite(snr_gamma) and snr_gamma > 0
     ):

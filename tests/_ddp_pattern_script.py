@@ -42,9 +42,16 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer = accelerator.prepare(model, optimizer)
     noise_scheduler = EDMEulerScheduler()
-    sampler = infonoise_sampler(noise_scheduler, {"seed": 0, "max_train_steps": args.max_train_steps},
-                                accelerator=accelerator, num_bins=16, warmup_steps=4, refresh_every=2, min_count=2,
-                                mmse_cap="auto")  # the data statistics (cap, gate) are merged across ranks too
+    sampler = infonoise_sampler(
+        noise_scheduler,
+        {"seed": 0, "max_train_steps": args.max_train_steps},
+        accelerator=accelerator,
+        num_bins=16,
+        warmup_steps=4,
+        refresh_every=2,
+        min_count=2,
+        mmse_cap="auto",
+    )  # the data statistics (cap, gate) are merged across ranks too
 
     global_step = 0
     if args.resume_from_checkpoint:
@@ -73,11 +80,19 @@ def main():
     weights = accelerator.unwrap_model(model).state_dict()
     digest = hashlib.sha256(b"".join(weights[k].detach().cpu().numpy().tobytes() for k in sorted(weights))).hexdigest()
     with open(os.path.join(args.output_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"pi": sampler.probs.tolist() if sampler.probs is not None else None,
-                   "m_hat": [None if v != v else v for v in sampler.estimator.m_hat.tolist()],
-                   "optimizer_step": sampler.optimizer_step, "num_draws": sampler.num_draws,
-                   "mmse_cap": sampler.estimator.mmse_cap, "min_gap": sampler.estimator.data_min_gap,
-                   "global_step": global_step, "weights": digest}, f)
+        json.dump(
+            {
+                "pi": sampler.probs.tolist() if sampler.probs is not None else None,
+                "m_hat": [None if v != v else v for v in sampler.estimator.m_hat.tolist()],
+                "optimizer_step": sampler.optimizer_step,
+                "num_draws": sampler.num_draws,
+                "mmse_cap": sampler.estimator.mmse_cap,
+                "min_gap": sampler.estimator.data_min_gap,
+                "global_step": global_step,
+                "weights": digest,
+            },
+            f,
+        )
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

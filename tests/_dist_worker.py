@@ -17,8 +17,17 @@ BATCH = 1024
 def make_sampler():
     path = VEPath("ve", 0.002, 80.0, sigma_data=0.5)  # EDMEulerScheduler's defaults
     # the m̂ cap and the gate come from the data each rank sees (reduced over ranks at refreshes)
-    return InfoNoiseTrainingTimestepSampler(path, prediction_type="sample", loss_weighting="edm", num_bins=32,
-                                            warmup_steps=2, refresh_every=2, min_count=4, mmse_cap="auto", gate="auto")
+    return InfoNoiseTrainingTimestepSampler(
+        path,
+        prediction_type="sample",
+        loss_weighting="edm",
+        num_bins=32,
+        warmup_steps=2,
+        refresh_every=2,
+        min_count=4,
+        mmse_cap="auto",
+        gate="auto",
+    )
 
 
 def batch(sampler, rank: int, step: int):
@@ -45,9 +54,17 @@ def worker(rank: int, world: int, port: int, outdir: str):
             sampler.update(levels, loss)
             sampler.step()
             hashes.append(sampler.pi_hash())
-        torch.save({"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "hashes": hashes,
-                    "cap": sampler.estimator.mmse_cap, "min_gap": sampler.estimator.data_min_gap,
-                    "world": torch.distributed.get_world_size()}, os.path.join(outdir, f"rank{rank}.pt"))
+        torch.save(
+            {
+                "probs": sampler.probs,
+                "m_hat": sampler.estimator.m_hat,
+                "hashes": hashes,
+                "cap": sampler.estimator.mmse_cap,
+                "min_gap": sampler.estimator.data_min_gap,
+                "world": torch.distributed.get_world_size(),
+            },
+            os.path.join(outdir, f"rank{rank}.pt"),
+        )
     finally:
         torch.distributed.destroy_process_group()
 
@@ -77,10 +94,18 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
             levels, loss = batch(resumed, rank, step)
             resumed.update(levels, loss)
             resumed.step()
-        torch.save({"probs": resumed.probs, "stream": stream, "after": after, "next": sampler.sample(16).sigmas,
-                    "open_counts": None if state is None else state["estimator"]["counts"],
-                    "merged_counts": sampler.estimator.merged_counts.clone(), "unmerged": sampler.estimator.counts.clone()},
-                   os.path.join(outdir, f"resumed{rank}.pt"))
+        torch.save(
+            {
+                "probs": resumed.probs,
+                "stream": stream,
+                "after": after,
+                "next": sampler.sample(16).sigmas,
+                "open_counts": None if state is None else state["estimator"]["counts"],
+                "merged_counts": sampler.estimator.merged_counts.clone(),
+                "unmerged": sampler.estimator.counts.clone(),
+            },
+            os.path.join(outdir, f"resumed{rank}.pt"),
+        )
     finally:
         torch.distributed.destroy_process_group()
 
@@ -94,8 +119,9 @@ def profile_worker(rank: int, world: int, port: int, outdir: str):
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         path = VEPath("ve", 0.002, 80.0, sigma_data=0.5)
-        sampler = InfoNoiseTrainingTimestepSampler(path, prediction_type="sample", loss_weighting="edm", num_bins=32,
-                                                   min_count=4, mmse_cap="auto", gate="auto")
+        sampler = InfoNoiseTrainingTimestepSampler(
+            path, prediction_type="sample", loss_weighting="edm", num_bins=32, min_count=4, mmse_cap="auto", gate="auto"
+        )
         gen = torch.Generator().manual_seed(rank)
         batches = [0.5 * torch.randn(16, 3, generator=gen, dtype=torch.float64) for _ in range(8)]
 
@@ -105,7 +131,9 @@ def profile_worker(rank: int, world: int, port: int, outdir: str):
             return (1.0 + rank) * sig**2 * 0.25 / (sig**2 + 0.25)
 
         info = start_from_model(sampler, loss_fn, batches, progress=False)
-        torch.save({"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "info": info,
-                    "cap": sampler.estimator.mmse_cap}, os.path.join(outdir, f"profile{rank}.pt"))
+        torch.save(
+            {"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "info": info, "cap": sampler.estimator.mmse_cap},
+            os.path.join(outdir, f"profile{rank}.pt"),
+        )
     finally:
         torch.distributed.destroy_process_group()

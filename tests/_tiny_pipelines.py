@@ -27,13 +27,38 @@ import torch
 RESOLUTION = 16
 CLIP_MAX_LENGTH = 16
 CAPTION_WORDS = (
-    "a", "an", "photo", "of", "the", "t-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt",
-    "sneaker", "bag", "ankle", "boot", "red", "blue",
+    "a",
+    "an",
+    "photo",
+    "of",
+    "the",
+    "t-shirt/top",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle",
+    "boot",
+    "red",
+    "blue",
 )
 CAPTIONS = (
-    "a photo of a t-shirt/top", "a photo of a trouser", "a photo of a pullover", "a photo of a dress",
-    "a photo of a coat", "a photo of a sandal", "a photo of a shirt", "a photo of a sneaker",
-    "a photo of a bag", "a photo of an ankle boot", "a red dress", "a blue coat",
+    "a photo of a t-shirt/top",
+    "a photo of a trouser",
+    "a photo of a pullover",
+    "a photo of a dress",
+    "a photo of a coat",
+    "a photo of a sandal",
+    "a photo of a shirt",
+    "a photo of a sneaker",
+    "a photo of a bag",
+    "a photo of an ankle boot",
+    "a red dress",
+    "a blue coat",
 )
 
 
@@ -73,32 +98,59 @@ def build_t5_tokenizer():
 
 #: per size: image resolution, CLIP (hidden, layers, heads, max length), VAE blocks, UNet, SD3 transformer, T5
 SIZES = {
-    "tiny": dict(resolution=RESOLUTION, clip=(32, 2, 4, CLIP_MAX_LENGTH), clip_g=(32, 2, 4), vae=((8, 16), 1, 4),
-                 unet=dict(block_out_channels=(16, 32), layers_per_block=1, norm_num_groups=8, attention_head_dim=4,
-                           down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                           up_block_types=("CrossAttnUpBlock2D", "UpBlock2D")),
-                 sd3=dict(num_layers=1, attention_head_dim=8, num_attention_heads=2, caption_projection_dim=16,
-                          pos_embed_max_size=16),
-                 t5=dict(d_model=32, d_ff=37, d_kv=8, num_layers=1, num_heads=4), latent_channels_sd3=4),
-    "small": dict(resolution=64, clip=(64, 2, 4, 32), clip_g=(64, 2, 4), vae=((16, 32, 32), 1, 8),
-                  unet=dict(block_out_channels=(64, 128), layers_per_block=1, norm_num_groups=16, attention_head_dim=8,
-                            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")),
-                  sd3=dict(num_layers=4, attention_head_dim=32, num_attention_heads=4, caption_projection_dim=128,
-                           pos_embed_max_size=32),
-                  t5=dict(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4), latent_channels_sd3=4),
+    "tiny": dict(
+        resolution=RESOLUTION,
+        clip=(32, 2, 4, CLIP_MAX_LENGTH),
+        clip_g=(32, 2, 4),
+        vae=((8, 16), 1, 4),
+        unet=dict(
+            block_out_channels=(16, 32),
+            layers_per_block=1,
+            norm_num_groups=8,
+            attention_head_dim=4,
+            down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+            up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        ),
+        sd3=dict(num_layers=1, attention_head_dim=8, num_attention_heads=2, caption_projection_dim=16, pos_embed_max_size=16),
+        t5=dict(d_model=32, d_ff=37, d_kv=8, num_layers=1, num_heads=4),
+        latent_channels_sd3=4,
+    ),
+    "small": dict(
+        resolution=64,
+        clip=(64, 2, 4, 32),
+        clip_g=(64, 2, 4),
+        vae=((16, 32, 32), 1, 8),
+        unet=dict(
+            block_out_channels=(64, 128),
+            layers_per_block=1,
+            norm_num_groups=16,
+            attention_head_dim=8,
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        ),
+        sd3=dict(num_layers=4, attention_head_dim=32, num_attention_heads=4, caption_projection_dim=128, pos_embed_max_size=32),
+        t5=dict(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4),
+        latent_channels_sd3=4,
+    ),
     # SD 1.5's UNet, VAE and CLIP-L; SD3-medium's transformer and 16-channel VAE, with the real widths of
     # CLIP-G and T5-XXL but two layers each (random weights: only the compute matters)
-    "full": dict(resolution=512, clip=(768, 12, 12, 77), clip_g=(1280, 2, 20), vae=((128, 256, 512, 512), 2, 32),
-                 unet=dict(block_out_channels=(320, 640, 1280, 1280), layers_per_block=2, norm_num_groups=32,
-                           attention_head_dim=8,
-                           down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
-                                             "DownBlock2D"),
-                           up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
-                                           "CrossAttnUpBlock2D")),
-                 sd3=dict(num_layers=24, attention_head_dim=64, num_attention_heads=24, caption_projection_dim=1536,
-                          pos_embed_max_size=192),
-                 t5=dict(d_model=4096, d_ff=10240, d_kv=64, num_layers=2, num_heads=64), latent_channels_sd3=16),
+    "full": dict(
+        resolution=512,
+        clip=(768, 12, 12, 77),
+        clip_g=(1280, 2, 20),
+        vae=((128, 256, 512, 512), 2, 32),
+        unet=dict(
+            block_out_channels=(320, 640, 1280, 1280),
+            layers_per_block=2,
+            norm_num_groups=32,
+            attention_head_dim=8,
+            down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        ),
+        sd3=dict(num_layers=24, attention_head_dim=64, num_attention_heads=24, caption_projection_dim=1536, pos_embed_max_size=192),
+        t5=dict(d_model=4096, d_ff=10240, d_kv=64, num_layers=2, num_heads=64),
+        latent_channels_sd3=16,
+    ),
 }
 
 
@@ -109,9 +161,16 @@ def _clip_config(size: str, projection: bool, big_g: bool = False):
     hidden, layers, heads = cfg["clip_g"] if big_g else cfg["clip"][:3]
     max_length = cfg["clip"][3]
     return CLIPTextConfig(
-        vocab_size=1000 if size == "tiny" else 49408, hidden_size=hidden, intermediate_size=4 * hidden if size != "tiny" else 37,
-        num_hidden_layers=layers, num_attention_heads=heads, max_position_embeddings=max_length, bos_token_id=0,
-        eos_token_id=1, pad_token_id=1, projection_dim=hidden if projection and size != "tiny" else 32,
+        vocab_size=1000 if size == "tiny" else 49408,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden if size != "tiny" else 37,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        max_position_embeddings=max_length,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+        projection_dim=hidden if projection and size != "tiny" else 32,
         hidden_act="gelu",
     )
 
@@ -121,9 +180,15 @@ def _vae(size: str, latent_channels: int, **extra):
 
     blocks, layers, groups = SIZES[size]["vae"]
     return AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=latent_channels, block_out_channels=blocks, layers_per_block=layers,
-        norm_num_groups=groups, sample_size=SIZES[size]["resolution"],
-        down_block_types=("DownEncoderBlock2D",) * len(blocks), up_block_types=("UpDecoderBlock2D",) * len(blocks),
+        in_channels=3,
+        out_channels=3,
+        latent_channels=latent_channels,
+        block_out_channels=blocks,
+        layers_per_block=layers,
+        norm_num_groups=groups,
+        sample_size=SIZES[size]["resolution"],
+        down_block_types=("DownEncoderBlock2D",) * len(blocks),
+        up_block_types=("UpDecoderBlock2D",) * len(blocks),
         **extra,
     )
 
@@ -139,14 +204,27 @@ def save_tiny_sd_pipeline(path: str, *, seed: int = 0, size: str = "tiny") -> st
 
     torch.manual_seed(seed)
     cfg = SIZES[size]
-    unet = UNet2DConditionModel(sample_size=_latent_size(size), in_channels=4, out_channels=4,
-                                cross_attention_dim=cfg["clip"][0], **cfg["unet"])
+    unet = UNet2DConditionModel(
+        sample_size=_latent_size(size), in_channels=4, out_channels=4, cross_attention_dim=cfg["clip"][0], **cfg["unet"]
+    )
     # the SD 1.x scheduler config as the Hub repositories ship it
-    scheduler = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", num_train_timesteps=1000,
-                              set_alpha_to_one=False, skip_prk_steps=True, steps_offset=1)
+    scheduler = PNDMScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        num_train_timesteps=1000,
+        set_alpha_to_one=False,
+        skip_prk_steps=True,
+        steps_offset=1,
+    )
     pipe = StableDiffusionPipeline(
-        unet=unet, vae=_vae(size, 4, scaling_factor=0.18215), text_encoder=CLIPTextModel(_clip_config(size, False)),
-        tokenizer=build_clip_tokenizer(cfg["clip"][3]), scheduler=scheduler, safety_checker=None, feature_extractor=None,
+        unet=unet,
+        vae=_vae(size, 4, scaling_factor=0.18215),
+        text_encoder=CLIPTextModel(_clip_config(size, False)),
+        tokenizer=build_clip_tokenizer(cfg["clip"][3]),
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
         requires_safety_checker=False,
     )
     pipe.save_pretrained(path)
@@ -163,18 +241,34 @@ def save_tiny_sd3_pipeline(path: str, *, seed: int = 0, shift: float = 3.0, size
     clip_l, clip_g = _clip_config(size, True), _clip_config(size, True, big_g=True)
     channels = cfg["latent_channels_sd3"]
     transformer = SD3Transformer2DModel(
-        sample_size=_latent_size(size), patch_size=2, in_channels=channels, out_channels=channels,
-        joint_attention_dim=cfg["t5"]["d_model"], pooled_projection_dim=clip_l.projection_dim + clip_g.projection_dim,
+        sample_size=_latent_size(size),
+        patch_size=2,
+        in_channels=channels,
+        out_channels=channels,
+        joint_attention_dim=cfg["t5"]["d_model"],
+        pooled_projection_dim=clip_l.projection_dim + clip_g.projection_dim,
         **cfg["sd3"],
     )
-    t5 = T5EncoderModel(T5Config(vocab_size=128, relative_attention_num_buckets=8 if size == "tiny" else 32,
-                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **cfg["t5"]))
+    t5 = T5EncoderModel(
+        T5Config(
+            vocab_size=128,
+            relative_attention_num_buckets=8 if size == "tiny" else 32,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+            **cfg["t5"],
+        )
+    )
     pipe = StableDiffusion3Pipeline(
-        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=shift),
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=shift),
         vae=_vae(size, channels, scaling_factor=1.5305, shift_factor=0.0609),
-        text_encoder=CLIPTextModelWithProjection(clip_l), tokenizer=build_clip_tokenizer(cfg["clip"][3]),
-        text_encoder_2=CLIPTextModelWithProjection(clip_g), tokenizer_2=build_clip_tokenizer(cfg["clip"][3]),
-        text_encoder_3=t5, tokenizer_3=build_t5_tokenizer(),
+        text_encoder=CLIPTextModelWithProjection(clip_l),
+        tokenizer=build_clip_tokenizer(cfg["clip"][3]),
+        text_encoder_2=CLIPTextModelWithProjection(clip_g),
+        tokenizer_2=build_clip_tokenizer(cfg["clip"][3]),
+        text_encoder_3=t5,
+        tokenizer_3=build_t5_tokenizer(),
     )
     pipe.save_pretrained(path)
     return path
@@ -193,17 +287,32 @@ def save_tiny_sdxl_pipeline(path: str, *, seed: int = 0) -> str:
     clip_l, clip_g = _clip_config("tiny", False), _clip_config("tiny", True, big_g=True)
     time_dim = 8
     unet = UNet2DConditionModel(
-        sample_size=_latent_size("tiny"), in_channels=4, out_channels=4, cross_attention_dim=clip_l.hidden_size + clip_g.hidden_size,
-        addition_embed_type="text_time", addition_time_embed_dim=time_dim,
-        projection_class_embeddings_input_dim=6 * time_dim + clip_g.projection_dim, use_linear_projection=True,
+        sample_size=_latent_size("tiny"),
+        in_channels=4,
+        out_channels=4,
+        cross_attention_dim=clip_l.hidden_size + clip_g.hidden_size,
+        addition_embed_type="text_time",
+        addition_time_embed_dim=time_dim,
+        projection_class_embeddings_input_dim=6 * time_dim + clip_g.projection_dim,
+        use_linear_projection=True,
         **cfg["unet"],
     )
-    scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                                       num_train_timesteps=1000, steps_offset=1, timestep_spacing="leading")
+    scheduler = EulerDiscreteScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        num_train_timesteps=1000,
+        steps_offset=1,
+        timestep_spacing="leading",
+    )
     pipe = StableDiffusionXLPipeline(
-        unet=unet, vae=_vae("tiny", 4, scaling_factor=0.13025), text_encoder=CLIPTextModel(clip_l),
-        tokenizer=build_clip_tokenizer(cfg["clip"][3]), text_encoder_2=CLIPTextModelWithProjection(clip_g),
-        tokenizer_2=build_clip_tokenizer(cfg["clip"][3]), scheduler=scheduler,
+        unet=unet,
+        vae=_vae("tiny", 4, scaling_factor=0.13025),
+        text_encoder=CLIPTextModel(clip_l),
+        tokenizer=build_clip_tokenizer(cfg["clip"][3]),
+        text_encoder_2=CLIPTextModelWithProjection(clip_g),
+        tokenizer_2=build_clip_tokenizer(cfg["clip"][3]),
+        scheduler=scheduler,
     )
     pipe.save_pretrained(path)
     return path
@@ -222,17 +331,30 @@ def save_tiny_flux_pipeline(path: str, *, seed: int = 0, guidance_embeds: bool =
     clip = _clip_config("tiny", False)
     channels = cfg["latent_channels_sd3"]
     transformer = FluxTransformer2DModel(
-        patch_size=1, in_channels=4 * channels, num_layers=1, num_single_layers=1, attention_head_dim=16,
-        num_attention_heads=2, joint_attention_dim=cfg["t5"]["d_model"], pooled_projection_dim=clip.hidden_size,
-        guidance_embeds=guidance_embeds, axes_dims_rope=(4, 6, 6),
+        patch_size=1,
+        in_channels=4 * channels,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=cfg["t5"]["d_model"],
+        pooled_projection_dim=clip.hidden_size,
+        guidance_embeds=guidance_embeds,
+        axes_dims_rope=(4, 6, 6),
     )
-    t5 = T5EncoderModel(T5Config(vocab_size=128, relative_attention_num_buckets=8, decoder_start_token_id=0,
-                                 pad_token_id=0, eos_token_id=1, **cfg["t5"]))
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
-                                                base_image_seq_len=256, max_image_seq_len=4096)
+    t5 = T5EncoderModel(
+        T5Config(vocab_size=128, relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **cfg["t5"])
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
+    )
     pipe = FluxPipeline(
-        transformer=transformer, scheduler=scheduler, vae=_vae("tiny", channels, scaling_factor=0.3611, shift_factor=0.1159),
-        text_encoder=CLIPTextModel(clip), tokenizer=build_clip_tokenizer(cfg["clip"][3]), text_encoder_2=t5,
+        transformer=transformer,
+        scheduler=scheduler,
+        vae=_vae("tiny", channels, scaling_factor=0.3611, shift_factor=0.1159),
+        text_encoder=CLIPTextModel(clip),
+        tokenizer=build_clip_tokenizer(cfg["clip"][3]),
+        text_encoder_2=t5,
         tokenizer_2=build_t5_tokenizer(),
     )
     pipe.save_pretrained(path)

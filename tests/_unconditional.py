@@ -51,12 +51,40 @@ def unet_config(tmp_path_factory) -> str:
 def base_args(unet_config: str, output_dir, *extra) -> list[str]:
     """A few-step run on 64 digits at 8x8; ``extra`` overrides (argparse keeps the last value)."""
     return [
-        "--model_config_name_or_path", unet_config, "--dataset_name", "digits", "--resolution", "8",
-        "--max_train_samples", "64", "--train_batch_size", "8", "--eval_batch_size", "2",
-        "--logger", "none", "--seed", "0", "--output_dir", str(output_dir),
-        "--ddpm_num_inference_steps", "2", "--num_inference_steps", "2", "--lr_warmup_steps", "0",
-        "--infonoise_num_bins", "16", "--infonoise_min_count", "1", "--infonoise_warmup_steps", "2",
-        "--infonoise_refresh_every", "2", "--checkpointing_steps", "1000",
+        "--model_config_name_or_path",
+        unet_config,
+        "--dataset_name",
+        "digits",
+        "--resolution",
+        "8",
+        "--max_train_samples",
+        "64",
+        "--train_batch_size",
+        "8",
+        "--eval_batch_size",
+        "2",
+        "--logger",
+        "none",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(output_dir),
+        "--ddpm_num_inference_steps",
+        "2",
+        "--num_inference_steps",
+        "2",
+        "--lr_warmup_steps",
+        "0",
+        "--infonoise_num_bins",
+        "16",
+        "--infonoise_min_count",
+        "1",
+        "--infonoise_warmup_steps",
+        "2",
+        "--infonoise_refresh_every",
+        "2",
+        "--checkpointing_steps",
+        "1000",
         *map(str, extra),
     ]
 
@@ -69,9 +97,12 @@ def draws(monkeypatch):
     original = S.TrainingTimestepSampler.sample
 
     def sample(self, batch_size, *, device=None, generator=None):
-        entry = {"step": self.optimizer_step, "sampler": self,
-                 "state": copy.deepcopy(self.state_dict()),
-                 "generator": None if generator is None else generator.get_state().clone()}
+        entry = {
+            "step": self.optimizer_step,
+            "sampler": self,
+            "state": copy.deepcopy(self.state_dict()),
+            "generator": None if generator is None else generator.get_state().clone(),
+        }
         levels = original(self, batch_size, device=device, generator=generator)
         entry["timesteps"] = levels.timesteps.clone()
         calls.append(entry)
@@ -142,11 +173,23 @@ def _assert_same_state(live: dict, saved: dict) -> None:
 
 
 TINY_UNET_1D = {
-    "_class_name": "UNet1DModel", "sample_size": 16, "in_channels": 4, "out_channels": 4, "extra_in_channels": 0,
-    "time_embedding_type": "positional", "use_timestep_embedding": True, "flip_sin_to_cos": False, "freq_shift": 1,
-    "block_out_channels": [8, 16], "down_block_types": ["DownResnetBlock1D", "DownResnetBlock1D"],
-    "up_block_types": ["UpResnetBlock1D"], "mid_block_type": "MidResTemporalBlock1D",
-    "out_block_type": "OutConv1DBlock", "act_fn": "mish", "norm_num_groups": 4, "layers_per_block": 1,
+    "_class_name": "UNet1DModel",
+    "sample_size": 16,
+    "in_channels": 4,
+    "out_channels": 4,
+    "extra_in_channels": 0,
+    "time_embedding_type": "positional",
+    "use_timestep_embedding": True,
+    "flip_sin_to_cos": False,
+    "freq_shift": 1,
+    "block_out_channels": [8, 16],
+    "down_block_types": ["DownResnetBlock1D", "DownResnetBlock1D"],
+    "up_block_types": ["UpResnetBlock1D"],
+    "mid_block_type": "MidResTemporalBlock1D",
+    "out_block_type": "OutConv1DBlock",
+    "act_fn": "mish",
+    "norm_num_groups": 4,
+    "layers_per_block": 1,
 }
 
 
@@ -165,8 +208,39 @@ def dna_dataset(tmp_path_factory) -> tuple[str, list[str]]:
 
 
 def seq_args(config_path, dataset, out, *extra) -> list[str]:
-    return ["--dataset_name", dataset, "--sequence_column", "sequence", "--model_config_name_or_path", str(config_path),
-            "--diffusion", "edm", "--train_batch_size", "8", "--eval_batch_size", "3", "--logger", "none", "--seed", "0",
-            "--output_dir", str(out), "--num_inference_steps", "2", "--lr_warmup_steps", "0",
-            "--infonoise_num_bins", "16", "--infonoise_min_count", "1", "--infonoise_warmup_steps", "2",
-            "--infonoise_refresh_every", "2", "--checkpointing_steps", "2", "--use_ema", *map(str, extra)]
+    return [
+        "--dataset_name",
+        dataset,
+        "--sequence_column",
+        "sequence",
+        "--model_config_name_or_path",
+        str(config_path),
+        "--diffusion",
+        "edm",
+        "--train_batch_size",
+        "8",
+        "--eval_batch_size",
+        "3",
+        "--logger",
+        "none",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--num_inference_steps",
+        "2",
+        "--lr_warmup_steps",
+        "0",
+        "--infonoise_num_bins",
+        "16",
+        "--infonoise_min_count",
+        "1",
+        "--infonoise_warmup_steps",
+        "2",
+        "--infonoise_refresh_every",
+        "2",
+        "--checkpointing_steps",
+        "2",
+        "--use_ema",
+        *map(str, extra),
+    ]

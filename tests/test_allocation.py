@@ -31,8 +31,13 @@ SCHEDULERS = {"ve": EDMEulerScheduler, "vp": DDPMScheduler, "flow": FlowMatchEul
 def _factor(pred, sig):
     """x0-error conversion c(σ) of METHOD.md §3, by hand."""
     s = sig / (1 + sig)
-    return {"sample": np.ones_like(sig), "epsilon": sig**2, "v_prediction": sig**2 / (1 + sig**2), "flow": s**2,
-            "edm_f": (sig * S_D) ** 2 / (sig**2 + S_D**2)}[pred]
+    return {
+        "sample": np.ones_like(sig),
+        "epsilon": sig**2,
+        "v_prediction": sig**2 / (1 + sig**2),
+        "flow": s**2,
+        "edm_f": (sig * S_D) ** 2 / (sig**2 + S_D**2),
+    }[pred]
 
 
 def _w(pred, weighting, sig, gamma=5.0):
@@ -48,8 +53,7 @@ def _w(pred, weighting, sig, gamma=5.0):
         return s**-2 * s**-2
     if weighting == "cosmap":
         return 2 / (math.pi * (1 - 2 * s + 2 * s**2)) * s**-2
-    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2,
-            "flow": ((1 + sig) / sig) ** 2}[pred]
+    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2, "flow": ((1 + sig) / sig) ** 2}[pred]
 
 
 def _feed(sampler, steps, batch, seed=0, *, mmse=None, extra_eps_error=0.0):
@@ -93,8 +97,14 @@ def test_phi_follows_rho_within_the_floor_on_every_path_and_weighting(kind, pred
     floor = 0.05
     sched = SCHEDULERS[kind]()
     sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        sched, prediction_type=pred, loss_weighting=weighting, snr_gamma=5.0 if weighting == "min_snr" else None,
-        warmup_steps=2, refresh_every=1, num_bins=K, floor=floor,
+        sched,
+        prediction_type=pred,
+        loss_weighting=weighting,
+        snr_gamma=5.0 if weighting == "min_snr" else None,
+        warmup_steps=2,
+        refresh_every=1,
+        num_bins=K,
+        floor=floor,
     )
     _feed(sampler, steps=8, batch=8192)
     assert sampler.is_adapted
@@ -118,7 +128,8 @@ def test_pi_space_floor_is_the_hybrid_the_phi_floor_removes():
     tvs = {}
     for space in ("pi", "phi"):
         s = InfoNoiseTrainingTimestepSampler.from_scheduler(
-            EDMEulerScheduler(), warmup_steps=2, refresh_every=1, floor=0.05, floor_space=space, gate=0.2)
+            EDMEulerScheduler(), warmup_steps=2, refresh_every=1, floor=0.05, floor_space=space, gate=0.2
+        )
         _feed(s, steps=6, batch=8192)
         tvs[space] = s.allocation_total_variation()
     assert tvs["phi"] <= 0.07 and tvs["pi"] > 0.3, tvs
@@ -146,12 +157,12 @@ def test_the_readme_ddpm_quickstart_gets_the_cap_without_writing_anything():
     """An ε-model's constant residual error becomes σ²·err in x0 space: uncapped, π puts most draws at
     the top of the VP table; the default cap, measured from the x0 given to add_noise, brings π back to
     the Bayes π (METHOD.md §5.4)."""
+
     def run(**kw):
         s = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1, **kw)
         return _feed(s, steps=8, batch=8192, extra_eps_error=0.05)
 
-    exact = _feed(InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1),
-                  steps=8, batch=8192)
+    exact = _feed(InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1), steps=8, batch=8192)
     capped = run()
     uncapped = run(mmse_cap=None)
     assert capped.hyperparameters["mmse_cap"] == pytest.approx(S_D**2, rel=0.05)  # per-dimension variance
@@ -232,8 +243,7 @@ def test_stored_schedule_comes_back_whole(kind):
     """from_scheduler(scheduler) with no other argument reproduces the stored π bit for bit, cap, gate,
     floor and a non-default num_bins included; an explicit argument changes it."""
     sched = SCHEDULERS[kind]()
-    a = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        sched, num_bins=24, warmup_steps=2, refresh_every=1, floor=0.1, smoothing=0.5)
+    a = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=24, warmup_steps=2, refresh_every=1, floor=0.1, smoothing=0.5)
     _feed(a, steps=5, batch=2048, extra_eps_error=0.05 if kind == "vp" else 0.0)
     a.save_to_scheduler(sched)
     reloaded = type(sched).from_config(sched.config)
@@ -285,8 +295,12 @@ def test_lora_sized_runs_adapt_and_stay_put_with_the_defaults(kind, pred, weight
     tenth of the run, refresh every 50, 64 bins, min count 8, carry-over). π adapts, φ follows ρ
     within the floor, and the last tenth of the run moves π little."""
     sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        SCHEDULERS[kind](), prediction_type=pred, loss_weighting=weighting,
-        snr_gamma=5.0 if weighting == "min_snr" else None, num_training_steps=steps)
+        SCHEDULERS[kind](),
+        prediction_type=pred,
+        loss_weighting=weighting,
+        snr_gamma=5.0 if weighting == "min_snr" else None,
+        num_training_steps=steps,
+    )
     _feed(sampler, steps=steps * 9 // 10, batch=batch, seed=batch)
     assert sampler.is_adapted
     before = sampler.probs.clone()
@@ -312,8 +326,20 @@ def test_metrics_for_a_tracker_and_the_mass_on_measured_bins():
     s.update(NoiseLevels(0.25 * torch.log(sig), sig, -2 * torch.log(sig)), torch.tensor([0.05, 0.06, 0.2, 0.21]))
     s.step()
     m = s.metrics()
-    assert set(m) == {f"infonoise/{k}" for k in ("adapted", "num_updates", "filled_bins", "measured_mass", "pi_sigma_p10",
-                                                  "pi_sigma_p50", "pi_sigma_p90", "tv_phi_rho", "gate_pivot")}
+    assert set(m) == {
+        f"infonoise/{k}"
+        for k in (
+            "adapted",
+            "num_updates",
+            "filled_bins",
+            "measured_mass",
+            "pi_sigma_p10",
+            "pi_sigma_p50",
+            "pi_sigma_p90",
+            "tv_phi_rho",
+            "gate_pivot",
+        )
+    }
     assert m["infonoise/adapted"] == 1.0 and m["infonoise/filled_bins"] == 2.0 and m["infonoise/num_updates"] == 1.0
     assert all(isinstance(v, float) for v in m.values())
     assert m["infonoise/tv_phi_rho"] == pytest.approx(s.allocation_total_variation()) and m["infonoise/tv_phi_rho"] <= 0.07

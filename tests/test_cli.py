@@ -30,14 +30,26 @@ def saved(tmp_path_factory):
     sched.save_pretrained(root / "learned")
     EDMEulerScheduler().save_pretrained(root / "plain")
     unet = UNet2DModel(
-        sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 8), layers_per_block=1, norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        block_out_channels=(8, 8),
+        layers_per_block=1,
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
     )
     unet.save_pretrained(root / "pipe" / "unet")
     EDMEulerScheduler().save_pretrained(root / "pipe" / "scheduler")
     rgb = UNet2DModel(
-        sample_size=8, in_channels=3, out_channels=3, block_out_channels=(8, 8), layers_per_block=1, norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+        sample_size=8,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(8, 8),
+        layers_per_block=1,
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
     )
     rgb.save_pretrained(root / "rgb" / "unet")
     EDMEulerScheduler().save_pretrained(root / "rgb" / "scheduler")
@@ -120,8 +132,16 @@ def test_compare(capsys, saved, tmp_path):
     rc, out, _ = run(capsys, "compare", "--samplers", "edm_lognormal,log_uniform", "--scheduler", "edm")
     assert rc == 0 and "edm_lognormal" in out and "log_uniform" in out and "edm_lognormal vs log_uniform" in out
     rc, out, _ = run(
-        capsys, "compare", "--samplers", "edm_lognormal,infonoise", "--scheduler", saved["learned"],
-        "--plot", tmp_path / "c.png", "--json", tmp_path / "c.json",
+        capsys,
+        "compare",
+        "--samplers",
+        "edm_lognormal,infonoise",
+        "--scheduler",
+        saved["learned"],
+        "--plot",
+        tmp_path / "c.png",
+        "--json",
+        tmp_path / "c.json",
     )
     assert rc == 0 and "in rho_hat window" in out
     data = json.loads((tmp_path / "c.json").read_text())
@@ -135,8 +155,19 @@ def test_compare(capsys, saved, tmp_path):
 
 def test_dataset_profile_digits(capsys, tmp_path):
     rc, out, _ = run(
-        capsys, "dataset-profile", "--dataset", "digits", "--max-samples", 200, "--num-levels", 6,
-        "--num-noise-draws", 32, "--output", tmp_path, "--no-progress",
+        capsys,
+        "dataset-profile",
+        "--dataset",
+        "digits",
+        "--max-samples",
+        200,
+        "--num-levels",
+        6,
+        "--num-noise-draws",
+        32,
+        "--output",
+        tmp_path,
+        "--no-progress",
     )
     assert rc == 0
     assert "memorisation" in out and "200 samples" in out
@@ -150,9 +181,25 @@ def test_dataset_profile_digits(capsys, tmp_path):
 
 def test_profile_pipeline(capsys, saved, tmp_path):
     rc, out, err = run(
-        capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--num-samples", 6, "--num-levels", 4,
-        "--num-noise-draws", 1, "--samplers", "edm_lognormal,logit_normal", "--output", tmp_path, "--no-progress",
-        "--edm-timestep-scale", 250,
+        capsys,
+        "profile",
+        "--model",
+        saved["pipe"],
+        "--dataset",
+        "digits",
+        "--num-samples",
+        6,
+        "--num-levels",
+        4,
+        "--num-noise-draws",
+        1,
+        "--samplers",
+        "edm_lognormal,logit_normal",
+        "--output",
+        tmp_path,
+        "--no-progress",
+        "--edm-timestep-scale",
+        250,
     )
     assert rc == 0, err
     data = json.loads((tmp_path / "profile.json").read_text())
@@ -170,8 +217,19 @@ def test_profile_errors(capsys, saved, tmp_path):
     rc, _, err = run(capsys, "profile", "--model", tmp_path / "nothing", "--dataset", "digits")
     assert_one_line_error(rc, err, "no such directory")
     rc, _, err = run(
-        capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--prediction-type", "flow", "--num-samples", 2,
-        "--output", tmp_path, "--no-progress",
+        capsys,
+        "profile",
+        "--model",
+        saved["pipe"],
+        "--dataset",
+        "digits",
+        "--prediction-type",
+        "flow",
+        "--num-samples",
+        2,
+        "--output",
+        tmp_path,
+        "--no-progress",
     )
     assert_one_line_error(rc, err, "prediction_type")
 

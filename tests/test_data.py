@@ -53,9 +53,7 @@ def test_digits_total_and_disjoint_split():
     from sklearn.datasets import load_digits
 
     raw = load_digits().images
-    assert sorted(map(bytes, np.rint(raw * 255 / 16).astype(np.uint8))) == sorted(
-        map(bytes, np.concatenate([train, test]))
-    )
+    assert sorted(map(bytes, np.rint(raw * 255 / 16).astype(np.uint8))) == sorted(map(bytes, np.concatenate([train, test])))
 
 
 def test_known_first_labels_and_intensity():
@@ -95,10 +93,7 @@ def test_binarized_mnist_deterministic():
     recomputed, _, n_train = D._binarized_mnist_arrays.__wrapped__()
     np.testing.assert_array_equal(recomputed[n_train:], first)
     # Pin the fixed-seed draw so a change (e.g. a numpy RNG stream change) is noticed.
-    assert (
-        hashlib.sha256(first.tobytes()).hexdigest()
-        == "4d99bffa6d4b8aa4447ce606b77551e1e373acbb608bd5500ecfb29b8eec60d0"
-    )
+    assert hashlib.sha256(first.tobytes()).hexdigest() == "4d99bffa6d4b8aa4447ce606b77551e1e373acbb608bd5500ecfb29b8eec60d0"
 
 
 def test_binarized_digits_threshold():
@@ -261,14 +256,17 @@ def test_one_hot_sequences_values_and_round_trip():
     assert decode_sequences(one_hot_sequences(["xyyx"], alphabet="xy"), alphabet="xy") == ["xyyx"]
 
 
-@pytest.mark.parametrize("sequences,alphabet,match", [
-    (["ACGT", "ACG"], "ACGT", r"sequences: expected non-empty strings of one length, got lengths \[3, 4\]"),
-    (["ACGT", "ACNT"], "ACGT", r"sequences\[1\] has 'N' at position 2, not in alphabet 'ACGT'"),
-    ([], "ACGT", "sequences: empty"),
-    ("ACGT", "ACGT", "sequences: expected a list of strings, got a single string"),
-    (["ACGT", None], "ACGT", r"sequences\[1\]: expected a string, got NoneType"),
-    (["AC"], "AA", "alphabet: expected a string of at least 2 distinct"),
-])
+@pytest.mark.parametrize(
+    "sequences,alphabet,match",
+    [
+        (["ACGT", "ACG"], "ACGT", r"sequences: expected non-empty strings of one length, got lengths \[3, 4\]"),
+        (["ACGT", "ACNT"], "ACGT", r"sequences\[1\] has 'N' at position 2, not in alphabet 'ACGT'"),
+        ([], "ACGT", "sequences: empty"),
+        ("ACGT", "ACGT", "sequences: expected a list of strings, got a single string"),
+        (["ACGT", None], "ACGT", r"sequences\[1\]: expected a string, got NoneType"),
+        (["AC"], "AA", "alphabet: expected a string of at least 2 distinct"),
+    ],
+)
 def test_one_hot_sequences_errors(sequences, alphabet, match):
     from diffusers_infonoise.data import one_hot_sequences
 

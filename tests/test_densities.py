@@ -96,8 +96,9 @@ def test_piecewise_empty_bin_never_drawn_and_densities():
     draws = d.sample(50_000, generator=torch.Generator().manual_seed(0))
     assert not bool(((draws > -2.2) & (draws < -1.0)).any())
     # density per unit log σ in a bin is mass/width (hand)
-    torch.testing.assert_close(torch.exp(d.log_prob(torch.tensor([-2.5, 0.0, 2.0], dtype=F64))),
-                               torch.tensor([0.1 / 0.8, 0.2 / 0.9, 0.3 / 1.5], dtype=F64))
+    torch.testing.assert_close(
+        torch.exp(d.log_prob(torch.tensor([-2.5, 0.0, 2.0], dtype=F64))), torch.tensor([0.1 / 0.8, 0.2 / 0.9, 0.3 / 1.5], dtype=F64)
+    )
     assert float(d.log_prob(torch.tensor(3.0, dtype=F64))) == -math.inf
     with pytest.raises(ValueError, match="probs"):
         densities.Piecewise(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 0.0]))
@@ -109,9 +110,7 @@ def test_piecewise_empty_bin_never_drawn_and_densities():
 def test_mode_matches_sd3_formula_simulation(scale):
     # diffusers' compute_density_for_timestep_sampling("mode") is the SD3 map; the map is symmetric
     # (f(1 − u) = 1 − f(u)), so the noise-level/table-index conventions agree for it.
-    u = compute_density_for_timestep_sampling(
-        "mode", 40_000, mode_scale=scale, generator=torch.Generator().manual_seed(11)
-    ).double()
+    u = compute_density_for_timestep_sampling("mode", 40_000, mode_scale=scale, generator=torch.Generator().manual_seed(11)).double()
     u = u[(u > 0) & (u < 1)]
     d = densities.Mode(scale)
     edges, cum = quadrature_cdf(d.log_prob, -22.0, 22.0, n=100_000)
@@ -176,8 +175,16 @@ def test_bin_masses_are_cdf_differences_of_the_quadrature():
     assert m.sum() == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("bad", [lambda: densities.Normal(0, 0), lambda: densities.Uniform(1, 1), lambda: densities.Cosine(-1),
-                                 lambda: densities.KarrasRamp(1.0, 0.5), lambda: densities.Truncated(densities.Normal(0, 0.01), 50, 60)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: densities.Normal(0, 0),
+        lambda: densities.Uniform(1, 1),
+        lambda: densities.Cosine(-1),
+        lambda: densities.KarrasRamp(1.0, 0.5),
+        lambda: densities.Truncated(densities.Normal(0, 0.01), 50, 60),
+    ],
+)
 def test_invalid_parameters_raise(bad):
     with pytest.raises(ValueError):
         bad()
@@ -187,10 +194,12 @@ def test_invalid_parameters_raise(bad):
 def test_searchsorted_helper_equals_torch(right):
     gen = torch.Generator().manual_seed(0)
     seq = torch.sort(torch.randint(0, 20, (65,), generator=gen).double() / 4).values  # with ties
-    vals = torch.cat([torch.rand(500, generator=gen, dtype=F64) * 6 - 0.5,
-                      torch.tensor([-math.inf, math.inf, math.nan, 0.0, 2.5], dtype=F64), seq])
+    vals = torch.cat(
+        [torch.rand(500, generator=gen, dtype=F64) * 6 - 0.5, torch.tensor([-math.inf, math.inf, math.nan, 0.0, 2.5], dtype=F64), seq]
+    )
     got = densities.searchsorted(seq, vals, right=right)
     assert got.dtype == torch.int64
     assert torch.equal(got, torch.searchsorted(seq, vals, right=right))
     assert int(densities.searchsorted(seq, torch.tensor(1.0, dtype=F64), right=right)) == int(
-        torch.searchsorted(seq, torch.tensor([1.0], dtype=F64), right=right))
+        torch.searchsorted(seq, torch.tensor([1.0], dtype=F64), right=right)
+    )

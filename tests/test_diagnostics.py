@@ -30,11 +30,15 @@ S_D = 0.7  # data standard deviation of the Gaussian tests
 
 def two_point_mmse_quad(sigma: float) -> float:
     """1 − E[tanh²(x/σ²)] for x = 1 + σz, by scipy quadrature in z (independent of the package)."""
+
     def f(z):
         return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (1.0 - math.tanh((1.0 + sigma * z) / sigma**2) ** 2)
 
-    return integrate.quad(f, -np.inf, np.inf, epsabs=0, epsrel=1e-11, limit=400, points=None)[0] if sigma > 0.25 else \
-        integrate.quad(f, -1 / sigma - 40 * sigma, -1 / sigma + 40 * sigma, epsabs=0, epsrel=1e-11, limit=400)[0]
+    return (
+        integrate.quad(f, -np.inf, np.inf, epsabs=0, epsrel=1e-11, limit=400, points=None)[0]
+        if sigma > 0.25
+        else integrate.quad(f, -1 / sigma - 40 * sigma, -1 / sigma + 40 * sigma, epsabs=0, epsrel=1e-11, limit=400)[0]
+    )
 
 
 def two_point_conditional_entropy(sigma: float) -> float:
@@ -163,6 +167,7 @@ def test_dataset_profile_of_two_points_hand_formula():
     sig = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=torch.float64)
     prof = dg.profile_from_dataset(x, sigmas=sig, num_noise_draws=4000, generator=g, query_batch_size=2000, chunk_size=1)
     for s, m, se in zip(sig.tolist(), prof.mmse.tolist(), prof.mmse_se.tolist()):
+
         def f(z, s=s):
             u = delta * z / s + delta**2 / (2 * s * s)
             return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * special.expit(u) * special.expit(-u)
@@ -212,8 +217,9 @@ def test_model_profile_vp_bayes_optimal(kind):
     sched = DDPMScheduler(prediction_type=kind)
     x0 = gaussian_probe()
     g = torch.Generator().manual_seed(0)
-    prof = dg.profile_from_model(VPBayes(sched.alphas_cumprod, kind), sched, x0, num_levels=12, num_noise_draws=3, generator=g,
-                                 progress=False)
+    prof = dg.profile_from_model(
+        VPBayes(sched.alphas_cumprod, kind), sched, x0, num_levels=12, num_noise_draws=3, generator=g, progress=False
+    )
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))
     # VP levels are exact table σ of integer steps
     assert prof.timesteps.dtype == torch.int64
@@ -226,8 +232,14 @@ def test_model_profile_edm_bayes_optimal_with_timestep_scale():
     sched = EDMEulerScheduler()
     x0 = gaussian_probe()
     prof = dg.profile_from_model(
-        EDMBayes(scale=250.0), sched, x0, num_levels=12, num_noise_draws=3, generator=torch.Generator().manual_seed(0),
-        progress=False, edm_timestep_scale=250.0,
+        EDMBayes(scale=250.0),
+        sched,
+        x0,
+        num_levels=12,
+        num_noise_draws=3,
+        generator=torch.Generator().manual_seed(0),
+        progress=False,
+        edm_timestep_scale=250.0,
     )
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))
     assert prof.meta["loss_weighting"] == "edm" and prof.meta["prediction_type"] == "sample"
@@ -244,7 +256,7 @@ def test_model_profile_edm_bayes_optimal_with_timestep_scale():
             return super().forward(sample, timestep)
 
     dg.profile_from_model(Recorder(scale=250.0), sched, x0[:4], sigmas=[0.1, 3.0], progress=False, edm_timestep_scale=250.0, batch_size=8)
-    (inp, t), = seen
+    ((inp, t),) = seen
     sig = torch.tensor([0.1] * 4 + [3.0] * 4, dtype=torch.float64)
     assert torch.allclose(t.double(), 250.0 * 0.25 * torch.log(sig), rtol=1e-6)
     assert float(inp.std()) == pytest.approx(1.0, rel=0.5)  # c_in makes unit-variance-ish inputs
@@ -252,8 +264,9 @@ def test_model_profile_edm_bayes_optimal_with_timestep_scale():
 
 def test_model_profile_flow_bayes_optimal():
     sched = FlowMatchEulerDiscreteScheduler()
-    prof = dg.profile_from_model(FlowBayes(), sched, gaussian_probe(), num_levels=10, num_noise_draws=3,
-                                 generator=torch.Generator().manual_seed(0), progress=False)
+    prof = dg.profile_from_model(
+        FlowBayes(), sched, gaussian_probe(), num_levels=10, num_noise_draws=3, generator=torch.Generator().manual_seed(0), progress=False
+    )
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))
 
 
@@ -275,8 +288,16 @@ def test_model_profile_custom_denoise_fn_and_model_kwargs():
         return model(x_noisy, timestep=levels.timesteps, sigma=sig, **model_kwargs)
 
     prof = dg.profile_from_model(
-        CondModel(), sched, x0, num_levels=8, num_noise_draws=2, batch_size=7, generator=torch.Generator().manual_seed(0),
-        progress=False, denoise_fn=denoise_fn, model_kwargs={"encoder_hidden_states": means},
+        CondModel(),
+        sched,
+        x0,
+        num_levels=8,
+        num_noise_draws=2,
+        batch_size=7,
+        generator=torch.Generator().manual_seed(0),
+        progress=False,
+        denoise_fn=denoise_fn,
+        model_kwargs={"encoder_hidden_states": means},
     )
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))
 
@@ -291,8 +312,14 @@ def test_model_profile_model_input_fn():
         return sched.precondition_inputs(x, levels.sigmas.view(-1, 1, 1, 1)), levels.timesteps * 250.0
 
     prof = dg.profile_from_model(
-        EDMBayes(scale=250.0), sched, gaussian_probe(n=32), num_levels=6, num_noise_draws=2, progress=False,
-        generator=torch.Generator().manual_seed(0), model_input_fn=model_input_fn,
+        EDMBayes(scale=250.0),
+        sched,
+        gaussian_probe(n=32),
+        num_levels=6,
+        num_noise_draws=2,
+        progress=False,
+        generator=torch.Generator().manual_seed(0),
+        model_input_fn=model_input_fn,
     )
     assert calls
     assert_within_se(prof, dg.analytic_mmse_gaussian(prof.sigmas, S_D))

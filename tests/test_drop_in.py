@@ -18,36 +18,54 @@ from diffusers_infonoise.training.loop import weighted_loss
 # -- options → settings, by hand from diffusers' scripts ---------------------------------------------
 
 
-@pytest.mark.parametrize("scheduler,options,expected", [
-    (DDPMScheduler(), {}, ("epsilon", "none", None, None)),
-    (DDPMScheduler(prediction_type="v_prediction"), {"snr_gamma": 5.0}, ("v_prediction", "min_snr", 5.0, None)),
-    (DDPMScheduler(), {"prediction_type": "v_prediction"}, ("v_prediction", "none", None, None)),
-    (FlowMatchEulerDiscreteScheduler(shift=3.0), {"weighting_scheme": "logit_normal", "precondition_outputs": 1,
-                                                  "logit_mean": 0.1, "logit_std": 1.2},
-     ("sample", "none", None, ("logit_normal", {"mean": -0.1, "std": 1.2}))),
-    (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "mode", "mode_scale": 1.0},
-     ("flow", "none", None, ("mode", {"scale": 1.0}))),
-    (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "sigma_sqrt", "precondition_outputs": 0},
-     ("flow", "sigma_sqrt", None, "uniform")),
-    (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "cosmap", "precondition_outputs": 1},
-     ("sample", "cosmap", None, "uniform")),
-    (FlowMatchEulerDiscreteScheduler(), {}, ("flow", "none", None, "uniform")),
-    (EDMEulerScheduler(), {}, ("sample", "edm", None, None)),
-    (EDMEulerScheduler(prediction_type="v_prediction"), {"prediction_type": "v_prediction"}, ("sample", "edm", None, None)),
-    # train_unconditional.py's sample branch: snr_weights·(x̂0 − x0)², w = SNR on x0 (issue 20)
-    (DDPMScheduler(), {"prediction_type": "sample"}, ("sample", "snr", None, None)),
-    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "sample", "precondition_outputs": 1},
-     ("sample", "none", None, "uniform")),
-])
+@pytest.mark.parametrize(
+    "scheduler,options,expected",
+    [
+        (DDPMScheduler(), {}, ("epsilon", "none", None, None)),
+        (DDPMScheduler(prediction_type="v_prediction"), {"snr_gamma": 5.0}, ("v_prediction", "min_snr", 5.0, None)),
+        (DDPMScheduler(), {"prediction_type": "v_prediction"}, ("v_prediction", "none", None, None)),
+        (
+            FlowMatchEulerDiscreteScheduler(shift=3.0),
+            {"weighting_scheme": "logit_normal", "precondition_outputs": 1, "logit_mean": 0.1, "logit_std": 1.2},
+            ("sample", "none", None, ("logit_normal", {"mean": -0.1, "std": 1.2})),
+        ),
+        (
+            FlowMatchEulerDiscreteScheduler(),
+            {"weighting_scheme": "mode", "mode_scale": 1.0},
+            ("flow", "none", None, ("mode", {"scale": 1.0})),
+        ),
+        (
+            FlowMatchEulerDiscreteScheduler(),
+            {"weighting_scheme": "sigma_sqrt", "precondition_outputs": 0},
+            ("flow", "sigma_sqrt", None, "uniform"),
+        ),
+        (
+            FlowMatchEulerDiscreteScheduler(),
+            {"weighting_scheme": "cosmap", "precondition_outputs": 1},
+            ("sample", "cosmap", None, "uniform"),
+        ),
+        (FlowMatchEulerDiscreteScheduler(), {}, ("flow", "none", None, "uniform")),
+        (EDMEulerScheduler(), {}, ("sample", "edm", None, None)),
+        (EDMEulerScheduler(prediction_type="v_prediction"), {"prediction_type": "v_prediction"}, ("sample", "edm", None, None)),
+        # train_unconditional.py's sample branch: snr_weights·(x̂0 − x0)², w = SNR on x0 (issue 20)
+        (DDPMScheduler(), {"prediction_type": "sample"}, ("sample", "snr", None, None)),
+        (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "sample", "precondition_outputs": 1}, ("sample", "none", None, "uniform")),
+    ],
+)
 def test_diffusers_options_map_to_the_loss_the_script_trains(scheduler, options, expected):
     got = sampler_settings(scheduler, **options)
     assert (got["prediction_type"], got["loss_weighting"], got["snr_gamma"], got["base"]) == expected
 
 
-@pytest.mark.parametrize("scheme,options", [
-    ("logit_normal", {"logit_mean": 0.5, "logit_std": 1.0}), ("logit_normal", {"logit_mean": -0.3, "logit_std": 0.8}),
-    ("mode", {"mode_scale": 1.29}), ("none", {}),
-])
+@pytest.mark.parametrize(
+    "scheme,options",
+    [
+        ("logit_normal", {"logit_mean": 0.5, "logit_std": 1.0}),
+        ("logit_normal", {"logit_mean": -0.3, "logit_std": 0.8}),
+        ("mode", {"mode_scale": 1.29}),
+        ("none", {}),
+    ],
+)
 def test_the_base_density_is_what_diffusers_scripts_draw(scheme, options):
     """InfoNoise starts from the density the script drew before: diffusers' own draw (its
     compute_density_for_timestep_sampling indexing the scheduler's descending table) and the sampler's
@@ -57,9 +75,13 @@ def test_the_base_density_is_what_diffusers_scripts_draw(scheme, options):
 
     sched = FlowMatchEulerDiscreteScheduler(shift=1.0)
     torch.manual_seed(0)
-    u = compute_density_for_timestep_sampling(weighting_scheme=scheme, batch_size=200_000,
-                                              logit_mean=options.get("logit_mean"), logit_std=options.get("logit_std"),
-                                              mode_scale=options.get("mode_scale"))
+    u = compute_density_for_timestep_sampling(
+        weighting_scheme=scheme,
+        batch_size=200_000,
+        logit_mean=options.get("logit_mean"),
+        logit_std=options.get("logit_std"),
+        mode_scale=options.get("mode_scale"),
+    )
     theirs = (sched.timesteps[(u * 1000).long()] / 1000).numpy()
     settings = sampler_settings(sched, weighting_scheme=scheme, **options)
     base = settings["base"]
@@ -69,24 +91,33 @@ def test_the_base_density_is_what_diffusers_scripts_draw(scheme, options):
     np.testing.assert_allclose(np.quantile(ours, qs), np.quantile(theirs, qs), atol=0.006)
 
 
-@pytest.mark.parametrize("scheduler,options,pattern", [
-    (FlowMatchEulerDiscreteScheduler(), {"snr_gamma": 5.0}, "snr_gamma"),
-    (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "karras"}, "weighting_scheme: accepted values"),
-    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "epsilon"}, "prediction_type"),
-    (DDPMScheduler(), {"weighting_scheme": "logit_normal"}, "weighting_scheme"),
-    (DDPMScheduler(), {"precondition_outputs": 1}, "precondition_outputs"),
-    (DDPMScheduler(), {"snr_gamma": -1.0}, "snr_gamma"),
-    (EDMEulerScheduler(), {"snr_gamma": 5.0}, "snr_gamma"),
-    # contradictory options are refused, not resolved silently (issue 20)
-    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "sample", "precondition_outputs": 0},
-     r"prediction_type: 'sample' contradicts precondition_outputs=0"),
-    (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "flow", "precondition_outputs": 1},
-     r"prediction_type: 'flow' contradicts precondition_outputs=1"),
-    (DDPMScheduler(), {"snr_gamma": True}, r"snr_gamma: must be a finite number > 0 .* got True"),
-    (EDMEulerScheduler(), {"prediction_type": "velocity"}, r"prediction_type: 'velocity' is not an EDM option; accepted"),
-    (DDPMScheduler(), {"prediction_type": "flow"}, r"prediction_type: 'flow' is not a VP option"),
-    (DDPMScheduler(), {"prediction_type": "sample", "snr_gamma": 5.0}, r"snr_gamma: diffusers' sample \(x0\) loss"),
-])
+@pytest.mark.parametrize(
+    "scheduler,options,pattern",
+    [
+        (FlowMatchEulerDiscreteScheduler(), {"snr_gamma": 5.0}, "snr_gamma"),
+        (FlowMatchEulerDiscreteScheduler(), {"weighting_scheme": "karras"}, "weighting_scheme: accepted values"),
+        (FlowMatchEulerDiscreteScheduler(), {"prediction_type": "epsilon"}, "prediction_type"),
+        (DDPMScheduler(), {"weighting_scheme": "logit_normal"}, "weighting_scheme"),
+        (DDPMScheduler(), {"precondition_outputs": 1}, "precondition_outputs"),
+        (DDPMScheduler(), {"snr_gamma": -1.0}, "snr_gamma"),
+        (EDMEulerScheduler(), {"snr_gamma": 5.0}, "snr_gamma"),
+        # contradictory options are refused, not resolved silently (issue 20)
+        (
+            FlowMatchEulerDiscreteScheduler(),
+            {"prediction_type": "sample", "precondition_outputs": 0},
+            r"prediction_type: 'sample' contradicts precondition_outputs=0",
+        ),
+        (
+            FlowMatchEulerDiscreteScheduler(),
+            {"prediction_type": "flow", "precondition_outputs": 1},
+            r"prediction_type: 'flow' contradicts precondition_outputs=1",
+        ),
+        (DDPMScheduler(), {"snr_gamma": True}, r"snr_gamma: must be a finite number > 0 .* got True"),
+        (EDMEulerScheduler(), {"prediction_type": "velocity"}, r"prediction_type: 'velocity' is not an EDM option; accepted"),
+        (DDPMScheduler(), {"prediction_type": "flow"}, r"prediction_type: 'flow' is not a VP option"),
+        (DDPMScheduler(), {"prediction_type": "sample", "snr_gamma": 5.0}, r"snr_gamma: diffusers' sample \(x0\) loss"),
+    ],
+)
 def test_options_of_another_path_are_refused(scheduler, options, pattern):
     with pytest.raises(ValueError, match=pattern):
         sampler_settings(scheduler, **options)
@@ -167,15 +198,20 @@ def test_flow_levels_carry_the_scripts_sigmas():
 # -- no host synchronisation per step ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheduler,pred,weighting", [
-    (DDPMScheduler(), "epsilon", "min_snr"), (EDMEulerScheduler(), "sample", "edm"),
-    (FlowMatchEulerDiscreteScheduler(), "flow", "cosmap"),
-])
+@pytest.mark.parametrize(
+    "scheduler,pred,weighting",
+    [
+        (DDPMScheduler(), "epsilon", "min_snr"),
+        (EDMEulerScheduler(), "sample", "edm"),
+        (FlowMatchEulerDiscreteScheduler(), "flow", "cosmap"),
+    ],
+)
 def test_update_and_loss_weight_never_read_the_device(scheduler, pred, weighting):
     """On the meta device a tensor has no data: every read back to the host (``.cpu()``, ``.item()``,
     ``bool(t)``, a boolean mask) raises. The per-step path must run there."""
     sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        scheduler, prediction_type=pred, loss_weighting=weighting, snr_gamma=5.0 if weighting == "min_snr" else None)
+        scheduler, prediction_type=pred, loss_weighting=weighting, snr_gamma=5.0 if weighting == "min_snr" else None
+    )
     cpu_levels = sampler.sample(32)
     levels = cpu_levels.to("meta")
     loss = torch.empty(32, device="meta")

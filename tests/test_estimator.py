@@ -83,8 +83,7 @@ def _w(pred, weighting, sig):
     """w(σ) of METHOD.md §4, by hand."""
     if weighting == "edm":
         return (sig**2 + 0.25) / (sig * 0.5) ** 2
-    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2,
-            "flow": ((1 + sig) / sig) ** 2}[pred]
+    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2, "flow": ((1 + sig) / sig) ** 2}[pred]
 
 
 def _hand_paper_pivot(sig, m, fallback):
@@ -144,8 +143,14 @@ def test_pi_matches_analytic_without_gate(kind, pred, weighting):
 def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch=8192, observe=None):
     sched = SCHEDULERS[kind]()
     sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        sched, prediction_type=pred, loss_weighting=weighting, warmup_steps=2, refresh_every=1,
-        gate=gate, floor=floor, num_bins=K,
+        sched,
+        prediction_type=pred,
+        loss_weighting=weighting,
+        warmup_steps=2,
+        refresh_every=1,
+        gate=gate,
+        floor=floor,
+        num_bins=K,
     )
     mmse = (lambda s: gauss_mmse(s, S_D)) if data == "gauss" else two_point_mmse
     gen = torch.Generator().manual_seed(0)
@@ -217,9 +222,7 @@ def _edm_base_log_prob(x):
 
 def test_warmup_counts_optimizer_steps_not_micro_batches():
     warmup, micro, batch = 6, 3, 512
-    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        EDMEulerScheduler(), warmup_steps=warmup, refresh_every=4, min_count=1
-    )
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler(), warmup_steps=warmup, refresh_every=4, min_count=1)
     probe = np.linspace(math.log(0.003), math.log(70.0), 25)
     probe_t = torch.from_numpy(np.exp(probe))
     gen = torch.Generator().manual_seed(0)
@@ -263,8 +266,17 @@ def test_sampler_pi_is_q_over_w_after_ema_by_hand():
     beta = 0.6
     for pred, weighting in (("sample", "none"), ("epsilon", "none"), ("sample", "edm")):
         sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-            EDMEulerScheduler(), prediction_type=pred, loss_weighting=weighting, num_bins=16, warmup_steps=2,
-            refresh_every=1, ema_decay=beta, min_count=1, smoothing=0.0, gate=None, floor=0.0,
+            EDMEulerScheduler(),
+            prediction_type=pred,
+            loss_weighting=weighting,
+            num_bins=16,
+            warmup_steps=2,
+            refresh_every=1,
+            ema_decay=beta,
+            min_count=1,
+            smoothing=0.0,
+            gate=None,
+            floor=0.0,
         )
         edges = np.linspace(math.log(0.002), math.log(80.0), 17)
         sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
@@ -470,8 +482,14 @@ def test_pinned_and_no_gate():
 
 @pytest.mark.parametrize(
     "kwargs,name",
-    [({"ema_decay": 1.0}, "ema_decay"), ({"min_count": 0}, "min_count"), ({"smoothing": -1.0}, "smoothing"),
-     ({"gate": "manual"}, "gate"), ({"gate": -0.1}, "gate"), ({"gate_fallback": 0.0}, "gate_fallback")],
+    [
+        ({"ema_decay": 1.0}, "ema_decay"),
+        ({"min_count": 0}, "min_count"),
+        ({"smoothing": -1.0}, "smoothing"),
+        ({"gate": "manual"}, "gate"),
+        ({"gate": -0.1}, "gate"),
+        ({"gate_fallback": 0.0}, "gate_fallback"),
+    ],
 )
 def test_estimator_bad_hyperparameters(kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -512,8 +530,9 @@ def test_custom_base_density_is_used_for_warmup_and_floor():
     )
     x = np.linspace(-3, 3, 7)
     z = stats.norm.cdf(math.log(80.0), 0.4, 0.7) - stats.norm.cdf(math.log(0.002), 0.4, 0.7)
-    np.testing.assert_allclose(sampler.log_prob(torch.from_numpy(np.exp(x))).numpy(),
-                               stats.norm.logpdf(x, 0.4, 0.7) - math.log(z), atol=1e-10)
+    np.testing.assert_allclose(
+        sampler.log_prob(torch.from_numpy(np.exp(x))).numpy(), stats.norm.logpdf(x, 0.4, 0.7) - math.log(z), atol=1e-10
+    )
 
 
 def test_pinned_gate_far_above_the_grid_normalises_in_log_space():

@@ -22,8 +22,7 @@ def pretrained(tmp_path_factory, unet_config):
     script = load_training_script("train_unconditional", "train_unconditional_pretrain")
     root = tmp_path_factory.mktemp("pre")
     script.main(base_args(unet_config, root / "infonoise", "--diffusion", "edm", "--max_train_steps", 6))
-    script.main(base_args(unet_config, root / "fixed", "--diffusion", "edm", "--noise_sampler", "edm_lognormal",
-                          "--max_train_steps", 2))
+    script.main(base_args(unet_config, root / "fixed", "--diffusion", "edm", "--noise_sampler", "edm_lognormal", "--max_train_steps", 2))
     assert scheduler_payload(root / "infonoise")["adapted"] and scheduler_payload(root / "fixed") is None
     return root
 
@@ -31,7 +30,7 @@ def pretrained(tmp_path_factory, unet_config):
 def _drop(args: list, *options: str) -> list:
     for option in options:
         i = args.index(option)
-        args = args[:i] + args[i + 2:]
+        args = args[:i] + args[i + 2 :]
     return args
 
 
@@ -51,8 +50,7 @@ def test_auto_takes_the_stored_schedule_and_the_ema_starts_from_the_pretrained_w
 
     out = tmp_path / "stored"
     with caplog.at_level(logging.INFO):
-        script.main(finetune_args(pretrained / "infonoise", out, "--max_train_steps", 2, "--use_ema",
-                                  "--learning_rate", "1e-12"))
+        script.main(finetune_args(pretrained / "infonoise", out, "--max_train_steps", 2, "--use_ema", "--learning_rate", "1e-12"))
     assert "init 'auto': the schedule from the pretrained scheduler is for this run's path" in _start_log(caplog)
     payload = scheduler_payload(out)
     assert payload["adapted"] and payload["warmup_steps_resolved"] == 0 and payload["hyperparameters"]["warmup_steps"] == 0
@@ -68,8 +66,20 @@ def test_stored_with_other_bins_is_interpolated_and_an_explicit_warmup_is_kept(s
     """issue 22: another --infonoise_num_bins stopped the run, and --infonoise_warmup_steps 50 was saved as 0."""
     out = tmp_path / "bins"
     with caplog.at_level(logging.INFO):
-        script.main(finetune_args(pretrained / "infonoise", out, "--max_train_steps", 4, "--infonoise_init", "stored",
-                                  "--infonoise_num_bins", "24", "--infonoise_warmup_steps", "2"))
+        script.main(
+            finetune_args(
+                pretrained / "infonoise",
+                out,
+                "--max_train_steps",
+                4,
+                "--infonoise_init",
+                "stored",
+                "--infonoise_num_bins",
+                "24",
+                "--infonoise_warmup_steps",
+                "2",
+            )
+        )
     assert "interpolated onto this sampler's 24 bins" in caplog.text
     payload = scheduler_payload(out)
     assert len(payload["pi"]) == 24 and payload["hyperparameters"]["warmup_steps"] == 2
@@ -91,21 +101,39 @@ def test_profile_measures_the_pretrained_model_before_step_one(script, pretraine
 def test_a_schedule_from_another_folder_starts_a_run_from_scratch(script, unet_config, pretrained, tmp_path, caplog):
     out = tmp_path / "shared"
     with caplog.at_level(logging.INFO):
-        script.main(_drop(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 2,
-                                    "--infonoise_schedule_from", str(pretrained / "infonoise" / "scheduler")),
-                          "--infonoise_warmup_steps"))
+        script.main(
+            _drop(
+                base_args(
+                    unet_config,
+                    out,
+                    "--diffusion",
+                    "edm",
+                    "--max_train_steps",
+                    2,
+                    "--infonoise_schedule_from",
+                    str(pretrained / "infonoise" / "scheduler"),
+                ),
+                "--infonoise_warmup_steps",
+            )
+        )
     assert f"init 'stored': the schedule from {pretrained / 'infonoise' / 'scheduler'}" in _start_log(caplog)
     assert scheduler_payload(out)["warmup_steps_resolved"] == 0
 
 
-@pytest.mark.parametrize("extra,match", [
-    (["--diffusion", "ddpm"], r"has a EDMEulerScheduler \(ve path\), but --diffusion ddpm trains a vp path; pass "
-                              r"--diffusion edm"),
-    (["--prediction_type", "v_prediction"], r"--prediction_type v_prediction: the pretrained model .* predicts 'epsilon'"),
-    (["--infonoise_init", "stored"], "'stored' needs a stored schedule, and the pretrained scheduler carries none"),
-    (["--infonoise_schedule_from", "NOWHERE"], "NOWHERE"),
-    (["--infonoise_init", "base", "--infonoise_schedule_from", "x"], "drop one of them"),
-])
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (
+            ["--diffusion", "ddpm"],
+            r"has a EDMEulerScheduler \(ve path\), but --diffusion ddpm trains a vp path; pass "
+            r"--diffusion edm",
+        ),
+        (["--prediction_type", "v_prediction"], r"--prediction_type v_prediction: the pretrained model .* predicts 'epsilon'"),
+        (["--infonoise_init", "stored"], "'stored' needs a stored schedule, and the pretrained scheduler carries none"),
+        (["--infonoise_schedule_from", "NOWHERE"], "NOWHERE"),
+        (["--infonoise_init", "base", "--infonoise_schedule_from", "x"], "drop one of them"),
+    ],
+)
 def test_bad_fine_tuning_options_stop_before_anything_is_trained(script, pretrained, tmp_path, extra, match):
     out = tmp_path / "bad"
     with pytest.raises(ValueError, match=match):
@@ -117,8 +145,7 @@ def test_profile_without_a_pretrained_model_and_a_folder_without_a_schedule(scri
     with pytest.raises(ValueError, match="'profile' measures a pretrained model's errors"):
         script.main(base_args(unet_config, tmp_path / "a", "--diffusion", "edm", "--infonoise_init", "profile"))
     with pytest.raises(ValueError, match="holds no stored InfoNoise schedule"):
-        script.main(base_args(unet_config, tmp_path / "b", "--diffusion", "edm", "--infonoise_schedule_from",
-                              str(pretrained / "fixed")))
+        script.main(base_args(unet_config, tmp_path / "b", "--diffusion", "edm", "--infonoise_schedule_from", str(pretrained / "fixed")))
     with pytest.raises(SystemExit):
         script.parse_args(base_args(unet_config, tmp_path / "c", "--pretrained_model_name_or_path", str(pretrained)))
     assert torch.get_num_threads() >= 1

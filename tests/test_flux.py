@@ -22,11 +22,40 @@ from conftest import free_port, load_training_script
 ROOT = Path(__file__).resolve().parents[1]
 flux_script = load_training_script("train_text_to_image_flux")
 
-FAST = ["--resolution", str(RESOLUTION), "--train_batch_size", "2", "--seed", "0", "--lr_warmup_steps", "0",
-        "--validation_inference_steps", "2", "--schedule_plot_steps", "0", "--max_sequence_length", "16",
-        "--dataset_name", "fashion_mnist", "--max_train_samples", "8", "--report_to", "none"]
-INFONOISE = ["--noise_sampler", "infonoise", "--infonoise_warmup_steps", "1", "--infonoise_refresh_every", "1",
-             "--infonoise_min_count", "1", "--infonoise_num_bins", "16"]
+FAST = [
+    "--resolution",
+    str(RESOLUTION),
+    "--train_batch_size",
+    "2",
+    "--seed",
+    "0",
+    "--lr_warmup_steps",
+    "0",
+    "--validation_inference_steps",
+    "2",
+    "--schedule_plot_steps",
+    "0",
+    "--max_sequence_length",
+    "16",
+    "--dataset_name",
+    "fashion_mnist",
+    "--max_train_samples",
+    "8",
+    "--report_to",
+    "none",
+]
+INFONOISE = [
+    "--noise_sampler",
+    "infonoise",
+    "--infonoise_warmup_steps",
+    "1",
+    "--infonoise_refresh_every",
+    "1",
+    "--infonoise_min_count",
+    "1",
+    "--infonoise_num_bins",
+    "16",
+]
 
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
@@ -46,9 +75,25 @@ def test_flux_lora_trains_stores_the_schedule_and_loads_in_diffusers(flux_model,
     from diffusers import FluxPipeline
 
     out = tmp_path / "lora"
-    result = flux_script.main(["--pretrained_model_name_or_path", flux_model, "--output_dir", str(out), "--use_lora",
-                               "--max_train_steps", "3", "--checkpointing_steps", "1000", "--learning_rate", "1e-3",
-                               "--validation_prompts", "a photo of a bag", *FAST, *INFONOISE])
+    result = flux_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            flux_model,
+            "--output_dir",
+            str(out),
+            "--use_lora",
+            "--max_train_steps",
+            "3",
+            "--checkpointing_steps",
+            "1000",
+            "--learning_rate",
+            "1e-3",
+            "--validation_prompts",
+            "a photo of a bag",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     sampler = result["sampler"]
     assert sampler.prediction_type == "flow" and sampler.loss_weighting == "none"
     # diffusers' Flux scripts train on the unshifted table: the path of mu = 0, shift 1
@@ -68,8 +113,15 @@ def test_flux_lora_trains_stores_the_schedule_and_loads_in_diffusers(flux_model,
     saved = load_file(str(out / "pytorch_lora_weights.safetensors"))
     loaded = {k: v for k, v in pipe.transformer.state_dict().items() if "lora_B" in k}
     assert saved and loaded and any(float(v.abs().max()) > 0 for v in loaded.values())  # trained, not the zero init
-    images = pipe("a photo of a bag", height=RESOLUTION, width=RESOLUTION, num_inference_steps=2,
-                  max_sequence_length=16, output_type="pt", generator=torch.Generator().manual_seed(0)).images
+    images = pipe(
+        "a photo of a bag",
+        height=RESOLUTION,
+        width=RESOLUTION,
+        num_inference_steps=2,
+        max_sequence_length=16,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+    ).images
     assert images.shape == (1, 3, RESOLUTION, RESOLUTION) and bool(torch.isfinite(images).all())
     from diffusers import FlowMatchEulerDiscreteScheduler
 
@@ -83,24 +135,52 @@ def test_flux_full_finetune_with_a_loss_weighting_and_a_training_mu(flux_model, 
     from diffusers import FluxPipeline
 
     out = tmp_path / "full"
-    result = flux_script.main(["--pretrained_model_name_or_path", flux_model, "--output_dir", str(out),
-                               "--max_train_steps", "2", "--checkpointing_steps", "1000", "--weighting_scheme", "cosmap",
-                               "--training_mu", "0.5", *FAST, *INFONOISE])
+    result = flux_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            flux_model,
+            "--output_dir",
+            str(out),
+            "--max_train_steps",
+            "2",
+            "--checkpointing_steps",
+            "1000",
+            "--weighting_scheme",
+            "cosmap",
+            "--training_mu",
+            "0.5",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     sampler = result["sampler"]
     assert sampler.loss_weighting == "cosmap" and sampler.path.shift == pytest.approx(math.exp(0.5))
     pipe = FluxPipeline.from_pretrained(str(out))
     assert pipe.scheduler.config["_infonoise_schedule"]["optimizer_steps"] == 2
     # without --noise_sampler the run draws as diffusers' script does: uniform s for cosmap
-    again = flux_script.main(["--pretrained_model_name_or_path", flux_model, "--output_dir", str(tmp_path / "b"),
-                              "--max_train_steps", "1", "--weighting_scheme", "cosmap", *FAST])
+    again = flux_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            flux_model,
+            "--output_dir",
+            str(tmp_path / "b"),
+            "--max_train_steps",
+            "1",
+            "--weighting_scheme",
+            "cosmap",
+            *FAST,
+        ]
+    )
     assert again["sampler"].name == "uniform"
 
 
 def test_flux_refuses_conflicting_options(flux_model, tmp_path, capsys):
     base = ["--pretrained_model_name_or_path", flux_model, "--output_dir", str(tmp_path)]
     # issue 20: --lora_alpha 0 trained nothing and exited 0; --max_sequence_length 0 was taken
-    for bad, message in ((["--use_lora", "--lora_alpha", "0"], "--lora_alpha: expected a finite number > 0"),
-                         (["--max_sequence_length", "0"], "--max_sequence_length: expected an integer >= 1")):
+    for bad, message in (
+        (["--use_lora", "--lora_alpha", "0"], "--lora_alpha: expected a finite number > 0"),
+        (["--max_sequence_length", "0"], "--max_sequence_length: expected an integer >= 1"),
+    ):
         with pytest.raises(SystemExit):
             flux_script.parse_args([*base, *bad])
         assert message in capsys.readouterr().err
@@ -114,13 +194,35 @@ def test_flux_refuses_conflicting_options(flux_model, tmp_path, capsys):
 
 def test_flux_lora_two_processes_share_pi(flux_model, tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-           "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-           str(ROOT / "training_scripts" / "train_text_to_image_flux.py"), "--pretrained_model_name_or_path", flux_model,
-           "--output_dir", str(out), "--use_lora", "--max_train_steps", "2", "--checkpointing_steps", "2", *FAST,
-           *INFONOISE]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        str(ROOT / "training_scripts" / "train_text_to_image_flux.py"),
+        "--pretrained_model_name_or_path",
+        flux_model,
+        "--output_dir",
+        str(out),
+        "--use_lora",
+        "--max_train_steps",
+        "2",
+        "--checkpointing_steps",
+        "2",
+        *FAST,
+        *INFONOISE,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]

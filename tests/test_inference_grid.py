@@ -27,8 +27,7 @@ F64 = torch.float64
 def test_entropic_time_by_hand():
     # cells [0, 1] and [1, 3] in log σ with g = 3 and 0.5: masses 3 and 1 (CDF 0 → 0.75 → 1); N = 4 steps
     # at τ = 1, 0.75, 0.5, 0.25: log σ = 3, 1, 0.5/0.75 = 2/3, 0.25/0.75 = 1/3
-    got = entropic_time_sigmas(torch.tensor([0.5, 2.0]), torch.tensor([3.0, 0.5]), 4,
-                               edges=torch.tensor([0.0, 1.0, 3.0]))
+    got = entropic_time_sigmas(torch.tensor([0.5, 2.0]), torch.tensor([3.0, 0.5]), 4, edges=torch.tensor([0.0, 1.0, 3.0]))
     torch.testing.assert_close(torch.log(got), torch.tensor([3.0, 1.0, 2 / 3, 1 / 3], dtype=F64), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="num_inference_steps"):
         entropic_time_sigmas(torch.tensor([0.0, 1.0]), torch.ones(2), 0)
@@ -38,8 +37,9 @@ def test_entropic_time_by_hand():
 
 def _gaussian_sampler(s_d=0.5):
     """EDM sampler fed the exact Bayes x0-MMSE of N(0, s_d²) data: m(σ) = σ²s_d²/(σ² + s_d²)."""
-    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler(), warmup_steps=2, refresh_every=1,
-                                                              gate=None, smoothing=0.0)
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
+        EDMEulerScheduler(), warmup_steps=2, refresh_every=1, gate=None, smoothing=0.0
+    )
     gen = torch.Generator().manual_seed(0)
     for _ in range(4):
         lv = sampler.sample(8192, generator=gen)
@@ -84,13 +84,16 @@ def _flow_as_ve(scheduler):
     return s / (1 - s)
 
 
-@pytest.mark.parametrize("make,landed", [
-    (lambda: EDMEulerScheduler(), lambda s: s.sigmas[:-1].double()),
-    (lambda: EDMEulerScheduler(rho=3.0, sigma_max=60.0), lambda s: s.sigmas[:-1].double()),
-    (lambda: EulerDiscreteScheduler(), lambda s: s.sigmas[:-1].double()),
-    (lambda: FlowMatchEulerDiscreteScheduler(shift=3.0), _flow_as_ve),
-    (lambda: FlowMatchEulerDiscreteScheduler(), _flow_as_ve),
-])
+@pytest.mark.parametrize(
+    "make,landed",
+    [
+        (lambda: EDMEulerScheduler(), lambda s: s.sigmas[:-1].double()),
+        (lambda: EDMEulerScheduler(rho=3.0, sigma_max=60.0), lambda s: s.sigmas[:-1].double()),
+        (lambda: EulerDiscreteScheduler(), lambda s: s.sigmas[:-1].double()),
+        (lambda: FlowMatchEulerDiscreteScheduler(shift=3.0), _flow_as_ve),
+        (lambda: FlowMatchEulerDiscreteScheduler(), _flow_as_ve),
+    ],
+)
 def test_each_scheduler_steps_through_the_sigmas_named(make, landed):
     scheduler = make()
     set_infogrid(scheduler, SIGMAS)
@@ -126,12 +129,15 @@ def test_timestep_schedulers_land_on_the_nearest_table_steps(cls):
     assert bool(((table[t].log() - SIGMAS.log()).abs() < 0.02).all())
 
 
-@pytest.mark.parametrize("scheduler,pattern", [
-    (DDIMScheduler(), "takes no custom grid"),
-    (EDMEulerScheduler(sigma_schedule="exponential"), "sigma_schedule"),
-    (FlowMatchEulerDiscreteScheduler(use_karras_sigmas=True), "use_karras_sigmas"),
-    (EDMEulerScheduler(), "leaves the scheduler's range"),
-])
+@pytest.mark.parametrize(
+    "scheduler,pattern",
+    [
+        (DDIMScheduler(), "takes no custom grid"),
+        (EDMEulerScheduler(sigma_schedule="exponential"), "sigma_schedule"),
+        (FlowMatchEulerDiscreteScheduler(use_karras_sigmas=True), "use_karras_sigmas"),
+        (EDMEulerScheduler(), "leaves the scheduler's range"),
+    ],
+)
 def test_grids_a_scheduler_cannot_land_are_refused(scheduler, pattern):
     sig = SIGMAS if "range" not in pattern else torch.tensor([200.0, 1.0], dtype=F64)
     with pytest.raises(ValueError, match=pattern):
@@ -143,9 +149,16 @@ def test_grids_a_scheduler_cannot_land_are_refused(scheduler, pattern):
 
 def _tiny_unet():
     torch.manual_seed(0)
-    return UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
-                       norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    return UNet2DModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
 
 
 def test_saved_edm_pipeline_samples_with_the_stock_loader_or_says_what_to_do(tmp_path):
@@ -169,8 +182,7 @@ def test_saved_edm_pipeline_samples_with_the_stock_loader_or_says_what_to_do(tmp
     assert torch.equal(out, ref) and out.shape == (3, 1, 8, 8)
     # the InfoGrid of the stored schedule, through the pipeline
     ours = InfoNoiseUnconditionalPipeline.from_pretrained(str(tmp_path))
-    got = ours(batch_size=2, num_inference_steps=4, infogrid="q_sigma", generator=torch.Generator().manual_seed(2),
-               output_type="pt").images
+    got = ours(batch_size=2, num_inference_steps=4, infogrid="q_sigma", generator=torch.Generator().manual_seed(2), output_type="pt").images
     grid = infogrid(ours.scheduler, 4, density="q_sigma")
     want = generate_images(ours.unet, ours.scheduler, 2, sigmas=grid, generator=torch.Generator().manual_seed(2))
     assert torch.equal(got, want)
@@ -178,9 +190,12 @@ def test_saved_edm_pipeline_samples_with_the_stock_loader_or_says_what_to_do(tmp
     assert pil[0].size == (8, 8)
     with pytest.raises(ValueError, match="output_type"):
         ours(output_type="latent")
-    for bad, pattern in (({"batch_size": 0}, "batch_size"), ({"num_inference_steps": 2.5}, "num_inference_steps"),
-                         ({"num_inference_steps": 0}, "num_inference_steps"),
-                         ({"sigmas": grid.sigmas, "num_inference_steps": 7}, "give one")):
+    for bad, pattern in (
+        ({"batch_size": 0}, "batch_size"),
+        ({"num_inference_steps": 2.5}, "num_inference_steps"),
+        ({"num_inference_steps": 0}, "num_inference_steps"),
+        ({"sigmas": grid.sigmas, "num_inference_steps": 7}, "give one"),
+    ):
         with pytest.raises(ValueError, match=pattern):
             ours(**bad)
 
@@ -233,8 +248,7 @@ def test_grids_stay_in_the_paths_range_and_the_cli_says_which_form_is_which(tmp_
 
 def test_a_capped_schedules_grid_warns():
     """ε/v schedules cap m̂ at the data's variance: fine for training, measured worse for sampling."""
-    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1,
-                                                              mmse_cap=0.25)
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1, mmse_cap=0.25)
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         lv = sampler.sample(4096, generator=gen)
@@ -250,8 +264,7 @@ def test_too_many_steps_say_how_many_fit():
     import re
     import warnings
 
-    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1, gate=None,
-                                                              mmse_cap=None)
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1, gate=None, mmse_cap=None)
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         lv = sampler.sample(8192, generator=gen)

@@ -62,8 +62,7 @@ def _tv_to_rho(sampler) -> float:
     if sampler.prediction_type == "sample" and sampler.path.kind == "flow":
         # x0 loss of SD3's preconditioning: w is diffusers' weight u(s) itself
         s = sig / (1 + sig)
-        w = {"none": np.ones_like(s), "sigma_sqrt": s**-2,
-             "cosmap": 2 / (np.pi * (1 - 2 * s + 2 * s**2))}[sampler.loss_weighting]
+        w = {"none": np.ones_like(s), "sigma_sqrt": s**-2, "cosmap": 2 / (np.pi * (1 - 2 * s + 2 * s**2))}[sampler.loss_weighting]
     else:
         w = _w(sampler.prediction_type, sampler.loss_weighting, sig, gamma=sampler.snr_gamma or 5.0)
     return total_variation(pi * w, gauss_mmse(sig, S) / sig**2)
@@ -95,9 +94,14 @@ def run_ddpm(ns: dict, code: dict, steps: range) -> None:
 
 def test_ddpm_unconditional_snippets(tmp_path):
     code = snippets()
-    ns = {"noise_scheduler": DDPMScheduler(num_train_timesteps=1000), "F": F, "torch": torch,
-          "args": argparse.Namespace(prediction_type="epsilon", seed=0, num_epochs=1), "accelerator": _accelerator(),
-          "max_train_steps": STEPS}
+    ns = {
+        "noise_scheduler": DDPMScheduler(num_train_timesteps=1000),
+        "F": F,
+        "torch": torch,
+        "args": argparse.Namespace(prediction_type="epsilon", seed=0, num_epochs=1),
+        "accelerator": _accelerator(),
+        "max_train_steps": STEPS,
+    }
     exec(code["ddpm/setup"], ns)
     sampler = ns["sampler"]
     assert sampler.warmup_steps == 50 and sampler.prediction_type == "epsilon" and sampler.loss_weighting == "none"
@@ -121,9 +125,14 @@ def test_ddpm_sample_prediction_is_the_snr_weighted_x0_loss():
     """diffusers' --prediction_type sample: an SNR-weighted x0 loss (issue 20: read as an unweighted x0 loss,
     95.5% of the draws went to t < 100, TV 0.94 from the right π, while TV(φ, ρ̂) still read 0.05)."""
     code = snippets()
-    ns = {"noise_scheduler": DDPMScheduler(num_train_timesteps=1000), "F": F, "torch": torch,
-          "args": argparse.Namespace(prediction_type="sample", seed=0), "accelerator": _accelerator(),
-          "max_train_steps": STEPS}
+    ns = {
+        "noise_scheduler": DDPMScheduler(num_train_timesteps=1000),
+        "F": F,
+        "torch": torch,
+        "args": argparse.Namespace(prediction_type="sample", seed=0),
+        "accelerator": _accelerator(),
+        "max_train_steps": STEPS,
+    }
     exec(code["ddpm/setup"], ns)
     sampler = ns["sampler"]
     assert (sampler.prediction_type, sampler.loss_weighting) == ("sample", "snr")
@@ -141,9 +150,14 @@ def test_ddpm_snippets_resume_exactly_through_accelerate(tmp_path):
     code = snippets()
 
     def fresh():
-        ns = {"noise_scheduler": DDPMScheduler(num_train_timesteps=1000), "F": F, "torch": torch,
-              "args": argparse.Namespace(prediction_type="epsilon", seed=3), "accelerator": _accelerator(),
-              "max_train_steps": STEPS}
+        ns = {
+            "noise_scheduler": DDPMScheduler(num_train_timesteps=1000),
+            "F": F,
+            "torch": torch,
+            "args": argparse.Namespace(prediction_type="epsilon", seed=3),
+            "accelerator": _accelerator(),
+            "max_train_steps": STEPS,
+        }
         exec(code["ddpm/setup"], ns)
         return ns
 
@@ -170,8 +184,9 @@ def test_ddpm_snippets_resume_exactly_through_accelerate(tmp_path):
 @pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction"])
 def test_sd_text_to_image_snippets_with_min_snr(prediction_type):
     code = snippets()
-    noise_scheduler = DDPMScheduler(num_train_timesteps=1000, beta_schedule="scaled_linear", beta_start=0.00085,
-                                    beta_end=0.012, prediction_type=prediction_type)
+    noise_scheduler = DDPMScheduler(
+        num_train_timesteps=1000, beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, prediction_type=prediction_type
+    )
     args = argparse.Namespace(prediction_type=None, snr_gamma=5.0, seed=0, max_train_steps=STEPS)
     ns = {"noise_scheduler": noise_scheduler, "args": args, "accelerator": _accelerator()}
     exec(code["sd/setup"], ns)
@@ -232,22 +247,34 @@ def run_flow(ns: dict, code: dict, prefix: str, *, precondition: bool, prior_sca
         exec(code["ddpm/step"], ns)
 
 
-@pytest.mark.parametrize("weighting_scheme,precondition_outputs", [
-    ("logit_normal", 1), ("sigma_sqrt", 1), ("cosmap", 0), ("mode", 0),
-])
+@pytest.mark.parametrize(
+    "weighting_scheme,precondition_outputs",
+    [
+        ("logit_normal", 1),
+        ("sigma_sqrt", 1),
+        ("cosmap", 0),
+        ("mode", 0),
+    ],
+)
 def test_sd3_dreambooth_snippets_each_weighting_scheme(weighting_scheme, precondition_outputs, tmp_path):
     code = snippets()
-    args = argparse.Namespace(weighting_scheme=weighting_scheme, precondition_outputs=precondition_outputs,
-                              logit_mean=0.0, logit_std=1.0, mode_scale=1.29, seed=0, max_train_steps=STEPS,
-                              output_dir=str(tmp_path), with_prior_preservation=False)
-    ns = {"noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0), "args": args, "os": os,
-          "accelerator": _accelerator()}
+    args = argparse.Namespace(
+        weighting_scheme=weighting_scheme,
+        precondition_outputs=precondition_outputs,
+        logit_mean=0.0,
+        logit_std=1.0,
+        mode_scale=1.29,
+        seed=0,
+        max_train_steps=STEPS,
+        output_dir=str(tmp_path),
+        with_prior_preservation=False,
+    )
+    ns = {"noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0), "args": args, "os": os, "accelerator": _accelerator()}
     exec(code["sd3/setup"], ns)
     sampler = ns["sampler"]
     assert sampler.prediction_type == ("sample" if precondition_outputs else "flow")
     assert sampler.loss_weighting == (weighting_scheme if weighting_scheme in ("sigma_sqrt", "cosmap") else "none")
-    assert sampler.describe()["base"]["name"] == (weighting_scheme if weighting_scheme in ("logit_normal", "mode")
-                                                  else "uniform")
+    assert sampler.describe()["base"]["name"] == (weighting_scheme if weighting_scheme in ("logit_normal", "mode") else "uniform")
     run_flow(ns, code, "sd3", precondition=bool(precondition_outputs))
     exec(code["flow/save"], ns)
     assert sampler.is_adapted
@@ -260,10 +287,10 @@ def test_sd3_snippets_keep_class_images_out_of_the_statistics():
     """Prior preservation: the class images (scale 2, not 0.5) are noised and trained on, but only the
     instance half reaches the sampler, whose π is that of the instance data."""
     code = snippets()
-    args = argparse.Namespace(weighting_scheme="logit_normal", precondition_outputs=1, seed=0, max_train_steps=STEPS,
-                              with_prior_preservation=True)
-    ns = {"noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0), "args": args,
-          "accelerator": _accelerator()}
+    args = argparse.Namespace(
+        weighting_scheme="logit_normal", precondition_outputs=1, seed=0, max_train_steps=STEPS, with_prior_preservation=True
+    )
+    ns = {"noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0), "args": args, "accelerator": _accelerator()}
     exec(code["sd3/setup"], ns)
     run_flow(ns, code, "sd3", precondition=True, prior_scale=2.0)
     sampler = ns["sampler"]
@@ -275,11 +302,11 @@ def test_sd3_snippets_keep_class_images_out_of_the_statistics():
 def test_flux_dreambooth_snippets_with_dynamic_shifting(tmp_path):
     code = snippets()
     # Flux's scheduler: dynamic shifting; the training table is the unshifted one
-    noise_scheduler_copy = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
-                                                           max_shift=1.15)
+    noise_scheduler_copy = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
     assert torch.allclose(noise_scheduler_copy.timesteps[:3], torch.tensor([1000.0, 999.0, 998.0]))  # not shifted
-    args = argparse.Namespace(weighting_scheme="none", seed=0, max_train_steps=STEPS, output_dir=str(tmp_path),
-                              with_prior_preservation=False)
+    args = argparse.Namespace(
+        weighting_scheme="none", seed=0, max_train_steps=STEPS, output_dir=str(tmp_path), with_prior_preservation=False
+    )
     ns = {"noise_scheduler_copy": noise_scheduler_copy, "args": args, "os": os, "accelerator": _accelerator()}
     exec(code["flux/setup"], ns)
     sampler = ns["sampler"]

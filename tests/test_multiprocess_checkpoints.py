@@ -24,12 +24,32 @@ STEPS, EVERY = 6, 3  # checkpoints at step 3 (mid-run: open statistics, data sta
 
 def launch(out: Path, *extra: str, timeout: int = 180) -> tuple[dict, dict]:
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()), str(SCRIPT),
-           "--output_dir", str(out), "--max_train_steps", str(STEPS), "--checkpointing_steps", str(EVERY), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        str(SCRIPT),
+        "--output_dir",
+        str(out),
+        "--max_train_steps",
+        str(STEPS),
+        "--checkpointing_steps",
+        str(EVERY),
+        *extra,
+    ]
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

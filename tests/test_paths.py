@@ -269,14 +269,17 @@ def test_flow_heun_is_flow_and_dynamic_shift_moves_baselines():
     np.testing.assert_allclose(dyn.log_prob(torch.exp(x)).numpy(), stats.norm.logpdf(x.numpy() - mu) - math.log(z), atol=1e-10)
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: EDMEulerScheduler(sigma_min=0), "sigma_min"),
-    (lambda: EDMEulerScheduler(sigma_min=5.0, sigma_max=1.0), "sigma_min < sigma_max"),
-    (lambda: EDMEulerScheduler(sigma_max=float("inf")), "finite"),
-    (lambda: DDPMScheduler(num_train_timesteps=2), "num_train_timesteps"),
-    (lambda: FlowMatchEulerDiscreteScheduler(shift=float("nan")), "shift"),
-    (lambda: FlowMatchEulerDiscreteScheduler(invert_sigmas=True), "invert_sigmas"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: EDMEulerScheduler(sigma_min=0), "sigma_min"),
+        (lambda: EDMEulerScheduler(sigma_min=5.0, sigma_max=1.0), "sigma_min < sigma_max"),
+        (lambda: EDMEulerScheduler(sigma_max=float("inf")), "finite"),
+        (lambda: DDPMScheduler(num_train_timesteps=2), "num_train_timesteps"),
+        (lambda: FlowMatchEulerDiscreteScheduler(shift=float("nan")), "shift"),
+        (lambda: FlowMatchEulerDiscreteScheduler(invert_sigmas=True), "invert_sigmas"),
+    ],
+)
 def test_schedulers_the_paths_cannot_represent_are_refused(make, match):
     with pytest.raises(ValueError, match=match):
         path_from_scheduler(make())

@@ -58,8 +58,13 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
     race = spec.race
     (src_dir / f"unet_{race.name}.json").write_text(json.dumps(race_tiers.unet_config(8, race.channels)))
     other = dataclasses.replace(spec, root=str(tmp_path / "quick"))
-    result = {"command": race_harness.script_command(other), "steps": list(range(race.eval_every, race.steps + 1, race.eval_every)),
-              "inference": {"num_samples": race.num_samples}, "jitter": None, "run_id": spec.run_id}
+    result = {
+        "command": race_harness.script_command(other),
+        "steps": list(range(race.eval_every, race.steps + 1, race.eval_every)),
+        "inference": {"num_samples": race.num_samples},
+        "jitter": None,
+        "run_id": spec.run_id,
+    }
     source = src_dir / f"{spec.run_id}.json"
 
     source.write_text(json.dumps({**result, "command": result["command"].replace("--learning_rate 0.001", "--learning_rate 0.002")}))
@@ -73,7 +78,11 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
 def test_variant_samplers_name_their_flags():
     assert race_harness.variant_args(["gate_none"]) == ["--infonoise_gate", "none"]
     assert race_harness.variant_args(["warmup_steps_auto", "base=logit_normal"]) == [
-        "--infonoise_warmup_steps", "auto", "--infonoise_base", "logit_normal"]
+        "--infonoise_warmup_steps",
+        "auto",
+        "--infonoise_base",
+        "logit_normal",
+    ]
     with pytest.raises(ValueError, match="variant option"):
         race_harness.variant_args(["gate"])
     # recheck_full: the three main samplers, then the variants, then the other samplers on DNA

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _quickstart() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Quickstart"):]
+    section = text[text.index("## Quickstart") :]
     return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
 
 
@@ -25,13 +25,25 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     gen = torch.Generator().manual_seed(0)
     # binarized 8x8 "images" in {-1, 1}: per-pixel variance 1 by construction
     dataloader = [torch.sign(torch.randn(8, 1, 8, 8, generator=gen)) for _ in range(120)]
-    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
-                       norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    unet = UNet2DModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
     from accelerate import Accelerator
 
-    ns = {"unet": unet, "optimizer": torch.optim.Adam(unet.parameters(), lr=1e-3), "dataloader": dataloader,
-          "max_train_steps": len(dataloader), "accelerator": Accelerator(cpu=True)}
+    ns = {
+        "unet": unet,
+        "optimizer": torch.optim.Adam(unet.parameters(), lr=1e-3),
+        "dataloader": dataloader,
+        "max_train_steps": len(dataloader),
+        "accelerator": Accelerator(cpu=True),
+    }
 
     class Pipeline:  # the user's pipeline, holding the scheduler the snippet trains with
         def save_pretrained(self, path):
@@ -51,7 +63,7 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
 
 def _block(heading: str) -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(heading):]
+    section = text[text.index(heading) :]
     return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
 
 
@@ -81,9 +93,16 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
     from _tiny_pipelines import save_tiny_sd3_pipeline
 
     monkeypatch.chdir(tmp_path)
-    unet = UNet2DModel(sample_size=16, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
-                       norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    unet = UNet2DModel(
+        sample_size=16,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
     edm = EDMEulerScheduler()
     sampler = _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(edm, warmup_steps=2, refresh_every=1))
     save_unconditional_pipeline(unet, None, edm, sampler, "mnist-edm-infonoise")

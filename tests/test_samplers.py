@@ -36,8 +36,9 @@ def _own_loss(sampler, sigmas: torch.Tensor, s_d: float = 0.5) -> torch.Tensor:
     """Bayes-optimal expected loss of Gaussian data in the sampler's parameterization (by hand)."""
     sig = sigmas.double()
     m = sig**2 * s_d**2 / (sig**2 + s_d**2)
-    c = {"sample": torch.ones_like(sig), "epsilon": sig**2, "v_prediction": sig**2 / (1 + sig**2),
-         "flow": (sig / (1 + sig)) ** 2}[sampler.prediction_type]
+    c = {"sample": torch.ones_like(sig), "epsilon": sig**2, "v_prediction": sig**2 / (1 + sig**2), "flow": (sig / (1 + sig)) ** 2}[
+        sampler.prediction_type
+    ]
     return torch.where(torch.isfinite(c), m / c, torch.ones_like(sig))
 
 
@@ -142,8 +143,12 @@ def test_fixed_baselines_match_their_closed_form(kind):
 @pytest.mark.parametrize("sched_cls", [DDPMScheduler, DDIMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler])
 def test_default_prediction_types(sched_cls):
     s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched_cls())
-    expected = {"DDPMScheduler": "epsilon", "DDIMScheduler": "epsilon", "EDMEulerScheduler": "sample",
-                "FlowMatchEulerDiscreteScheduler": "flow"}[sched_cls.__name__]
+    expected = {
+        "DDPMScheduler": "epsilon",
+        "DDIMScheduler": "epsilon",
+        "EDMEulerScheduler": "sample",
+        "FlowMatchEulerDiscreteScheduler": "flow",
+    }[sched_cls.__name__]
     assert s.prediction_type == expected
     v = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(prediction_type="v_prediction"))
     assert v.prediction_type == "v_prediction"
@@ -191,8 +196,15 @@ def test_kingma_gao_proposal_is_base_times_weighted_loss():
     """p ∝ base·E[u·L] per bin (VDM++), mixed with the base by the floor: checked on exact bin centres."""
     sched = EDMEulerScheduler()
     kg = KingmaGaoSampler(
-        InfoNoiseTrainingTimestepSampler.from_scheduler(sched).path, prediction_type="sample", loss_weighting="edm",
-        num_bins=16, warmup_steps=1, refresh_every=1, min_count=1, smoothing=0.0, floor=0.1,
+        InfoNoiseTrainingTimestepSampler.from_scheduler(sched).path,
+        prediction_type="sample",
+        loss_weighting="edm",
+        num_bins=16,
+        warmup_steps=1,
+        refresh_every=1,
+        min_count=1,
+        smoothing=0.0,
+        floor=0.1,
     )
     edges = np.linspace(math.log(0.002), math.log(80.0), 17)
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
@@ -247,8 +259,11 @@ def test_bad_update_and_sample_arguments(call, exc, name):
     [
         (lambda: make_sampler("infonoise", object()), TypeError, "noise_scheduler"),
         (lambda: make_sampler("infonoise", DDPMScheduler(), prediction_type="x0"), ValueError, "prediction_type.*accepted"),
-        (lambda: make_sampler("uniform", FlowMatchEulerDiscreteScheduler(), prediction_type="epsilon"), ValueError,
-         "prediction_type.*accepted"),
+        (
+            lambda: make_sampler("uniform", FlowMatchEulerDiscreteScheduler(), prediction_type="epsilon"),
+            ValueError,
+            "prediction_type.*accepted",
+        ),
         (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting="p2"), ValueError, "loss_weighting.*accepted"),
         (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting=1.0), TypeError, "loss_weighting"),
         (lambda: make_sampler("infonoise", DDPMScheduler(), loss_weighting="min_snr"), ValueError, "snr_gamma"),
@@ -407,8 +422,9 @@ def _gaussian_trained(sampler, steps=30, s_d=0.5):
 
 def test_stored_schedule_defaults_to_its_loss_and_is_rebuilt_for_another_weighting():
     sch = EDMEulerScheduler()
-    trained = _gaussian_trained(InfoNoiseTrainingTimestepSampler.from_scheduler(
-        sch, loss_weighting="edm", warmup_steps=10, refresh_every=10, floor=0.0))
+    trained = _gaussian_trained(
+        InfoNoiseTrainingTimestepSampler.from_scheduler(sch, loss_weighting="edm", warmup_steps=10, refresh_every=10, floor=0.0)
+    )
     trained.save_to_scheduler(sch)
     same = InfoNoiseTrainingTimestepSampler.from_scheduler(sch, floor=0.0)
     assert same.loss_weighting == "edm" and same.prediction_type == "sample"
@@ -462,8 +478,7 @@ def _trained_with_model_error(cap, delta, steps=30, s_d=0.5):
     """DDPM-ε on Gaussian data (per-dimension variance s_d²): the Bayes ε-loss mmse/σ² (by hand,
     METHOD.md §2-3) plus a constant residual ``delta`` of an imperfect ε-model, which the σ²
     conversion turns into an x0 error growing like δσ² at high noise."""
-    sampler = make_sampler("infonoise", DDPMScheduler(), warmup_steps=10, refresh_every=10, floor=0.0, gate=None,
-                           mmse_cap=cap)
+    sampler = make_sampler("infonoise", DDPMScheduler(), warmup_steps=10, refresh_every=10, floor=0.0, gate=None, mmse_cap=cap)
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
         lv = sampler.sample(2048, generator=gen)

@@ -39,8 +39,9 @@ def _adapted(sched, s_d=0.5, **kw):
         lv = sampler.sample(4096, generator=gen)
         sig = lv.sigmas.double()
         m = torch.from_numpy(gauss_mmse(sig.numpy(), s_d))
-        c = {"sample": torch.ones_like(sig), "epsilon": sig**2, "v_prediction": sig**2 / (1 + sig**2),
-             "flow": (sig / (1 + sig)) ** 2}[sampler.prediction_type]
+        c = {"sample": torch.ones_like(sig), "epsilon": sig**2, "v_prediction": sig**2 / (1 + sig**2), "flow": (sig / (1 + sig)) ** 2}[
+            sampler.prediction_type
+        ]
         sampler.update(lv, torch.where(torch.isfinite(c), m / c, torch.ones_like(m)))
         sampler.step()
     assert sampler.is_adapted
@@ -155,8 +156,14 @@ def test_dynamic_shift_round_trip(tmp_path):
 
 def _tiny_unet():
     return UNet2DModel(
-        sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
-        norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
     )
 
 
@@ -271,15 +278,29 @@ def _corrupt(payload, how):
 
 @pytest.mark.parametrize(
     "how,pattern",
-    [("version", "version"), ("format", "format"), ("missing", "missing.*pi"), ("pi_sum", "pi"), ("pi_negative", "pi"),
-     ("length", "len"), ("text", "edges must be a flat list of numbers"), ("edges_order", "edges"), ("m_hat_negative", "m_hat"),
-     ("not_a_dict", "JSON object"), ("m_hat_infinity", "m_hat"), ("hyper_null", "hyperparameters"),
-     ("hyper_list", "hyperparameters"), ("gate_not_a_string", "gate"), ("version_true", "version"),
-     ("version_float", "version"), ("steps_negative", "optimizer_steps"),
-     ("nested_edges", "edges must be a flat list of numbers"),
-     ("m_hat_huge", r"m_hat must hold finite x0-space errors in \[0, 1e\+30\].*1e\+308"),
-     ("three_bins", "the stored schedule has 3 bins; a schedule has at least 4"),
-     ("edges_shifted", r"edges span log sigma \[.*\], but its vp path's sigma range .*\(edited or corrupted\)")],
+    [
+        ("version", "version"),
+        ("format", "format"),
+        ("missing", "missing.*pi"),
+        ("pi_sum", "pi"),
+        ("pi_negative", "pi"),
+        ("length", "len"),
+        ("text", "edges must be a flat list of numbers"),
+        ("edges_order", "edges"),
+        ("m_hat_negative", "m_hat"),
+        ("not_a_dict", "JSON object"),
+        ("m_hat_infinity", "m_hat"),
+        ("hyper_null", "hyperparameters"),
+        ("hyper_list", "hyperparameters"),
+        ("gate_not_a_string", "gate"),
+        ("version_true", "version"),
+        ("version_float", "version"),
+        ("steps_negative", "optimizer_steps"),
+        ("nested_edges", "edges must be a flat list of numbers"),
+        ("m_hat_huge", r"m_hat must hold finite x0-space errors in \[0, 1e\+30\].*1e\+308"),
+        ("three_bins", "the stored schedule has 3 bins; a schedule has at least 4"),
+        ("edges_shifted", r"edges span log sigma \[.*\], but its vp path's sigma range .*\(edited or corrupted\)"),
+    ],
 )
 def test_corrupted_payload_rejected(how, pattern, tmp_path):
     sched = DDPMScheduler()
@@ -305,8 +326,7 @@ def test_an_edited_pi_is_refused_against_its_own_m_hat(tmp_path):
     sched = EDMEulerScheduler()
     _adapted(sched).save_to_scheduler(sched)
     payload = json.loads(json.dumps(sched.config[CONFIG_KEY]))
-    assert torch.equal(InfoNoiseTrainingTimestepSampler.from_scheduler(sched).probs,
-                       torch.tensor(payload["pi"], dtype=torch.float64))
+    assert torch.equal(InfoNoiseTrainingTimestepSampler.from_scheduler(sched).probs, torch.tensor(payload["pi"], dtype=torch.float64))
     payload["pi"] = [0.0] * (len(payload["pi"]) - 1) + [1.0]
     sched.register_to_config(**{CONFIG_KEY: payload})
     assert read_schedule(sched)["pi"][-1] == 1.0  # well-formed: the format check passes it
@@ -318,8 +338,9 @@ def test_saving_into_a_scheduler_of_another_prediction_type_warns():
     """A v-model's schedule saved into an ε config (issue 20: silent)."""
     sampler = _adapted(DDPMScheduler(prediction_type="v_prediction"))
     assert sampler.prediction_type == "v_prediction"
-    with pytest.warns(UserWarning, match="prediction_type is 'epsilon', but the schedule stored in it was learned from a "
-                                         "'v_prediction' loss"):
+    with pytest.warns(
+        UserWarning, match="prediction_type is 'epsilon', but the schedule stored in it was learned from a 'v_prediction' loss"
+    ):
         sampler.save_to_scheduler(DDPMScheduler(prediction_type="epsilon"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -356,16 +377,25 @@ def test_schedule_saved_during_warmup_keeps_base_and_warmup():
 
     x = np.linspace(math.log(0.003), math.log(70.0), 9)
     z = stats.norm.cdf(math.log(80.0), -1.2, 1.2) - stats.norm.cdf(math.log(0.002), -1.2, 1.2)
-    np.testing.assert_allclose(resumed.log_prob(torch.from_numpy(np.exp(x))).numpy(),
-                               stats.norm.logpdf(x, -1.2, 1.2) - math.log(z), atol=1e-10)
+    np.testing.assert_allclose(
+        resumed.log_prob(torch.from_numpy(np.exp(x))).numpy(), stats.norm.logpdf(x, -1.2, 1.2) - math.log(z), atol=1e-10
+    )
     # its statistics are kept
     torch.testing.assert_close(resumed.estimator.m_hat, s.estimator.m_hat, rtol=0, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("how,pattern", [
-    ("nan_sums", "sums"), ("negative_counts", "counts"), ("pi_sum", "probs"), ("negative_step", "optimizer_step"),
-    ("truncated_json", "unreadable"), ("truncated_tensors", "unreadable"), ("negative_draws", "num_draws"),
-])
+@pytest.mark.parametrize(
+    "how,pattern",
+    [
+        ("nan_sums", "sums"),
+        ("negative_counts", "counts"),
+        ("pi_sum", "probs"),
+        ("negative_step", "optimizer_step"),
+        ("truncated_json", "unreadable"),
+        ("truncated_tensors", "unreadable"),
+        ("negative_draws", "num_draws"),
+    ],
+)
 def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -15,10 +15,34 @@ from conftest import load_training_script
 
 sdxl_script = load_training_script("train_text_to_image_sdxl")
 
-FAST = ["--resolution", str(RESOLUTION), "--train_batch_size", "2", "--seed", "0", "--lr_warmup_steps", "0",
-        "--validation_inference_steps", "2", "--schedule_plot_steps", "0", "--report_to", "none"]
-INFONOISE = ["--noise_sampler", "infonoise", "--infonoise_warmup_steps", "1", "--infonoise_refresh_every", "1",
-             "--infonoise_min_count", "1", "--infonoise_num_bins", "16"]
+FAST = [
+    "--resolution",
+    str(RESOLUTION),
+    "--train_batch_size",
+    "2",
+    "--seed",
+    "0",
+    "--lr_warmup_steps",
+    "0",
+    "--validation_inference_steps",
+    "2",
+    "--schedule_plot_steps",
+    "0",
+    "--report_to",
+    "none",
+]
+INFONOISE = [
+    "--noise_sampler",
+    "infonoise",
+    "--infonoise_warmup_steps",
+    "1",
+    "--infonoise_refresh_every",
+    "1",
+    "--infonoise_min_count",
+    "1",
+    "--infonoise_num_bins",
+    "16",
+]
 
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
@@ -35,16 +59,14 @@ def test_micro_conditioning_comes_from_the_transform(tmp_path):
     from diffusers_infonoise.training import DataConfig, captioned_dataloader
 
     folder = write_captioned_image_folder(str(tmp_path / "imgs"), num_images=4, size=20)
-    data = DataConfig(train_data_dir=folder, caption_column="text", resolution=RESOLUTION, center_crop=True,
-                      train_batch_size=2)
+    data = DataConfig(train_data_dir=folder, caption_column="text", resolution=RESOLUTION, center_crop=True, train_batch_size=2)
     loader, _, _ = captioned_dataloader(data)
     batch = next(iter(loader))
     assert batch["original_sizes"] == [(20, 24), (20, 24)] and batch["crop_top_lefts"] == [(0, 1), (0, 1)]
     ids = sdxl_script.time_ids(batch, RESOLUTION, "cpu")
     assert ids.tolist() == [[20, 24, 0, 1, 16, 16]] * 2
     # a random crop and flip stay inside the resized image, the flip mirroring the corner
-    flipped = DataConfig(train_data_dir=folder, caption_column="text", resolution=RESOLUTION, random_flip=True,
-                         train_batch_size=4, seed=3)
+    flipped = DataConfig(train_data_dir=folder, caption_column="text", resolution=RESOLUTION, random_flip=True, train_batch_size=4, seed=3)
     corners = [c for b in captioned_dataloader(flipped)[0] for c in b["crop_top_lefts"]]
     assert all(top == 0 and 0 <= left <= 3 for top, left in corners)
 
@@ -54,11 +76,33 @@ def test_sdxl_lora_v_prediction_min_snr_trains_and_loads(sdxl_model, tmp_path):
     from safetensors.torch import load_file
 
     out = tmp_path / "lora"
-    result = sdxl_script.main(["--pretrained_model_name_or_path", sdxl_model, "--output_dir", str(out), "--use_lora",
-                               "--dataset_name", "fashion_mnist", "--max_train_samples", "8", "--max_train_steps", "3",
-                               "--checkpointing_steps", "1000", "--learning_rate", "1e-3", "--prediction_type",
-                               "v_prediction", "--snr_gamma", "5", "--validation_prompts", "a photo of a bag",
-                               *FAST, *INFONOISE])
+    result = sdxl_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sdxl_model,
+            "--output_dir",
+            str(out),
+            "--use_lora",
+            "--dataset_name",
+            "fashion_mnist",
+            "--max_train_samples",
+            "8",
+            "--max_train_steps",
+            "3",
+            "--checkpointing_steps",
+            "1000",
+            "--learning_rate",
+            "1e-3",
+            "--prediction_type",
+            "v_prediction",
+            "--snr_gamma",
+            "5",
+            "--validation_prompts",
+            "a photo of a bag",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     sampler = result["sampler"]
     assert (sampler.prediction_type, sampler.loss_weighting, sampler.snr_gamma) == ("v_prediction", "min_snr", 5.0)
     saved = DDPMScheduler.from_pretrained(out / "scheduler")
@@ -81,14 +125,44 @@ def test_sdxl_full_finetune_saves_the_training_scheduler(sdxl_model, tmp_path):
     from diffusers import StableDiffusionXLPipeline
 
     out = tmp_path / "full"
-    sdxl_script.main(["--pretrained_model_name_or_path", sdxl_model, "--output_dir", str(out), "--dataset_name", "digits",
-                      "--max_train_samples", "8", "--max_train_steps", "2", "--checkpointing_steps", "1000",
-                      "--noise_offset", "0.05", *FAST, *INFONOISE])
+    sdxl_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sdxl_model,
+            "--output_dir",
+            str(out),
+            "--dataset_name",
+            "digits",
+            "--max_train_samples",
+            "8",
+            "--max_train_steps",
+            "2",
+            "--checkpointing_steps",
+            "1000",
+            "--noise_offset",
+            "0.05",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     pipe = StableDiffusionXLPipeline.from_pretrained(str(out))
     assert type(pipe.scheduler).__name__ == "DDPMScheduler"
     with open(os.path.join(out, "scheduler", "scheduler_config.json")) as f:
         assert json.load(f)["_infonoise_schedule"]["optimizer_steps"] == 2
     # without --noise_sampler the run is diffusers' own: uniform t
-    again = sdxl_script.main(["--pretrained_model_name_or_path", sdxl_model, "--output_dir", str(tmp_path / "b"),
-                              "--dataset_name", "digits", "--max_train_samples", "4", "--max_train_steps", "1", *FAST])
+    again = sdxl_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sdxl_model,
+            "--output_dir",
+            str(tmp_path / "b"),
+            "--dataset_name",
+            "digits",
+            "--max_train_samples",
+            "4",
+            "--max_train_steps",
+            "1",
+            *FAST,
+        ]
+    )
     assert again["sampler"].name == "uniform"

@@ -62,11 +62,14 @@ def test_stratified_levels_fill_every_bin_equally():
     assert torch.equal(counts[holds], torch.full((int(holds.sum()),), 5)) and int(counts[~holds].sum()) == 0
 
 
-@pytest.mark.parametrize("scheduler,prediction_type,w", [
-    (EDMEulerScheduler(), "sample", lambda s: (s**2 + 0.25) / (s * 0.5) ** 2),  # EDM weighting on D
-    (DDPMScheduler(), "epsilon", lambda s: 1 / s**2),  # unweighted ε
-    (FlowMatchEulerDiscreteScheduler(), "sample", lambda s: np.ones_like(s)),  # unweighted x0 (SD3 preconditioned)
-])
+@pytest.mark.parametrize(
+    "scheduler,prediction_type,w",
+    [
+        (EDMEulerScheduler(), "sample", lambda s: (s**2 + 0.25) / (s * 0.5) ** 2),  # EDM weighting on D
+        (DDPMScheduler(), "epsilon", lambda s: 1 / s**2),  # unweighted ε
+        (FlowMatchEulerDiscreteScheduler(), "sample", lambda s: np.ones_like(s)),  # unweighted x0 (SD3 preconditioned)
+    ],
+)
 def test_profile_start_of_a_bayes_optimal_model_is_the_analytic_profile(scheduler, prediction_type, w):
     """Before step 1, min_count samples a bin of the model's errors: m̂ is the analytic MMSE in every measured bin,
     π·w follows ρ ∝ mmse/σ² within the floor, no warm-up, and ceil(K·n/B) forward passes."""
@@ -125,9 +128,11 @@ def test_choose_start_auto_and_its_errors():
     start = choose_start("auto", other, stored=stored, pretrained_model=True)
     assert start.choice == "profile" and "'stored' would convert it" in start.reason
     assert choose_start("auto", make_sampler("uniform", sched), stored=stored).choice == "base"
-    for init, kw, pattern in (("stored", {}, "'stored' needs a stored schedule"),
-                              ("profile", {"stored": stored}, "'profile' measures a pretrained model"),
-                              ("sometimes", {}, "accepted values are auto, base, stored, profile")):
+    for init, kw, pattern in (
+        ("stored", {}, "'stored' needs a stored schedule"),
+        ("profile", {"stored": stored}, "'profile' measures a pretrained model"),
+        ("sometimes", {}, "accepted values are auto, base, stored, profile"),
+    ):
         with pytest.raises(ValueError, match=pattern):
             choose_start(init, s, **kw)
     with pytest.raises(ValueError, match="fixed density"):
@@ -166,8 +171,16 @@ def test_read_schedule_from_folders_files_and_their_errors(tmp_path):
     start_from_model(trained, _bayes_loss(trained), _batches(), progress=False)
     trained.save_to_scheduler(sched)
     sched.save_pretrained(tmp_path / "sched")
-    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16),
-                       norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"))
+    unet = UNet2DModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
     DDPMPipeline(unet=unet, scheduler=sched).save_pretrained(tmp_path / "pipe")
     payload = read_schedule(sched)
     for source in (tmp_path / "sched", tmp_path / "pipe", tmp_path / "sched" / "scheduler_config.json", sched):

@@ -47,10 +47,32 @@ def sd3_model(tmp_path_factory):
 
 
 # a few optimizer steps; InfoNoise adapts from the second step on so that its state moves
-FAST = ["--resolution", str(RESOLUTION), "--train_batch_size", "2", "--seed", "0", "--lr_warmup_steps", "0",
-        "--validation_inference_steps", "2", "--schedule_plot_steps", "0"]
-INFONOISE = ["--noise_sampler", "infonoise", "--infonoise_warmup_steps", "1", "--infonoise_refresh_every", "1",
-             "--infonoise_min_count", "1", "--infonoise_num_bins", "16"]
+FAST = [
+    "--resolution",
+    str(RESOLUTION),
+    "--train_batch_size",
+    "2",
+    "--seed",
+    "0",
+    "--lr_warmup_steps",
+    "0",
+    "--validation_inference_steps",
+    "2",
+    "--schedule_plot_steps",
+    "0",
+]
+INFONOISE = [
+    "--noise_sampler",
+    "infonoise",
+    "--infonoise_warmup_steps",
+    "1",
+    "--infonoise_refresh_every",
+    "1",
+    "--infonoise_min_count",
+    "1",
+    "--infonoise_num_bins",
+    "16",
+]
 
 
 def _sampler_state(folder):
@@ -115,8 +137,9 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
     torch.testing.assert_close(probs, torch.full_like(probs, 1 / 1000))
 
     for prediction_type, divisor in (("epsilon", lambda snr: snr), ("v_prediction", lambda snr: snr + 1)):
-        args = sd_script.parse_args(["--pretrained_model_name_or_path", sd_model, "--snr_gamma", "5",
-                                     "--prediction_type", prediction_type, *INFONOISE])
+        args = sd_script.parse_args(
+            ["--pretrained_model_name_or_path", sd_model, "--snr_gamma", "5", "--prediction_type", prediction_type, *INFONOISE]
+        )
         sched = sd_script.load_noise_scheduler(args)
         sampler = sd_script.build_sampler(args, sched)
         assert sampler.name == "infonoise" and sampler.loss_weighting == "min_snr" and sampler.snr_gamma == 5
@@ -126,14 +149,14 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
         expected = torch.minimum(snr, torch.full_like(snr, 5.0)) / divisor(snr)
         sigmas = sampler.path.sigmas_table[t]
         torch.testing.assert_close(sampler.loss_weight(sigmas), expected, rtol=1e-5, atol=0)
-        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), torch.minimum(snr, torch.full_like(snr, 5.0)),
-                                   rtol=1e-5, atol=0)
+        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), torch.minimum(snr, torch.full_like(snr, 5.0)), rtol=1e-5, atol=0)
 
 
 def test_sd_show_noise_schedule(sd_model, tmp_path, capsys):
     out = tmp_path / "show"
-    result = sd_script.main(["--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--snr_gamma", "5",
-                             "--show_noise_schedule", *INFONOISE])
+    result = sd_script.main(
+        ["--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--snr_gamma", "5", "--show_noise_schedule", *INFONOISE]
+    )
     assert result["sampler"].name == "infonoise"
     printed = capsys.readouterr().out
     assert "infonoise" in printed and "min_snr" in printed and "vp" in printed
@@ -149,13 +172,39 @@ def test_sd_full_finetune_saves_pipeline_with_learned_schedule(sd_model, tmp_pat
     from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, read_schedule
 
     out = tmp_path / "sd_full"
-    result = sd_script.main([
-        "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
-        "--max_train_samples", "8", "--max_train_steps", "4", "--checkpointing_steps", "2", "--use_ema",
-        "--prediction_type", "v_prediction", "--snr_gamma", "5", "--noise_offset", "0.1", "--input_perturbation", "0.1",
-        "--validation_prompts", "a photo of a bag", "a photo of a dress", "--validation_epochs", "1",
-        "--random_flip", *FAST, *INFONOISE,
-    ])
+    result = sd_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sd_model,
+            "--output_dir",
+            str(out),
+            "--dataset_name",
+            "fashion_mnist",
+            "--max_train_samples",
+            "8",
+            "--max_train_steps",
+            "4",
+            "--checkpointing_steps",
+            "2",
+            "--use_ema",
+            "--prediction_type",
+            "v_prediction",
+            "--snr_gamma",
+            "5",
+            "--noise_offset",
+            "0.1",
+            "--input_perturbation",
+            "0.1",
+            "--validation_prompts",
+            "a photo of a bag",
+            "a photo of a dress",
+            "--validation_epochs",
+            "1",
+            "--random_flip",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     assert result["global_step"] == 4 and len(result["step_times"]) == 4
     sampler = result["sampler"]
     assert sampler.is_adapted and sampler.optimizer_step == 4
@@ -167,15 +216,13 @@ def test_sd_full_finetune_saves_pipeline_with_learned_schedule(sd_model, tmp_pat
     assert payload["prediction_type"] == "v_prediction" and payload["loss_weighting"] == "min_snr"
     assert payload["snr_gamma"] == 5 and payload["adapted"] and payload["optimizer_steps"] == 4
     # the stored schedule is the one training ended with, and fine-tuning can continue from it
-    resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(pipe.scheduler, loss_weighting="min_snr", snr_gamma=5,
-                                                             num_bins=16)
+    resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(pipe.scheduler, loss_weighting="min_snr", snr_gamma=5, num_bins=16)
     torch.testing.assert_close(resumed.probs, sampler.probs)
     # the trained (EMA) UNet was saved, not the base one
     base_unet = StableDiffusionPipeline.from_pretrained(sd_model).unet
     assert any(not torch.equal(a, b) for a, b in zip(pipe.unet.parameters(), base_unet.parameters()))
 
-    image = pipe("a photo of a bag", num_inference_steps=2, output_type="np",
-                 generator=torch.Generator().manual_seed(0)).images
+    image = pipe("a photo of a bag", num_inference_steps=2, output_type="np", generator=torch.Generator().manual_seed(0)).images
     assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
 
     tags, card = _front_matter_tags(out / "README.md")
@@ -198,11 +245,29 @@ def test_sd_lora_from_image_folder(sd_model, tmp_path):
 
     data = write_captioned_image_folder(str(tmp_path / "images"), num_images=6)
     out = tmp_path / "sd_lora"
-    result = sd_script.main([
-        "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--train_data_dir", data,
-        "--use_lora", "--lora_rank", "4", "--max_train_steps", "3", "--checkpointing_steps", "100",
-        "--learning_rate", "1e-2", "--report_to", "none", *FAST, *INFONOISE,
-    ])
+    result = sd_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sd_model,
+            "--output_dir",
+            str(out),
+            "--train_data_dir",
+            data,
+            "--use_lora",
+            "--lora_rank",
+            "4",
+            "--max_train_steps",
+            "3",
+            "--checkpointing_steps",
+            "100",
+            "--learning_rate",
+            "1e-2",
+            "--report_to",
+            "none",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     assert result["global_step"] == 3
     assert not (out / "unet").exists() and not (out / "model_index.json").exists()
     lora = load_file(str(out / "pytorch_lora_weights.safetensors"))
@@ -230,17 +295,31 @@ def test_sd_resume_from_checkpoint_is_exact(sd_model, tmp_path):
     uninterrupted run's (data order, augmentations, noise and level draws are all restored)."""
     from safetensors.torch import load_file
 
-    common = ["--pretrained_model_name_or_path", sd_model, "--max_train_samples", "6", "--max_train_steps", "4",
-              "--checkpointing_steps", "2", "--use_ema", "--random_flip", "--noise_offset", "0.05",
-              "--report_to", "none", *FAST, *INFONOISE]
+    common = [
+        "--pretrained_model_name_or_path",
+        sd_model,
+        "--max_train_samples",
+        "6",
+        "--max_train_steps",
+        "4",
+        "--checkpointing_steps",
+        "2",
+        "--use_ema",
+        "--random_flip",
+        "--noise_offset",
+        "0.05",
+        "--report_to",
+        "none",
+        *FAST,
+        *INFONOISE,
+    ]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     sd_script.main([*common, "--output_dir", str(full)])
     resumed.mkdir()
     shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
     result = sd_script.main([*common, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"])
     assert result["global_step"] == 4 and len(result["step_times"]) == 2  # 6 examples, batch 2: epoch 1 included
-    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0",
-                               resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
+    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0", resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
     for sub in ("unet", "unet_ema"):
         a = load_file(str(full / "checkpoint-4" / sub / "diffusion_pytorch_model.safetensors"))
         b = load_file(str(resumed / "checkpoint-4" / sub / "diffusion_pytorch_model.safetensors"))
@@ -253,13 +332,39 @@ def test_sd_two_processes_share_pi(sd_model, tmp_path):
     refresh, each draws from its own stream, and only the main process writes the outputs."""
     port = free_port()
     out = tmp_path / "ddp"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
-           str(ROOT / "training_scripts" / "train_text_to_image.py"), "--pretrained_model_name_or_path", sd_model,
-           "--output_dir", str(out), "--max_train_samples", "8", "--max_train_steps", "3", "--checkpointing_steps", "3",
-           "--use_lora", "--validation_prompts", "a photo of a bag", *FAST, *INFONOISE]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(port),
+        str(ROOT / "training_scripts" / "train_text_to_image.py"),
+        "--pretrained_model_name_or_path",
+        sd_model,
+        "--output_dir",
+        str(out),
+        "--max_train_samples",
+        "8",
+        "--max_train_steps",
+        "3",
+        "--checkpointing_steps",
+        "3",
+        "--use_lora",
+        "--validation_prompts",
+        "a photo of a bag",
+        *FAST,
+        *INFONOISE,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
@@ -304,17 +409,18 @@ def test_sd3_weighting_scheme(sd3_model, tmp_path, scheme, capsys):
     sigmas = s / (1 - s)
     u = compute_loss_weighting_for_sd3(scheme, sigmas=s).double()
     for precondition, prediction_type, x0_factor in (("1", "sample", torch.ones_like(s)), ("0", "flow", s**2)):
-        args = sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme,
-                                      "--precondition_outputs", precondition])
+        args = sd3_script.parse_args(
+            ["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme, "--precondition_outputs", precondition]
+        )
         sampler = sd3_script.build_sampler(args, sd3_script.load_noise_scheduler(args))
-        assert (sampler.name, sampler.loss_weighting, sampler.prediction_type) == (
-            expected_sampler, expected_weighting, prediction_type)
+        assert (sampler.name, sampler.loss_weighting, sampler.prediction_type) == (expected_sampler, expected_weighting, prediction_type)
         assert sampler.path.kind == "flow" and sampler.path.shift == 3.0
         torch.testing.assert_close(sampler.loss_weight(sigmas), u, rtol=1e-6, atol=0)
         torch.testing.assert_close(sampler.x0_loss_weight(sigmas), u / x0_factor, rtol=1e-6, atol=0)
     out = tmp_path / scheme
-    result = sd3_script.main(["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme,
-                              "--output_dir", str(out), "--show_noise_schedule"])
+    result = sd3_script.main(
+        ["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme, "--output_dir", str(out), "--show_noise_schedule"]
+    )
     assert result["sampler"].name == expected_sampler
     assert "flow" in capsys.readouterr().out and (out / "noise_schedule.png").exists()
 
@@ -322,6 +428,7 @@ def test_sd3_weighting_scheme(sd3_model, tmp_path, scheme, capsys):
 def test_sd3_noise_sampler_and_weighting_scheme_together(sd3_model):
     """InfoNoise starts from the scheme's density with its parameters; a fixed sampler that contradicts
     an explicit density scheme is refused; Min-SNR is refused on the flow path."""
+
     def build(*extra):
         args = sd3_script.parse_args(["--pretrained_model_name_or_path", sd3_model, *extra])
         return sd3_script.build_sampler(args, sd3_script.load_noise_scheduler(args))
@@ -370,12 +477,30 @@ def test_sd3_full_finetune_saves_pipeline_with_learned_schedule(sd3_model, tmp_p
     from diffusers_infonoise import read_schedule
 
     out = tmp_path / "sd3_full"
-    result = sd3_script.main([
-        "--pretrained_model_name_or_path", sd3_model, "--output_dir", str(out), "--max_train_samples", "8",
-        "--max_train_steps", "3", "--checkpointing_steps", "100", "--weighting_scheme", "sigma_sqrt",
-        "--precondition_outputs", "0", "--max_sequence_length", "16", "--validation_prompts", "a photo of a coat",
-        *FAST, *INFONOISE,
-    ])
+    result = sd3_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sd3_model,
+            "--output_dir",
+            str(out),
+            "--max_train_samples",
+            "8",
+            "--max_train_steps",
+            "3",
+            "--checkpointing_steps",
+            "100",
+            "--weighting_scheme",
+            "sigma_sqrt",
+            "--precondition_outputs",
+            "0",
+            "--max_sequence_length",
+            "16",
+            "--validation_prompts",
+            "a photo of a coat",
+            *FAST,
+            *INFONOISE,
+        ]
+    )
     assert result["global_step"] == 3 and result["sampler"].is_adapted
     pipe = StableDiffusion3Pipeline.from_pretrained(str(out))
     assert isinstance(pipe.scheduler, FlowMatchEulerDiscreteScheduler) and pipe.scheduler.config.shift == 3.0
@@ -399,9 +524,27 @@ def test_sd3_lora_resume_and_reload(sd3_model, tmp_path):
     from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
     from safetensors.torch import load_file
 
-    common = ["--pretrained_model_name_or_path", sd3_model, "--max_train_samples", "6", "--max_train_steps", "4",
-              "--checkpointing_steps", "2", "--use_lora", "--lora_rank", "2", "--learning_rate", "1e-2",
-              "--max_sequence_length", "16", "--report_to", "none", *FAST, *INFONOISE]
+    common = [
+        "--pretrained_model_name_or_path",
+        sd3_model,
+        "--max_train_samples",
+        "6",
+        "--max_train_steps",
+        "4",
+        "--checkpointing_steps",
+        "2",
+        "--use_lora",
+        "--lora_rank",
+        "2",
+        "--learning_rate",
+        "1e-2",
+        "--max_sequence_length",
+        "16",
+        "--report_to",
+        "none",
+        *FAST,
+        *INFONOISE,
+    ]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     result = sd3_script.main([*common, "--output_dir", str(full)])
     assert result["sampler"].prediction_type == "sample"
@@ -409,8 +552,7 @@ def test_sd3_lora_resume_and_reload(sd3_model, tmp_path):
     resumed.mkdir()
     shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
     sd3_script.main([*common, "--output_dir", str(resumed), "--resume_from_checkpoint", "checkpoint-2"])
-    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0",
-                               resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
+    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0", resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
     a = load_file(str(full / "pytorch_lora_weights.safetensors"))
     b = load_file(str(resumed / "pytorch_lora_weights.safetensors"))
     assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
@@ -459,9 +601,25 @@ def test_sd_min_snr_on_a_zero_terminal_snr_pipeline_trains_finite(sd_model, tmp_
     cfg.update(rescale_betas_zero_snr=True)  # with the pipeline's ε prediction, as in the reported failure
     cfg_path.write_text(json.dumps(cfg))
     out = tmp_path / "out"
-    result = sd_script.main(["--pretrained_model_name_or_path", str(model), "--output_dir", str(out), "--snr_gamma", "5",
-                             "--dataset_name", "fashion_mnist", "--max_train_samples", "8", "--max_train_steps", "3",
-                             *FAST, "--noise_sampler", "uniform"])
+    result = sd_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(out),
+            "--snr_gamma",
+            "5",
+            "--dataset_name",
+            "fashion_mnist",
+            "--max_train_samples",
+            "8",
+            "--max_train_steps",
+            "3",
+            *FAST,
+            "--noise_sampler",
+            "uniform",
+        ]
+    )
     assert result["global_step"] == 3
     weights = load_file(out / "unet" / "diffusion_pytorch_model.safetensors")
     assert all(bool(torch.isfinite(w).all()) for w in weights.values())
@@ -473,11 +631,39 @@ def test_sd_lora_at_batch_one_adapts_from_the_base_density(sd_model, tmp_path):
     carry-over fills the bins across refreshes: π adapts within the run, every sample reached the statistics, and
     the cap is the latents' variance."""
     out = tmp_path / "lora1"
-    result = sd_script.main([
-        "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
-        "--max_train_samples", "16", "--resolution", str(RESOLUTION), "--train_batch_size", "1", "--seed", "0",
-        "--lr_warmup_steps", "0", "--max_train_steps", "200", "--checkpointing_steps", "1000", "--use_lora",
-        "--report_to", "none", "--schedule_plot_steps", "-1", "--noise_sampler", "infonoise", "--infonoise_init", "base"])
+    result = sd_script.main(
+        [
+            "--pretrained_model_name_or_path",
+            sd_model,
+            "--output_dir",
+            str(out),
+            "--dataset_name",
+            "fashion_mnist",
+            "--max_train_samples",
+            "16",
+            "--resolution",
+            str(RESOLUTION),
+            "--train_batch_size",
+            "1",
+            "--seed",
+            "0",
+            "--lr_warmup_steps",
+            "0",
+            "--max_train_steps",
+            "200",
+            "--checkpointing_steps",
+            "1000",
+            "--use_lora",
+            "--report_to",
+            "none",
+            "--schedule_plot_steps",
+            "-1",
+            "--noise_sampler",
+            "infonoise",
+            "--infonoise_init",
+            "base",
+        ]
+    )
     sampler = result["sampler"]
     assert sampler.warmup_steps == 50 and sampler.is_adapted
     assert float(sampler.estimator.total_counts.sum()) == 200
@@ -494,11 +680,37 @@ def test_sd_lora_by_default_starts_from_the_pretrained_models_profile(sd_model, 
 
     out = tmp_path / "lora_profile"
     with caplog.at_level(logging.INFO):
-        result = sd_script.main([
-            "--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--dataset_name", "fashion_mnist",
-            "--max_train_samples", "16", "--resolution", str(RESOLUTION), "--train_batch_size", "1", "--seed", "0",
-            "--lr_warmup_steps", "0", "--max_train_steps", "40", "--checkpointing_steps", "1000", "--use_lora",
-            "--report_to", "none", "--schedule_plot_steps", "-1", "--noise_sampler", "infonoise"])
+        result = sd_script.main(
+            [
+                "--pretrained_model_name_or_path",
+                sd_model,
+                "--output_dir",
+                str(out),
+                "--dataset_name",
+                "fashion_mnist",
+                "--max_train_samples",
+                "16",
+                "--resolution",
+                str(RESOLUTION),
+                "--train_batch_size",
+                "1",
+                "--seed",
+                "0",
+                "--lr_warmup_steps",
+                "0",
+                "--max_train_steps",
+                "40",
+                "--checkpointing_steps",
+                "1000",
+                "--use_lora",
+                "--report_to",
+                "none",
+                "--schedule_plot_steps",
+                "-1",
+                "--noise_sampler",
+                "infonoise",
+            ]
+        )
     sampler = result["sampler"]
     assert sampler.warmup_steps == 0 and sampler.is_adapted
     # 2 levels in each of the 64 log-sigma bins that hold a step of SD's 1000-step table (by hand from its ᾱ)

@@ -43,8 +43,14 @@ def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
     assert payload["adapted"] is True
     assert payload["optimizer_steps"] == 3 and payload["num_updates"] >= 1
     assert payload["path"]["kind"] == {"ddpm": "vp", "edm": "ve", "flow": "flow"}[diffusion]
-    for name in ("model_index.json", "unet/config.json", "unet/diffusion_pytorch_model.safetensors",
-                 "README.md", "noise_schedule.png", "samples.png"):
+    for name in (
+        "model_index.json",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "README.md",
+        "noise_schedule.png",
+        "samples.png",
+    ):
         assert (out / name).is_file(), name
     assert sorted(p.name for p in (out / "schedule").glob("*.png")) == ["drawn_levels_0000002.png", "schedule_0000002.png"]
 
@@ -128,8 +134,9 @@ def test_show_noise_schedule_writes_from_rank_0_only(script, unet_config, tmp_pa
 
 def test_model_card_content(script, unet_config, tmp_path):
     out = tmp_path / "card"
-    script.main(base_args(unet_config, out, "--diffusion", "ddpm", "--prediction_type", "v_prediction",
-                          "--snr_gamma", 5.0, "--max_train_steps", 2))
+    script.main(
+        base_args(unet_config, out, "--diffusion", "ddpm", "--prediction_type", "v_prediction", "--snr_gamma", 5.0, "--max_train_steps", 2)
+    )
     card = (out / "README.md").read_text()
     header = card.split("---")[1]
     for tag in ("diffusers", "infonoise", "unconditional-image-generation", "diffusion-ddpm"):
@@ -172,15 +179,36 @@ def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path
     monkeypatch.setattr(huggingface_hub, "create_repo", create_repo)
     monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
     out = tmp_path / "push"
-    script.main(base_args(unet_config, out, "--max_train_steps", 2, "--checkpointing_steps", 1,
-                          "--push_to_hub", "--hub_model_id", "user/x", "--hub_private_repo", "--hub_token", "tok"))
+    script.main(
+        base_args(
+            unet_config,
+            out,
+            "--max_train_steps",
+            2,
+            "--checkpointing_steps",
+            1,
+            "--push_to_hub",
+            "--hub_model_id",
+            "user/x",
+            "--hub_private_repo",
+            "--hub_token",
+            "tok",
+        )
+    )
     repo_id, kwargs = calls["create_repo"]
     assert repo_id == "user/x" and kwargs["private"] is True and kwargs["token"] == "tok"
     repo_id, sent, kwargs = calls["upload_folder"]
     assert repo_id == "user/x" and kwargs["token"] == "tok"
     assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()
-    for name in ("model_index.json", "scheduler/scheduler_config.json", "unet/config.json",
-                 "unet/diffusion_pytorch_model.safetensors", "README.md", "noise_schedule.png", "samples.png"):
+    for name in (
+        "model_index.json",
+        "scheduler/scheduler_config.json",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "README.md",
+        "noise_schedule.png",
+        "samples.png",
+    ):
         assert name in sent, name
     assert not [f for f in sent if f.startswith("checkpoint-")], sent
     assert "user/x" in (out / "README.md").read_text()
@@ -307,18 +335,27 @@ def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):
     assert len(history) == 2 and all(json.loads(line)["tv_phi_rho"] is not None for line in history)
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--sigma_data", "0"], "--sigma_data"), (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps"),
-    (["--checkpointing_steps", "0"], "--checkpointing_steps"), (["--eval_batch_size", "0"], "--eval_batch_size"),
-    (["--max_train_steps", "0"], "--max_train_steps"), (["--max_train_steps", "-3"], "--max_train_steps"),
-    (["--num_epochs", "0"], "--num_epochs"), (["--num_inference_steps", "0"], "--num_inference_steps"),
-    (["--learning_rate", "nan"], "--learning_rate"), (["--snr_gamma", "-1"], "--snr_gamma"),
-    (["--sigma_min", "1", "--sigma_max", "0.5"], "--sigma_min"), (["--infonoise_num_bins", "0"], "--infonoise_num_bins"),
-    # issue 20: -1 trained uphill (loss 1.04 -> 7.33, exit 0), NaN reached the weights
-    (["--max_grad_norm", "-1"], "--max_grad_norm: expected a finite number >= 0"),
-    (["--max_grad_norm", "nan"], "--max_grad_norm: expected a finite number >= 0"),
-    (["--schedule_plot_steps", "-5"], "--schedule_plot_steps: expected an integer >= -1"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--sigma_data", "0"], "--sigma_data"),
+        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps"),
+        (["--checkpointing_steps", "0"], "--checkpointing_steps"),
+        (["--eval_batch_size", "0"], "--eval_batch_size"),
+        (["--max_train_steps", "0"], "--max_train_steps"),
+        (["--max_train_steps", "-3"], "--max_train_steps"),
+        (["--num_epochs", "0"], "--num_epochs"),
+        (["--num_inference_steps", "0"], "--num_inference_steps"),
+        (["--learning_rate", "nan"], "--learning_rate"),
+        (["--snr_gamma", "-1"], "--snr_gamma"),
+        (["--sigma_min", "1", "--sigma_max", "0.5"], "--sigma_min"),
+        (["--infonoise_num_bins", "0"], "--infonoise_num_bins"),
+        # issue 20: -1 trained uphill (loss 1.04 -> 7.33, exit 0), NaN reached the weights
+        (["--max_grad_norm", "-1"], "--max_grad_norm: expected a finite number >= 0"),
+        (["--max_grad_norm", "nan"], "--max_grad_norm: expected a finite number >= 0"),
+        (["--schedule_plot_steps", "-5"], "--schedule_plot_steps: expected an integer >= -1"),
+    ],
+)
 def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match, capsys):
     with pytest.raises(SystemExit):
         script.parse_args(argv)

@@ -83,8 +83,7 @@ def test_gradient_accumulation_counts_optimizer_steps_and_resumes(script, unet_c
     out = tmp_path / "accum"
     # 64 samples, batch 8: 8 micro-batches per epoch, i.e. updates of 3, 3 and 2 micro-batches
     # (accelerate also steps at the end of the data loader)
-    args = base_args(unet_config, out, "--gradient_accumulation_steps", 3, "--checkpointing_steps", 3,
-                     "--max_train_steps", 6)
+    args = base_args(unet_config, out, "--gradient_accumulation_steps", 3, "--checkpointing_steps", 3, "--max_train_steps", 6)
     script.main(args)
     pattern = [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5]
     # the sampler stepped once per optimizer step, not per micro-batch
@@ -109,17 +108,40 @@ def test_gradient_accumulation_counts_optimizer_steps_and_resumes(script, unet_c
 # ----------------------------------------------------------------------------------------------
 
 
-
-
 def test_two_process_run_shares_pi(unet_config, tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), str(SCRIPT),
-           *base_args(unet_config, out, "--logger", "tensorboard", "--max_train_steps", 4,
-                      "--infonoise_refresh_every", 1, "--schedule_plot_steps", 2, "--checkpointing_steps", 4)]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        str(SCRIPT),
+        *base_args(
+            unet_config,
+            out,
+            "--logger",
+            "tensorboard",
+            "--max_train_steps",
+            4,
+            "--infonoise_refresh_every",
+            1,
+            "--schedule_plot_steps",
+            2,
+            "--checkpointing_steps",
+            4,
+        ),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
@@ -160,15 +182,33 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
     assert {"infonoise/schedule", "infonoise/drawn_levels", "samples"} <= tags["images"], tags
     # (plots at the first refresh, then at most every --schedule_plot_steps 2 steps: 2 and 4, not 3)
     assert sorted(p.name for p in (out / "schedule").glob("*.png")) == sorted(
-        f"{kind}_{s:07d}.png" for kind in ("drawn_levels", "schedule") for s in (2, 4))
+        f"{kind}_{s:07d}.png" for kind in ("drawn_levels", "schedule") for s in (2, 4)
+    )
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["README.md", "checkpoint-4", "logs", "model_index.json", "noise_schedule.png", "samples.png",
-         "samples_epoch_0000.png", "schedule", "scheduler", "unet"])
+        [
+            "README.md",
+            "checkpoint-4",
+            "logs",
+            "model_index.json",
+            "noise_schedule.png",
+            "samples.png",
+            "samples_epoch_0000.png",
+            "schedule",
+            "scheduler",
+            "unet",
+        ]
+    )
 
     # resume the two-process run: the load hooks need the model's own class, not the DDP wrapper's
     cmd[cmd.index("--main_process_port") + 1] = str(free_port())
-    proc = subprocess.run(cmd + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        cmd + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     assert scheduler_payload(out)["optimizer_steps"] == 6
     # bit for bit on 2 processes: an uninterrupted 6-step run, and its checkpoint-4 resumed in a fresh folder
@@ -286,11 +326,21 @@ def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_pat
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     out = tmp_path / "killed"
-    cmd = [sys.executable, str(SCRIPT), *base_args(unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 1,
-                                                    "--checkpoints_total_limit", 1, "--max_train_steps", 400)]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        *base_args(
+            unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 1, "--checkpoints_total_limit", 1, "--max_train_steps", 400
+        ),
+    ]
     for delay in (0.0, 0.4, 1.1):
-        proc = subprocess.Popen(cmd + (["--resume_from_checkpoint", "latest"] if out.exists() else []), cwd=REPO, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd + (["--resume_from_checkpoint", "latest"] if out.exists() else []),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 300
         start = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) if out.exists() and list(out.glob("checkpoint-*")) else 0
         while time.time() < deadline and not any(int(p.name.split("-")[1]) > start + 1 for p in out.glob("checkpoint-*")):
@@ -300,9 +350,14 @@ def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_pat
         proc.wait()
         latest = resolve_resume_checkpoint(str(out), "latest")
         assert latest is not None and is_complete_checkpoint(latest), sorted(p.name for p in out.iterdir())
-    proc = subprocess.run(cmd[:-2] + ["--max_train_steps", str(int(Path(latest).name.split("-")[1]) + 2),
-                                      "--resume_from_checkpoint", "latest"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        cmd[:-2] + ["--max_train_steps", str(int(Path(latest).name.split("-")[1]) + 2), "--resume_from_checkpoint", "latest"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
@@ -313,11 +368,42 @@ def test_resume_in_a_fresh_folder_is_exact(script, unet_config, tmp_path):
 
     from safetensors.torch import load_file
 
-    common = ["--model_config_name_or_path", unet_config, "--diffusion", "edm", "--dataset_name", "digits",
-              "--resolution", "8", "--max_train_samples", "128", "--train_batch_size", "16", "--infonoise_num_bins", "8",
-              "--infonoise_min_count", "1", "--infonoise_warmup_steps", "4", "--infonoise_refresh_every", "3",
-              "--checkpointing_steps", "10", "--max_train_steps", "16", "--logger", "none", "--seed", "0",
-              "--eval_batch_size", "2", "--num_inference_steps", "2", "--lr_warmup_steps", "0"]
+    common = [
+        "--model_config_name_or_path",
+        unet_config,
+        "--diffusion",
+        "edm",
+        "--dataset_name",
+        "digits",
+        "--resolution",
+        "8",
+        "--max_train_samples",
+        "128",
+        "--train_batch_size",
+        "16",
+        "--infonoise_num_bins",
+        "8",
+        "--infonoise_min_count",
+        "1",
+        "--infonoise_warmup_steps",
+        "4",
+        "--infonoise_refresh_every",
+        "3",
+        "--checkpointing_steps",
+        "10",
+        "--max_train_steps",
+        "16",
+        "--logger",
+        "none",
+        "--seed",
+        "0",
+        "--eval_batch_size",
+        "2",
+        "--num_inference_steps",
+        "2",
+        "--lr_warmup_steps",
+        "0",
+    ]
     script.main(common + ["--output_dir", str(tmp_path / "a")])
     (tmp_path / "b").mkdir()
     shutil.copytree(tmp_path / "a" / "checkpoint-10", tmp_path / "b" / "checkpoint-10")
@@ -342,13 +428,16 @@ def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config,
     before, payload = load_file(str(weights)), scheduler_payload(out)
     with caplog.at_level(logging.WARNING):
         script.main(base_args(unet_config, out, *common, "--resume_from_checkpoint", "latest"))
-    assert any("the checkpoint is at optimizer step 4, the run's last (4); nothing is left to train" in r.getMessage()
-               for r in caplog.records), caplog.text
+    assert any(
+        "the checkpoint is at optimizer step 4, the run's last (4); nothing is left to train" in r.getMessage() for r in caplog.records
+    ), caplog.text
     after = load_file(str(weights))
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert scheduler_payload(out) == payload and payload["optimizer_steps"] == 4
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
-    with pytest.raises(ValueError, match=r"--resume_from_checkpoint: the checkpoint is at optimizer step 4, past this "
-                                         r"run's 3 .* never trains past the run's end"):
+    with pytest.raises(
+        ValueError,
+        match=r"--resume_from_checkpoint: the checkpoint is at optimizer step 4, past this "
+        r"run's 3 .* never trains past the run's end",
+    ):
         script.main(base_args(unet_config, out, *common[:2], "--max_train_steps", 3, "--resume_from_checkpoint", "latest"))
-

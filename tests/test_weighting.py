@@ -261,8 +261,11 @@ def test_a_weighting_that_is_infinite_on_the_path_is_refused_at_construction():
     from diffusers_infonoise.weighting import loss_weight
 
     sched = DDPMScheduler(rescale_betas_zero_snr=True)
-    with pytest.raises(ValueError, match=r"loss_weighting: 'edm' on a 'epsilon' loss is infinite at the "
-                                         r"zero-terminal-SNR step \(sigma = inf"):
+    with pytest.raises(
+        ValueError,
+        match=r"loss_weighting: 'edm' on a 'epsilon' loss is infinite at the "
+        r"zero-terminal-SNR step \(sigma = inf",
+    ):
         make_sampler("infonoise", sched, prediction_type="epsilon", loss_weighting="edm")
     with pytest.raises(ValueError, match="loss_weighting: 'edm'"):
         make_sampler("uniform", sched, prediction_type="epsilon", loss_weighting="edm")

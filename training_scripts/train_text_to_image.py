@@ -39,10 +39,12 @@ from diffusers_infonoise.generation import model_output
 
 logger = get_logger(__name__, log_level="INFO")
 
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion (text-to-image) with InfoNoise.")
-    training.add_text_to_image_args(parser, defaults={"resolution": 512, "output_dir": "sd-model-finetuned-infonoise",
-                                             "validation_inference_steps": 20})
+    training.add_text_to_image_args(
+        parser, defaults={"resolution": 512, "output_dir": "sd-model-finetuned-infonoise", "validation_inference_steps": 20}
+    )
     training.add_vp_args(parser, family="Stable Diffusion")
     args = parser.parse_args(argv)
     training.check_text_to_image_args(parser, args)
@@ -59,25 +61,35 @@ def main(argv=None) -> dict:
     noise_scheduler = load_noise_scheduler(args)
     sampler = build_sampler(args, noise_scheduler)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), noise_scheduler=noise_scheduler, sampler=sampler,
+        training.text_to_image_config(args),
+        noise_scheduler=noise_scheduler,
+        sampler=sampler,
         start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
         parts={"tokenizer": CLIPTokenizer, "text_encoder": CLIPTextModel, "vae": AutoencoderKL, "unet": UNet2DConditionModel},
-        trained="unet", lora_targets=training.UNET_LORA_TARGETS, pipeline_cls=StableDiffusionPipeline,
-        tracker_project="text2image-fine-tune-infonoise")
+        trained="unet",
+        lora_targets=training.UNET_LORA_TARGETS,
+        pipeline_cls=StableDiffusionPipeline,
+        tracker_project="text2image-fine-tune-infonoise",
+    )
     if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": run.sampler}
     sampler, noise_scheduler, vae, unet = run.sampler, run.noise_scheduler, run.parts["vae"], run.model
 
     # one in-memory pipeline: prompt encoding for training, images for validation
-    pipeline = StableDiffusionPipeline(**run.parts, unet=run.unwrapped, scheduler=copy.deepcopy(noise_scheduler),
-                                       safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipeline = StableDiffusionPipeline(
+        **run.parts,
+        unet=run.unwrapped,
+        scheduler=copy.deepcopy(noise_scheduler),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
 
     def compute_loss(batch, levels):
         with torch.no_grad():
             latents = training.encode_latents(vae, batch["pixel_values"]).to(run.weight_dtype)
             prompt_embeds, _ = pipeline.encode_prompt(batch["captions"], run.device, 1, False)
-        noise, model_noise = training.vp_noise(latents, noise_offset=args.noise_offset,
-                                               input_perturbation=args.input_perturbation)
+        noise, model_noise = training.vp_noise(latents, noise_offset=args.noise_offset, input_perturbation=args.input_perturbation)
         noisy = sampler.add_noise(latents, model_noise, levels)
         pred = model_output(unet, noise_scheduler, noisy, levels.timesteps, model_kwargs={"encoder_hidden_states": prompt_embeds})
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
@@ -86,17 +98,28 @@ def main(argv=None) -> dict:
         if args.use_lora:
             return pipeline
         # full fine-tuning: the base model's other components (safety checker, ...) come along
-        return StableDiffusionPipeline.from_pretrained(args.pretrained_model_name_or_path, unet=run.unwrapped,
-                                                       scheduler=noise_scheduler, revision=args.revision,
-                                                       variant=args.variant, **run.parts)
+        return StableDiffusionPipeline.from_pretrained(
+            args.pretrained_model_name_or_path,
+            unet=run.unwrapped,
+            scheduler=noise_scheduler,
+            revision=args.revision,
+            variant=args.variant,
+            **run.parts,
+        )
 
     return run.finish(
-        run.train(compute_loss, pipeline), build_pipeline=final_pipeline,
-        card={"base_model": args.pretrained_model_name_or_path, "pipeline_class": "StableDiffusionPipeline",
-              "family": "stable-diffusion", "license": "creativeml-openrail-m",
-              "extra_tags": ["stable-diffusion", "stable-diffusion-diffusers"],
-              "details": training.vp_card_details(ema=run.ema, noise_offset=args.noise_offset,
-                                                  input_perturbation=args.input_perturbation)})
+        run.train(compute_loss, pipeline),
+        build_pipeline=final_pipeline,
+        card={
+            "base_model": args.pretrained_model_name_or_path,
+            "pipeline_class": "StableDiffusionPipeline",
+            "family": "stable-diffusion",
+            "license": "creativeml-openrail-m",
+            "extra_tags": ["stable-diffusion", "stable-diffusion-diffusers"],
+            "details": training.vp_card_details(ema=run.ema, noise_offset=args.noise_offset, input_perturbation=args.input_perturbation),
+        },
+    )
+
 
 if __name__ == "__main__":
     main()

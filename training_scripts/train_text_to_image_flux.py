@@ -46,11 +46,16 @@ DEFAULT_WEIGHTING_SCHEME = "none"  # diffusers' Flux scripts'
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Fine-tune Flux.1 (text-to-image) with InfoNoise.")
-    training.add_text_to_image_args(parser, defaults={"resolution": 512, "output_dir": "flux-finetuned-infonoise",
-                                             "validation_inference_steps": 28})
+    training.add_text_to_image_args(
+        parser, defaults={"resolution": 512, "output_dir": "flux-finetuned-infonoise", "validation_inference_steps": 28}
+    )
     training.add_flow_args(parser, default_scheme=DEFAULT_WEIGHTING_SCHEME, precondition_outputs=False, max_sequence_length=512)
-    parser.add_argument("--guidance_scale", type=float, default=3.5,
-                        help="The guidance embedding's value in training (guidance-distilled models; diffusers' default).")
+    parser.add_argument(
+        "--guidance_scale",
+        type=float,
+        default=3.5,
+        help="The guidance embedding's value in training (guidance-distilled models; diffusers' default).",
+    )
     args = parser.parse_args(argv)
     training.check_text_to_image_args(parser, args)
     training.check_flow_args(parser, args)
@@ -73,12 +78,23 @@ def main(argv=None) -> dict:
     noise_scheduler = load_noise_scheduler(args)
     sampler = build_sampler(args, noise_scheduler)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), noise_scheduler=noise_scheduler, sampler=sampler,
+        training.text_to_image_config(args),
+        noise_scheduler=noise_scheduler,
+        sampler=sampler,
         start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
-        parts={"tokenizer": CLIPTokenizer, "tokenizer_2": T5TokenizerFast, "text_encoder": CLIPTextModel,
-               "text_encoder_2": T5EncoderModel, "vae": AutoencoderKL, "transformer": FluxTransformer2DModel},
-        trained="transformer", lora_targets=training.SD3_LORA_TARGETS, pipeline_cls=FluxPipeline,
-        tracker_project="text2image-fine-tune-flux-infonoise")
+        parts={
+            "tokenizer": CLIPTokenizer,
+            "tokenizer_2": T5TokenizerFast,
+            "text_encoder": CLIPTextModel,
+            "text_encoder_2": T5EncoderModel,
+            "vae": AutoencoderKL,
+            "transformer": FluxTransformer2DModel,
+        },
+        trained="transformer",
+        lora_targets=training.SD3_LORA_TARGETS,
+        pipeline_cls=FluxPipeline,
+        tracker_project="text2image-fine-tune-flux-infonoise",
+    )
     if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": run.sampler}
     sampler, noise_scheduler, vae, transformer = run.sampler, run.noise_scheduler, run.parts["vae"], run.model
@@ -92,27 +108,48 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             latents = training.encode_latents(vae, batch["pixel_values"]).to(dtype)
             prompt_embeds, pooled_embeds, text_ids = pipeline.encode_prompt(
-                batch["captions"], None, device=device, max_sequence_length=args.max_sequence_length)
+                batch["captions"], None, device=device, max_sequence_length=args.max_sequence_length
+            )
         noise = torch.randn_like(latents)
         noisy = sampler.add_noise(latents, noise, levels)  # (1 − s)·x0 + s·ε
         b, c, h, w = noisy.shape
         pred = model_output(  # the transformer sees 2x2-packed latents and timestep s (it multiplies by 1000)
-            transformer, noise_scheduler, noisy, levels.scheduler_sigmas.to(device, dtype),
+            transformer,
+            noise_scheduler,
+            noisy,
+            levels.scheduler_sigmas.to(device, dtype),
             pack=lambda x: FluxPipeline._pack_latents(x, b, c, h, w),
             unpack=lambda out: FluxPipeline._unpack_latents(out, h * scale, w * scale, scale),
-            model_kwargs={"guidance": torch.full((b,), args.guidance_scale, device=device) if guided else None,
-                          "pooled_projections": pooled_embeds, "encoder_hidden_states": prompt_embeds, "txt_ids": text_ids,
-                          "img_ids": FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)})
+            model_kwargs={
+                "guidance": torch.full((b,), args.guidance_scale, device=device) if guided else None,
+                "pooled_projections": pooled_embeds,
+                "encoder_hidden_states": prompt_embeds,
+                "txt_ids": text_ids,
+                "img_ids": FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype),
+            },
+        )
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
 
     sample_kwargs = {"max_sequence_length": args.max_sequence_length, "height": args.resolution, "width": args.resolution}
     return run.finish(
-        run.train(compute_loss, pipeline, **sample_kwargs), pipeline=pipeline, validation_kwargs=sample_kwargs,
-        card={"base_model": args.pretrained_model_name_or_path, "pipeline_class": "FluxPipeline", "family": "flux",
-              "license": "other", "extra_tags": ["flux", "flux-diffusers"],
-              "details": {"weighting scheme": args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME,
-                          "training path shift": sampler.path.config().get("shift"), "guidance scale": args.guidance_scale,
-                          "EMA": "yes" if run.ema is not None else "no"}})
+        run.train(compute_loss, pipeline, **sample_kwargs),
+        pipeline=pipeline,
+        validation_kwargs=sample_kwargs,
+        card={
+            "base_model": args.pretrained_model_name_or_path,
+            "pipeline_class": "FluxPipeline",
+            "family": "flux",
+            "license": "other",
+            "extra_tags": ["flux", "flux-diffusers"],
+            "details": {
+                "weighting scheme": args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME,
+                "training path shift": sampler.path.config().get("shift"),
+                "guidance scale": args.guidance_scale,
+                "EMA": "yes" if run.ema is not None else "no",
+            },
+        },
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -47,8 +47,9 @@ DEFAULT_WEIGHTING_SCHEME = "logit_normal"  # diffusers' SD3 scripts'
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion 3 (text-to-image) with InfoNoise.")
-    training.add_text_to_image_args(parser, defaults={"resolution": 1024, "output_dir": "sd3-finetuned-infonoise",
-                                             "validation_inference_steps": 25})
+    training.add_text_to_image_args(
+        parser, defaults={"resolution": 1024, "output_dir": "sd3-finetuned-infonoise", "validation_inference_steps": 25}
+    )
     training.add_flow_args(parser, default_scheme=DEFAULT_WEIGHTING_SCHEME, precondition_outputs=True, max_sequence_length=77)
     args = parser.parse_args(argv)
     training.check_text_to_image_args(parser, args)
@@ -70,13 +71,25 @@ def main(argv=None) -> dict:
     noise_scheduler = load_noise_scheduler(args)
     sampler = build_sampler(args, noise_scheduler)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), noise_scheduler=noise_scheduler, sampler=sampler,
+        training.text_to_image_config(args),
+        noise_scheduler=noise_scheduler,
+        sampler=sampler,
         start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
-        parts={"tokenizer": CLIPTokenizer, "tokenizer_2": CLIPTokenizer, "tokenizer_3": T5TokenizerFast,
-               "text_encoder": CLIPTextModelWithProjection, "text_encoder_2": CLIPTextModelWithProjection,
-               "text_encoder_3": T5EncoderModel, "vae": AutoencoderKL, "transformer": SD3Transformer2DModel},
-        trained="transformer", lora_targets=training.SD3_LORA_TARGETS, pipeline_cls=StableDiffusion3Pipeline,
-        tracker_project="text2image-fine-tune-sd3-infonoise")
+        parts={
+            "tokenizer": CLIPTokenizer,
+            "tokenizer_2": CLIPTokenizer,
+            "tokenizer_3": T5TokenizerFast,
+            "text_encoder": CLIPTextModelWithProjection,
+            "text_encoder_2": CLIPTextModelWithProjection,
+            "text_encoder_3": T5EncoderModel,
+            "vae": AutoencoderKL,
+            "transformer": SD3Transformer2DModel,
+        },
+        trained="transformer",
+        lora_targets=training.SD3_LORA_TARGETS,
+        pipeline_cls=StableDiffusion3Pipeline,
+        tracker_project="text2image-fine-tune-sd3-infonoise",
+    )
     if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": run.sampler}
     sampler, noise_scheduler, vae, transformer = run.sampler, run.noise_scheduler, run.parts["vae"], run.model
@@ -88,23 +101,44 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             latents = training.encode_latents(vae, batch["pixel_values"]).to(run.weight_dtype)
             prompt_embeds, _, pooled_embeds, _ = pipeline.encode_prompt(
-                batch["captions"], None, None, device=run.device, do_classifier_free_guidance=False,
-                max_sequence_length=args.max_sequence_length)
+                batch["captions"],
+                None,
+                None,
+                device=run.device,
+                do_classifier_free_guidance=False,
+                max_sequence_length=args.max_sequence_length,
+            )
         noise = torch.randn_like(latents)
         noisy = sampler.add_noise(latents, noise, levels)  # (1 − s)·x0 + s·ε
-        pred = model_output(transformer, noise_scheduler, noisy, levels.timesteps,
-                            model_kwargs={"encoder_hidden_states": prompt_embeds, "pooled_projections": pooled_embeds})
+        pred = model_output(
+            transformer,
+            noise_scheduler,
+            noisy,
+            levels.timesteps,
+            model_kwargs={"encoder_hidden_states": prompt_embeds, "pooled_projections": pooled_embeds},
+        )
         if args.precondition_outputs:  # x0 estimate x − s·v̂ (diffusers' preconditioning)
             pred = training.flow_x0_estimate(pred, noisy, levels)
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
 
     return run.finish(
-        run.train(compute_loss, pipeline, max_sequence_length=args.max_sequence_length), pipeline=pipeline,
-        card={"base_model": args.pretrained_model_name_or_path, "pipeline_class": "StableDiffusion3Pipeline",
-              "family": "sd3", "license": "other", "extra_tags": ["sd3", "sd3-diffusers"],
-              "details": {"weighting scheme": args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME,
-                          "precondition outputs": bool(args.precondition_outputs),
-                          "scheduler shift": noise_scheduler.config.shift, "EMA": "yes" if run.ema is not None else "no"}})
+        run.train(compute_loss, pipeline, max_sequence_length=args.max_sequence_length),
+        pipeline=pipeline,
+        card={
+            "base_model": args.pretrained_model_name_or_path,
+            "pipeline_class": "StableDiffusion3Pipeline",
+            "family": "sd3",
+            "license": "other",
+            "extra_tags": ["sd3", "sd3-diffusers"],
+            "details": {
+                "weighting scheme": args.weighting_scheme or DEFAULT_WEIGHTING_SCHEME,
+                "precondition outputs": bool(args.precondition_outputs),
+                "scheduler shift": noise_scheduler.config.shift,
+                "EMA": "yes" if run.ema is not None else "no",
+            },
+        },
+    )
+
 
 if __name__ == "__main__":
     main()

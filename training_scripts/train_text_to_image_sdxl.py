@@ -39,8 +39,9 @@ logger = get_logger(__name__, log_level="INFO")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion XL (text-to-image) with InfoNoise.")
-    training.add_text_to_image_args(parser, defaults={"resolution": 1024, "output_dir": "sdxl-model-finetuned-infonoise",
-                                             "validation_inference_steps": 25})
+    training.add_text_to_image_args(
+        parser, defaults={"resolution": 1024, "output_dir": "sdxl-model-finetuned-infonoise", "validation_inference_steps": 25}
+    )
     training.add_vp_args(parser, family="Stable Diffusion XL")
     args = parser.parse_args(argv)
     training.check_text_to_image_args(parser, args)
@@ -63,43 +64,72 @@ def main(argv=None) -> dict:
     noise_scheduler = load_noise_scheduler(args)
     sampler = build_sampler(args, noise_scheduler)
     run = training.setup_text_to_image_run(
-        training.text_to_image_config(args), noise_scheduler=noise_scheduler, sampler=sampler,
+        training.text_to_image_config(args),
+        noise_scheduler=noise_scheduler,
+        sampler=sampler,
         start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
-        parts={"tokenizer": CLIPTokenizer, "tokenizer_2": CLIPTokenizer, "text_encoder": CLIPTextModel,
-               "text_encoder_2": CLIPTextModelWithProjection, "vae": AutoencoderKL, "unet": UNet2DConditionModel},
-        trained="unet", lora_targets=training.UNET_LORA_TARGETS, pipeline_cls=StableDiffusionXLPipeline,
-        tracker_project="text2image-fine-tune-sdxl-infonoise")
+        parts={
+            "tokenizer": CLIPTokenizer,
+            "tokenizer_2": CLIPTokenizer,
+            "text_encoder": CLIPTextModel,
+            "text_encoder_2": CLIPTextModelWithProjection,
+            "vae": AutoencoderKL,
+            "unet": UNet2DConditionModel,
+        },
+        trained="unet",
+        lora_targets=training.UNET_LORA_TARGETS,
+        pipeline_cls=StableDiffusionXLPipeline,
+        tracker_project="text2image-fine-tune-sdxl-infonoise",
+    )
     if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
         return {"sampler": run.sampler}
     sampler, noise_scheduler, vae, unet = run.sampler, run.noise_scheduler, run.parts["vae"], run.model
 
     # one in-memory pipeline: prompt encoding for training, images for validation (the base model's scheduler)
-    pipeline = StableDiffusionXLPipeline(**run.parts, unet=run.unwrapped, scheduler=EulerDiscreteScheduler.from_pretrained(
-        args.pretrained_model_name_or_path, subfolder="scheduler", revision=args.revision))
+    pipeline = StableDiffusionXLPipeline(
+        **run.parts,
+        unet=run.unwrapped,
+        scheduler=EulerDiscreteScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler", revision=args.revision),
+    )
 
     def compute_loss(batch, levels):
         with torch.no_grad():
             latents = training.encode_latents(vae, batch["pixel_values"]).to(run.weight_dtype)
             prompt_embeds, _, pooled_embeds, _ = pipeline.encode_prompt(
-                batch["captions"], device=run.device, num_images_per_prompt=1, do_classifier_free_guidance=False)
-        noise, model_noise = training.vp_noise(latents, noise_offset=args.noise_offset,
-                                               input_perturbation=args.input_perturbation)
+                batch["captions"], device=run.device, num_images_per_prompt=1, do_classifier_free_guidance=False
+            )
+        noise, model_noise = training.vp_noise(latents, noise_offset=args.noise_offset, input_perturbation=args.input_perturbation)
         noisy = sampler.add_noise(latents, model_noise, levels)
-        conditions = {"text_embeds": pooled_embeds,
-                      "time_ids": time_ids(batch, args.resolution, run.device).to(run.weight_dtype)}
-        pred = model_output(unet, noise_scheduler, noisy, levels.timesteps,
-                            model_kwargs={"encoder_hidden_states": prompt_embeds, "added_cond_kwargs": conditions})
+        conditions = {"text_embeds": pooled_embeds, "time_ids": time_ids(batch, args.resolution, run.device).to(run.weight_dtype)}
+        pred = model_output(
+            unet,
+            noise_scheduler,
+            noisy,
+            levels.timesteps,
+            model_kwargs={"encoder_hidden_states": prompt_embeds, "added_cond_kwargs": conditions},
+        )
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
 
     sample_kwargs = {"height": args.resolution, "width": args.resolution}
     return run.finish(
-        run.train(compute_loss, pipeline, **sample_kwargs), pipeline=pipeline, validation_kwargs=sample_kwargs,
-        card={"base_model": args.pretrained_model_name_or_path, "pipeline_class": "StableDiffusionXLPipeline",
-              "family": "stable-diffusion-xl", "license": "openrail++",
-              "extra_tags": ["stable-diffusion-xl", "stable-diffusion-xl-diffusers"],
-              "details": training.vp_card_details(ema=run.ema, noise_offset=args.noise_offset,
-                                                  input_perturbation=args.input_perturbation,
-                                                  **{"micro-conditioning": "original size, crop, target size"})})
+        run.train(compute_loss, pipeline, **sample_kwargs),
+        pipeline=pipeline,
+        validation_kwargs=sample_kwargs,
+        card={
+            "base_model": args.pretrained_model_name_or_path,
+            "pipeline_class": "StableDiffusionXLPipeline",
+            "family": "stable-diffusion-xl",
+            "license": "openrail++",
+            "extra_tags": ["stable-diffusion-xl", "stable-diffusion-xl-diffusers"],
+            "details": training.vp_card_details(
+                ema=run.ema,
+                noise_offset=args.noise_offset,
+                input_perturbation=args.input_perturbation,
+                **{"micro-conditioning": "original size, crop, target size"},
+            ),
+        },
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -65,25 +65,41 @@ PREDICTION_TYPES = {"ddpm": ("epsilon", "v_prediction", "sample"), "edm": ("epsi
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Train an unconditional diffusion model with InfoNoise.")
     a = parser.add_argument
-    a("--dataset_name", type=str, default=None,
-      help="A built-in offline data set (mnist, fashion_mnist, binarized_mnist, digits, binarized_digits), a Hub "
-           "dataset name or a local save_to_disk folder. Default: mnist.")
+    a(
+        "--dataset_name",
+        type=str,
+        default=None,
+        help="A built-in offline data set (mnist, fashion_mnist, binarized_mnist, digits, binarized_digits), a Hub "
+        "dataset name or a local save_to_disk folder. Default: mnist.",
+    )
     a("--dataset_config_name", type=str, default=None)
     a("--train_data_dir", type=str, default=None, help="A folder of images (datasets' imagefolder).")
     a("--image_column", type=str, default="image")
-    a("--sequence_column", type=str, default=None,
-      help="Train on sequences instead of images: a column of equal-length strings over --alphabet (e.g. DNA), "
-           "one-hot in {-1, 1}, with a 1-D UNet (UNet1DModel); samples are written as FASTA.")
+    a(
+        "--sequence_column",
+        type=str,
+        default=None,
+        help="Train on sequences instead of images: a column of equal-length strings over --alphabet (e.g. DNA), "
+        "one-hot in {-1, 1}, with a 1-D UNet (UNet1DModel); samples are written as FASTA.",
+    )
     a("--alphabet", type=str, default="ACGT", help="Letters of --sequence_column; channel k is the k-th letter.")
     a("--max_train_samples", type=positive_int, default=None, help="Truncate the training set (debugging, quick runs).")
     a("--resolution", type=positive_int, default=16)
     a("--center_crop", action="store_true")
     a("--random_flip", action="store_true")
-    a("--model_config_name_or_path", type=str, default=None,
-      help="Train from scratch: a UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.")
-    a("--pretrained_model_name_or_path", type=str, default=None,
-      help="Fine-tune: a saved pipeline folder or Hub repo id; its unet/ and scheduler/ (with any stored InfoNoise "
-           "schedule) are loaded. Its path and prediction type must agree with --diffusion and --prediction_type.")
+    a(
+        "--model_config_name_or_path",
+        type=str,
+        default=None,
+        help="Train from scratch: a UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.",
+    )
+    a(
+        "--pretrained_model_name_or_path",
+        type=str,
+        default=None,
+        help="Fine-tune: a saved pipeline folder or Hub repo id; its unet/ and scheduler/ (with any stored InfoNoise "
+        "schedule) are loaded. Its path and prediction type must agree with --diffusion and --prediction_type.",
+    )
     a("--revision", type=str, default=None, help="Revision of --pretrained_model_name_or_path on the Hub.")
     a("--eval_batch_size", type=positive_int, default=16, help="Images in each sample grid.")
     a("--num_epochs", type=positive_int, default=100)
@@ -93,12 +109,21 @@ def parse_args(argv=None):
     a("--ema_inv_gamma", type=float, default=1.0)
     a("--ema_power", type=float, default=3 / 4)
     a("--ema_max_decay", type=float, default=0.9999)
-    a("--diffusion", type=str, default="ddpm", choices=list(PREDICTION_TYPES),
-      help="Corruption path: ddpm (VP, DDPMScheduler), edm (VE with EDM preconditioning and weighting), "
-           "flow (rectified flow, FlowMatchEulerDiscreteScheduler).")
-    a("--prediction_type", type=str, default=None,
-      help="ddpm: epsilon (default), v_prediction or sample. edm: epsilon (default) or v_prediction, which only pick "
-           "the sign of c_out (the network is trained through the denoiser D). flow: flow (velocity).")
+    a(
+        "--diffusion",
+        type=str,
+        default="ddpm",
+        choices=list(PREDICTION_TYPES),
+        help="Corruption path: ddpm (VP, DDPMScheduler), edm (VE with EDM preconditioning and weighting), "
+        "flow (rectified flow, FlowMatchEulerDiscreteScheduler).",
+    )
+    a(
+        "--prediction_type",
+        type=str,
+        default=None,
+        help="ddpm: epsilon (default), v_prediction or sample. edm: epsilon (default) or v_prediction, which only pick "
+        "the sign of c_out (the network is trained through the denoiser D). flow: flow (velocity).",
+    )
     a("--ddpm_num_steps", type=positive_int, default=1000)
     a("--ddpm_beta_schedule", type=str, default="linear")
     a("--ddpm_num_inference_steps", type=positive_int, default=100)
@@ -118,8 +143,9 @@ def parse_args(argv=None):
     if args.prediction_type is None and not args.pretrained_model_name_or_path:
         args.prediction_type = allowed[0]  # a pretrained model's own is read from its scheduler (build_scheduler)
     elif args.prediction_type is not None and args.prediction_type not in allowed:
-        parser.error(f"--prediction_type {args.prediction_type} is not valid with --diffusion {args.diffusion}; "
-                     f"accepted: {', '.join(allowed)}")
+        parser.error(
+            f"--prediction_type {args.prediction_type} is not valid with --diffusion {args.diffusion}; accepted: {', '.join(allowed)}"
+        )
     if args.sigma_min >= args.sigma_max:
         parser.error(f"--sigma_min {args.sigma_min} must be below --sigma_max {args.sigma_max}")
     if args.snr_gamma is not None and args.diffusion != "ddpm":
@@ -153,15 +179,19 @@ def load_pretrained_scheduler(args):
     kind = scheduler_kind(loaded.from_config(config))
     if kind != _DIFFUSION_PATHS[args.diffusion]:
         theirs = next(name for name, k in _DIFFUSION_PATHS.items() if k == kind)
-        raise ValueError(f"--pretrained_model_name_or_path: {where} has a {config['_class_name']} ({kind} path), but "
-                         f"--diffusion {args.diffusion} trains a {_DIFFUSION_PATHS[args.diffusion]} path; pass "
-                         f"--diffusion {theirs}")
+        raise ValueError(
+            f"--pretrained_model_name_or_path: {where} has a {config['_class_name']} ({kind} path), but "
+            f"--diffusion {args.diffusion} trains a {_DIFFUSION_PATHS[args.diffusion]} path; pass "
+            f"--diffusion {theirs}"
+        )
     sched = _SCHEDULERS[args.diffusion].from_config(config)
     theirs = sched.config.get("prediction_type")  # VP: the loss; EDM: the sign of c_out; flow: none
     if args.diffusion != "flow":
         if args.prediction_type is not None and args.prediction_type != theirs:
-            raise ValueError(f"--prediction_type {args.prediction_type}: the pretrained model {where} predicts "
-                             f"{theirs!r} (its scheduler's prediction_type); pass --prediction_type {theirs}")
+            raise ValueError(
+                f"--prediction_type {args.prediction_type}: the pretrained model {where} predicts "
+                f"{theirs!r} (its scheduler's prediction_type); pass --prediction_type {theirs}"
+            )
     return sched, theirs or PREDICTION_TYPES[args.diffusion][0]
 
 
@@ -174,12 +204,14 @@ def build_scheduler(args):
             return sched, prediction_type, ("min_snr" if args.snr_gamma else "none")
         return sched, "sample" if args.diffusion == "edm" else "flow", "edm" if args.diffusion == "edm" else "none"
     if args.diffusion == "ddpm":
-        sched = DDPMScheduler(num_train_timesteps=args.ddpm_num_steps, beta_schedule=args.ddpm_beta_schedule,
-                              prediction_type=args.prediction_type)
+        sched = DDPMScheduler(
+            num_train_timesteps=args.ddpm_num_steps, beta_schedule=args.ddpm_beta_schedule, prediction_type=args.prediction_type
+        )
         return sched, args.prediction_type, ("min_snr" if args.snr_gamma else "none")
     if args.diffusion == "edm":
-        sched = EDMEulerScheduler(sigma_min=args.sigma_min, sigma_max=args.sigma_max, sigma_data=args.sigma_data,
-                                  prediction_type=args.prediction_type)
+        sched = EDMEulerScheduler(
+            sigma_min=args.sigma_min, sigma_max=args.sigma_max, sigma_data=args.sigma_data, prediction_type=args.prediction_type
+        )
         return sched, "sample", "edm"  # loss on the denoiser D with EDM's λ(σ)
     return FlowMatchEulerDiscreteScheduler(shift=args.flow_shift), "flow", "none"
 
@@ -193,14 +225,17 @@ def build_unet(args, channels: int, length: int | None = None):
     cls = UNet1DModel if length is not None else UNet2DModel
     if args.pretrained_model_name_or_path:
         model = cls.from_pretrained(args.pretrained_model_name_or_path, subfolder="unet", revision=args.revision)
-        check_unet_config(model.config, channels=channels, length=length, resolution=args.resolution,
-                          option="--pretrained_model_name_or_path")
+        check_unet_config(
+            model.config, channels=channels, length=length, resolution=args.resolution, option="--pretrained_model_name_or_path"
+        )
         return model
     if args.model_config_name_or_path:
         config = cls.load_config(args.model_config_name_or_path)
         if config.get("_class_name", cls.__name__) != cls.__name__:
-            raise ValueError(f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
-                             f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})")
+            raise ValueError(
+                f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
+                f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})"
+            )
         model = cls.from_config(config)
         check_unet_config(model.config, channels=channels, length=length, resolution=args.resolution)
         return model
@@ -210,8 +245,9 @@ def build_unet(args, channels: int, length: int | None = None):
 def main(argv=None):
     args = parse_args(argv)
     noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
-    sampler = build_noise_sampler(args, noise_scheduler, prediction_type=prediction_type,
-                                  loss_weighting=loss_weighting, snr_gamma=args.snr_gamma)
+    sampler = build_noise_sampler(
+        args, noise_scheduler, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=args.snr_gamma
+    )
     start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
     if args.show_noise_schedule:
         if start.choice == "stored":
@@ -222,8 +258,9 @@ def main(argv=None):
     accelerator = start_run(accelerator_config(args, report_to=args.logger))
 
     # -- data: images, or one-hot sequences -------------------------------------------------------
-    dataset, collate, channels, length = unconditional_dataset(data_config(args), sequence_column=args.sequence_column,
-                                                               alphabet=args.alphabet)
+    dataset, collate, channels, length = unconditional_dataset(
+        data_config(args), sequence_column=args.sequence_column, alphabet=args.alphabet
+    )
     dataloader, order = batch_loader(dataset, data_config(args), collate_fn=collate)
     dataloader = accelerator.prepare(dataloader)
 
@@ -232,11 +269,19 @@ def main(argv=None):
     model_cls = type(model)  # before accelerate.prepare, which may wrap it (DistributedDataParallel)
     ema = None
     if args.use_ema:
-        ema = EMAModel(model.parameters(), decay=args.ema_max_decay, use_ema_warmup=True, inv_gamma=args.ema_inv_gamma,
-                       power=args.ema_power, model_cls=model_cls, model_config=model.config)
+        ema = EMAModel(
+            model.parameters(),
+            decay=args.ema_max_decay,
+            use_ema_warmup=True,
+            inv_gamma=args.ema_inv_gamma,
+            power=args.ema_power,
+            model_cls=model_cls,
+            model_config=model.config,
+        )
     _, max_steps, _ = training_length(run_config(args), dataloader)
-    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(optimizer_config(args), model.parameters(), max_steps=max_steps,
-                                                              num_processes=accelerator.num_processes)
+    optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(
+        optimizer_config(args), model.parameters(), max_steps=max_steps, num_processes=accelerator.num_processes
+    )
     model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
     if ema is not None:
         ema.to(accelerator.device)
@@ -247,8 +292,9 @@ def main(argv=None):
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder="unet", ema=ema)
     if accelerator.is_main_process:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
-    num_inference_steps = args.num_inference_steps or (args.ddpm_num_inference_steps if args.diffusion == "ddpm"
-                                                       else path_class(noise_scheduler).default_inference_steps)
+    num_inference_steps = args.num_inference_steps or (
+        args.ddpm_num_inference_steps if args.diffusion == "ddpm" else path_class(noise_scheduler).default_inference_steps
+    )
 
     def compute_loss(x0, levels):
         noise = torch.randn_like(x0)
@@ -266,31 +312,59 @@ def main(argv=None):
             save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, args.output_dir)
         if (epoch + 1) % args.save_images_epochs == 0 or last:
             with ema_weights(ema, unet.parameters()):
-                images = generate_images(unet.eval(), noise_scheduler, args.eval_batch_size,
-                                         num_inference_steps=num_inference_steps,
-                                         generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0))
+                images = generate_images(
+                    unet.eval(),
+                    noise_scheduler,
+                    args.eval_batch_size,
+                    num_inference_steps=num_inference_steps,
+                    generator=torch.Generator(device=unet.device).manual_seed(args.seed or 0),
+                )
             unet.train()
             save_samples(images, os.path.join(args.output_dir, f"samples_epoch_{epoch:04d}"), alphabet=alphabet)
             if alphabet is None:
                 log_images(accelerator, "samples", images, global_step)
 
     epoch_setters = [order] + ([dataset] if hasattr(dataset, "set_epoch") else [])
-    result = run_training_loop(accelerator, run_config(args), model=model, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                               dataloader=dataloader, epoch_setters=epoch_setters, sampler=sampler,
-                               compute_loss=compute_loss, params_to_clip=list(model.parameters()), ema=ema,
-                               on_epoch_end=on_epoch_end, start=start)
+    result = run_training_loop(
+        accelerator,
+        run_config(args),
+        model=model,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        dataloader=dataloader,
+        epoch_setters=epoch_setters,
+        sampler=sampler,
+        compute_loss=compute_loss,
+        params_to_clip=list(model.parameters()),
+        ema=ema,
+        on_epoch_end=on_epoch_end,
+        start=start,
+    )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         unet = accelerator.unwrap_model(model)
         save_unconditional_outputs(
-            args.output_dir, unet=unet, ema=ema, noise_scheduler=noise_scheduler, sampler=sampler,
-            global_step=result["global_step"], num_samples=args.eval_batch_size, num_inference_steps=num_inference_steps,
-            seed=args.seed or 0, alphabet=alphabet, hub=hub_target(args),
-            card=dict(dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
-                      resolution=args.resolution, num_channels=channels, diffusion=args.diffusion,
-                      prediction_type=noise_scheduler.config.get("prediction_type", prediction_type),
-                      total_batch_size=result["total_batch_size"], base_model=args.pretrained_model_name_or_path,
-                      start=start.choice),
+            args.output_dir,
+            unet=unet,
+            ema=ema,
+            noise_scheduler=noise_scheduler,
+            sampler=sampler,
+            global_step=result["global_step"],
+            num_samples=args.eval_batch_size,
+            num_inference_steps=num_inference_steps,
+            seed=args.seed or 0,
+            alphabet=alphabet,
+            hub=hub_target(args),
+            card=dict(
+                dataset_name=args.dataset_name or (None if args.train_data_dir else "mnist"),
+                resolution=args.resolution,
+                num_channels=channels,
+                diffusion=args.diffusion,
+                prediction_type=noise_scheduler.config.get("prediction_type", prediction_type),
+                total_batch_size=result["total_batch_size"],
+                base_model=args.pretrained_model_name_or_path,
+                start=start.choice,
+            ),
         )
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -57,12 +57,20 @@ def _add_objective_args(p: argparse.ArgumentParser) -> None:
         help="the training loss's weighting, for w(sigma) in phi = pi*w (METHOD.md section 4). auto: a stored "
         "schedule's, else edm on EDM schedulers and none on VP/flow (default: auto)",
     )
-    p.add_argument("--prediction-type", default=None, choices=tuple(PREDICTION_TYPES),
-                   help="the loss parameterization (default: the scheduler's convention)")
+    p.add_argument(
+        "--prediction-type",
+        default=None,
+        choices=tuple(PREDICTION_TYPES),
+        help="the loss parameterization (default: the scheduler's convention)",
+    )
     p.add_argument("--snr-gamma", type=positive_float, default=None, help="gamma of --loss-weighting min_snr")
-    p.add_argument("--mu", type=float, default=None,
-                   help="flow schedulers with use_dynamic_shifting: the mu of set_timesteps (a static shift of exp(mu)); "
-                   "default: the stored schedule's shift")
+    p.add_argument(
+        "--mu",
+        type=float,
+        default=None,
+        help="flow schedulers with use_dynamic_shifting: the mu of set_timesteps (a static shift of exp(mu)); "
+        "default: the stored schedule's shift",
+    )
 
 
 def _add_hub_args(p: argparse.ArgumentParser) -> None:
@@ -83,20 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     samplers_help = f"comma-separated sampler names; accepted: {', '.join(SAMPLER_NAMES)}"
 
-    p = sub.add_parser("show", help="print (and plot) the learned schedule stored in a scheduler config",
-                       description="Print the learned InfoNoise schedule of a pipeline directory (scheduler/scheduler_config.json), "
-                       "a scheduler directory, a JSON file (scheduler config or schedule payload) or a Hub repo id "
-                       "(read through huggingface_hub; cached repos work offline).")
+    p = sub.add_parser(
+        "show",
+        help="print (and plot) the learned schedule stored in a scheduler config",
+        description="Print the learned InfoNoise schedule of a pipeline directory (scheduler/scheduler_config.json), "
+        "a scheduler directory, a JSON file (scheduler config or schedule payload) or a Hub repo id "
+        "(read through huggingface_hub; cached repos work offline).",
+    )
     p.add_argument("path", metavar="PATH_OR_REPO")
     p.add_argument("--plot", metavar="FILE", default=None, help="also draw the schedule (pi, base, rho_hat, phi) to FILE (PNG/PDF/SVG)")
     p.add_argument("--rows", type=positive_int, default=16, help="rows of the per-bin table (default 16)")
     _add_hub_args(p)
     p.set_defaults(func=_cmd_show)
 
-    p = sub.add_parser("profile", help="entropy-rate profile of a saved pipeline's model on data (paper Figure 4)",
-                       description="Measure the unweighted x0-space error of a saved pipeline's model on a log-sigma grid, form the "
-                       "entropy-rate profile rho_hat and overlay the effective allocations phi = pi*w of named schedules. "
-                       "Writes OUTPUT/profile.png and OUTPUT/profile.json. Probe images are scaled to [-1, 1].")
+    p = sub.add_parser(
+        "profile",
+        help="entropy-rate profile of a saved pipeline's model on data (paper Figure 4)",
+        description="Measure the unweighted x0-space error of a saved pipeline's model on a log-sigma grid, form the "
+        "entropy-rate profile rho_hat and overlay the effective allocations phi = pi*w of named schedules. "
+        "Writes OUTPUT/profile.png and OUTPUT/profile.json. Probe images are scaled to [-1, 1].",
+    )
     p.add_argument("--model", required=True, metavar="PATH", help="pipeline directory saved with save_pretrained (unet/ + scheduler/)")
     p.add_argument("--model-subfolder", default=None, help="model subfolder (default: unet or transformer, whichever exists)")
     p.add_argument("--scheduler", default=None, metavar="PATH", help="scheduler config to use instead of the pipeline's")
@@ -104,27 +118,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="data split (default: test)")
     p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
     p.add_argument("--num-samples", type=positive_int, default=256, help="probe samples (default 256)")
-    p.add_argument("--samplers", default=_DEFAULT_SAMPLERS,
-                   help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)")
+    p.add_argument(
+        "--samplers",
+        default=_DEFAULT_SAMPLERS,
+        help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)",
+    )
     p.add_argument("--output", default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)")
-    p.add_argument("--num-levels", type=positive_int, default=32,
-                   help="grid points in log sigma (default 32; a stored schedule's bins when present)")
+    p.add_argument(
+        "--num-levels", type=positive_int, default=32, help="grid points in log sigma (default 32; a stored schedule's bins when present)"
+    )
     p.add_argument("--num-noise-draws", type=positive_int, default=2, help="noise draws per probe sample and level (default 2)")
     p.add_argument("--batch-size", type=positive_int, default=128, help="model batch size (default 128)")
     p.add_argument("--device", type=_device_arg, default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
-    p.add_argument("--edm-timestep-scale", type=positive_float, default=EDM_TIMESTEP_SCALE,
-                   help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
-                   f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
-                   "1 for models trained on raw c_noise)")
+    p.add_argument(
+        "--edm-timestep-scale",
+        type=positive_float,
+        default=EDM_TIMESTEP_SCALE,
+        help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
+        f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
+        "1 for models trained on raw c_noise)",
+    )
     p.add_argument("--gate", type=gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_objective_args(p)
     p.set_defaults(func=_cmd_profile)
 
-    p = sub.add_parser("dataset-profile", help="optimal-empirical-denoiser profile of a data set (no network)",
-                       description="The entropy-rate profile of the optimal empirical denoiser of a finite data set (METHOD.md "
-                       "section 2). Pixels are scaled to [-1, 1]. For small data sets it describes memorisation.")
+    p = sub.add_parser(
+        "dataset-profile",
+        help="optimal-empirical-denoiser profile of a data set (no network)",
+        description="The entropy-rate profile of the optimal empirical denoiser of a finite data set (METHOD.md "
+        "section 2). Pixels are scaled to [-1, 1]. For small data sets it describes memorisation.",
+    )
     p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
     p.add_argument("--split", default="train", help="data split (default: train)")
     p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
@@ -141,12 +166,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_dataset_profile)
 
-    p = sub.add_parser("compare", help="effective allocations of named schedules side by side (no data)",
-                       description="Effective allocations phi = pi*w of named schedules on one scheduler's path; compared with "
-                       "the stored profile rho_hat when the scheduler carries a learned schedule.")
+    p = sub.add_parser(
+        "compare",
+        help="effective allocations of named schedules side by side (no data)",
+        description="Effective allocations phi = pi*w of named schedules on one scheduler's path; compared with "
+        "the stored profile rho_hat when the scheduler carries a learned schedule.",
+    )
     p.add_argument("--samplers", required=True, help=samplers_help)
-    p.add_argument("--scheduler", required=True, metavar="PATH",
-                   help="pipeline or scheduler directory, scheduler JSON, Hub repo id, or edm / ddpm / flow (default configs)")
+    p.add_argument(
+        "--scheduler",
+        required=True,
+        metavar="PATH",
+        help="pipeline or scheduler directory, scheduler JSON, Hub repo id, or edm / ddpm / flow (default configs)",
+    )
     p.add_argument("--num-levels", type=positive_int, default=64, help="grid points (default 64; a stored schedule's bins when present)")
     p.add_argument("--plot", metavar="FILE", default=None, help="draw the allocations to FILE")
     p.add_argument("--json", metavar="FILE", default=None, help="write the allocations to FILE")
@@ -156,15 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..inference_grid import DEFAULT_GRID_DENSITY, GRID_DENSITIES
 
-    p = sub.add_parser("grid", help="inference steps placed by the learned schedule (InfoGrid)",
-                       description="The InfoGrid of a pipeline's stored schedule (METHOD.md section 8): N inference steps at "
-                       "equal increments of entropic time, printed next to the scheduler's own spacing, in VE sigma and in "
-                       "what the scheduler's set_timesteps takes (sigmas= or timesteps=).")
+    p = sub.add_parser(
+        "grid",
+        help="inference steps placed by the learned schedule (InfoGrid)",
+        description="The InfoGrid of a pipeline's stored schedule (METHOD.md section 8): N inference steps at "
+        "equal increments of entropic time, printed next to the scheduler's own spacing, in VE sigma and in "
+        "what the scheduler's set_timesteps takes (sigmas= or timesteps=).",
+    )
     p.add_argument("path", metavar="PIPELINE", help="pipeline or scheduler directory, scheduler JSON, or Hub repo id")
     p.add_argument("--steps", type=positive_int, required=True, help="number of inference steps N")
-    p.add_argument("--density", choices=GRID_DENSITIES, default=DEFAULT_GRID_DENSITY,
-                   help=f"entropy-rate density of entropic time (default {DEFAULT_GRID_DENSITY}): rho (gated rho_hat), q "
-                   "(ungated m/sigma^2) or q_sigma (q times sigma)")
+    p.add_argument(
+        "--density",
+        choices=GRID_DENSITIES,
+        default=DEFAULT_GRID_DENSITY,
+        help=f"entropy-rate density of entropic time (default {DEFAULT_GRID_DENSITY}): rho (gated rho_hat), q "
+        "(ungated m/sigma^2) or q_sigma (q times sigma)",
+    )
     p.add_argument("--mu", type=float, default=None, help="flow schedulers with dynamic shifting: the pipeline's mu")
     p.add_argument("--plot", metavar="FILE", default=None, help="draw the grid against the default spacing to FILE")
     _add_hub_args(p)

@@ -209,8 +209,10 @@ def _print_profile(prof, title: str) -> None:
     print(f"  {'sigma':>9} {'mmse':>10} {'+-se':>9} {'mmse/s^2':>9} {'rho_hat':>9}")
     for i in range(x.numel()):
         se = float(prof.mmse_se[i]) if prof.mmse_se is not None else math.nan
-        print(f"  {math.exp(float(x[i])):9.4g} {float(prof.mmse[i]):10.4g} {_fmt(se):>9} {float(prof.q[i]):9.4f} "
-              f"{float(prof.rho_hat[i]):9.4f}")
+        print(
+            f"  {math.exp(float(x[i])):9.4g} {float(prof.mmse[i]):10.4g} {_fmt(se):>9} {float(prof.q[i]):9.4f} "
+            f"{float(prof.rho_hat[i]):9.4f}"
+        )
 
 
 def _cmd_profile(args) -> int:
@@ -243,8 +245,10 @@ def _cmd_profile(args) -> int:
     size = getattr(cfg, "sample_size", None)
     size = tuple(size) if isinstance(size, (list, tuple)) else (size, size) if size else None
     if size is not None and tuple(x0.shape[-2:]) != size:
-        print(f"note: resizing probe images from {tuple(x0.shape[-2:])} to the model's sample_size {size} (bilinear, antialiased)",
-              file=sys.stderr)
+        print(
+            f"note: resizing probe images from {tuple(x0.shape[-2:])} to the model's sample_size {size} (bilinear, antialiased)",
+            file=sys.stderr,
+        )
         x0 = torch.nn.functional.interpolate(x0, size=size, mode="bilinear", antialias=True, align_corners=False).clamp(-1, 1)
     model_kwargs = {}
     if getattr(cfg, "num_class_embeds", None):
@@ -282,17 +286,30 @@ def _cmd_profile(args) -> int:
     allocs = []
     for name in names:
         try:
-            allocs.append(allocation(name, scheduler, log_sigma=prof.log_sigma, loss_weighting=lw, prediction_type=pt, snr_gamma=sg,
-                                     mu=args.mu))
+            allocs.append(
+                allocation(name, scheduler, log_sigma=prof.log_sigma, loss_weighting=lw, prediction_type=pt, snr_gamma=sg, mu=args.mu)
+            )
         except ValueError as err:
             raise CLIError(f"{name}: {_one_line(err)}") from None
     summary = compare_allocations(prof, allocs)
-    prof.meta.update({"model_path": str(args.model), "model_subfolder": subfolder, "scheduler_source": where, "dataset": args.dataset,
-                      "split": args.split})
-    _print_profile(prof, f"entropy-rate profile of {args.model} ({type(model).__name__}, {type(scheduler).__name__}) on {args.dataset} "
-                         f"({x0.shape[0]} probe samples)")
-    print(f"  allocations (prediction_type={pt}, loss_weighting={lw}): share of phi inside rho_hat's 90% window, TV, "
-          "share where rho_hat < 1% of peak")
+    prof.meta.update(
+        {
+            "model_path": str(args.model),
+            "model_subfolder": subfolder,
+            "scheduler_source": where,
+            "dataset": args.dataset,
+            "split": args.split,
+        }
+    )
+    _print_profile(
+        prof,
+        f"entropy-rate profile of {args.model} ({type(model).__name__}, {type(scheduler).__name__}) on {args.dataset} "
+        f"({x0.shape[0]} probe samples)",
+    )
+    print(
+        f"  allocations (prediction_type={pt}, loss_weighting={lw}): share of phi inside rho_hat's 90% window, TV, "
+        "share where rho_hat < 1% of peak"
+    )
     for a in allocs:
         s = summary[a.name]
         print(f"    {a.name:<16} {s['window_mass']:7.1%}   TV {s['total_variation']:.3f}   wasted {s['wasted_mass']:.1%}")
@@ -324,13 +341,14 @@ def _cmd_grid(args) -> int:
     if args.mu is not None and not flow:
         raise CLIError(f"--mu: only flow-matching schedulers take a dynamic shift; {where} has a {type(scheduler).__name__}")
     if flow and scheduler.config.get("use_dynamic_shifting") and args.mu is None:
-        raise CLIError("--mu: the scheduler uses dynamic shifting; pass the pipeline's mu (Flux: calculate_shift of the "
-                       "image's sequence length)")
+        raise CLIError(
+            "--mu: the scheduler uses dynamic shifting; pass the pipeline's mu (Flux: calculate_shift of the image's sequence length)"
+        )
     grid = infogrid(scheduler, args.steps, density=args.density)
     default = copy.deepcopy(scheduler)
     default.set_timesteps(args.steps, **({"mu": args.mu} if args.mu is not None else {}))
     spacing = scheduler_sigmas_as_ve(default)
-    (key, values), = scheduler_grid_kwargs(scheduler, grid.sigmas, mu=args.mu).items()
+    ((key, values),) = scheduler_grid_kwargs(scheduler, grid.sigmas, mu=args.mu).items()
     values = [float(v) for v in values]
     print(f"{where}: InfoGrid ({args.density}) of {args.steps} steps for {type(scheduler).__name__}")
     print(f"{'step':>4}  {'InfoGrid sigma':>14}  {'default sigma':>13}  {key + '=':>12}")
@@ -338,12 +356,16 @@ def _cmd_grid(args) -> int:
         d = f"{float(spacing[i]):13.4g}" if i < spacing.numel() else f"{'':13}"
         v = f"{values[i]:12.6g}" if i < len(values) else ""
         print(f"{i:4d}  {float(grid.sigmas[i]):14.4g}  {d}  {v}")
-    print("VE sigmas, for generate_images(sigmas=...) and InfoNoiseUnconditionalPipeline(sigmas=...): "
-          f"{[round(float(v), 6) for v in grid.sigmas]}")
-    what = {"sigmas": "its Karras ramp positions, as a tensor" if type(scheduler).__name__.startswith("EDM") else
-            "its sigmas" + (" before its shift, which it re-applies" if flow else "")}.get(key, "its integer timesteps")
-    print(f"for {type(scheduler).__name__}.set_timesteps and diffusers pipelines ({what}): {key}="
-          f"{[round(v, 6) for v in values]}")
+    print(
+        "VE sigmas, for generate_images(sigmas=...) and InfoNoiseUnconditionalPipeline(sigmas=...): "
+        f"{[round(float(v), 6) for v in grid.sigmas]}"
+    )
+    what = {
+        "sigmas": "its Karras ramp positions, as a tensor"
+        if type(scheduler).__name__.startswith("EDM")
+        else "its sigmas" + (" before its shift, which it re-applies" if flow else "")
+    }.get(key, "its integer timesteps")
+    print(f"for {type(scheduler).__name__}.set_timesteps and diffusers pipelines ({what}): {key}={[round(v, 6) for v in values]}")
     if args.plot:
         import matplotlib
 

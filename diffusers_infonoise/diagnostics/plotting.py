@@ -114,14 +114,16 @@ def plot_schedule(sampler: TrainingTimestepSampler, path=None, *, title: str | N
     _sigma_ticks(ax0)
     if title is None:
         lw = sampler.loss_weighting if isinstance(sampler.loss_weighting, str) else "custom"
-        title = (f"{sampler.name} on the {sampler.path.kind} path · {sampler.prediction_type}, weighting {lw} · "
-                 f"step {sampler.optimizer_step}")
+        title = (
+            f"{sampler.name} on the {sampler.path.kind} path · {sampler.prediction_type}, weighting {lw} · step {sampler.optimizer_step}"
+        )
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 
-def plot_level_histogram(log_sigmas, sampler: TrainingTimestepSampler | None = None, path=None, *, bins: int = 60,
-                         title: str | None = None):
+def plot_level_histogram(
+    log_sigmas, sampler: TrainingTimestepSampler | None = None, path=None, *, bins: int = 60, title: str | None = None
+):
     """Histogram of drawn noise levels (log σ, VE), as a density per unit log σ, with π overlaid.
 
     Args:
@@ -217,8 +219,13 @@ def plot_profile(profile: Profile, allocations: Sequence[Allocation] = (), path=
     summary = compare_allocations(profile, allocations, central)
     for i, a in enumerate(allocations):
         s = summary[a.name]
-        ax.plot(a.log_sigma.numpy(), a.phi.numpy(), color=f"C{i}", lw=1.6,
-                label=f"φ {a.name}: {s['window_mass']:.0%} in window, TV {s['total_variation']:.2f}")
+        ax.plot(
+            a.log_sigma.numpy(),
+            a.phi.numpy(),
+            color=f"C{i}",
+            lw=1.6,
+            label=f"φ {a.name}: {s['window_mass']:.0%} in window, TV {s['total_variation']:.2f}",
+        )
     if profile.gate.pivot is not None:
         ax.axvline(math.log(profile.gate.pivot), color="k", ls=":", lw=1, label=f"gate pivot c = {profile.gate.pivot:.3g}")
     ax.set_xlabel("log σ (VE)")

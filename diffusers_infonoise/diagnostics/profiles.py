@@ -214,8 +214,15 @@ def make_denoise_fn(
 
     def denoise_fn(model, x_noisy, levels, model_kwargs=None):
         if model_input_fn is None:  # the one model call (generation.model_output)
-            out = model_output(model, noise_scheduler, x_noisy, levels.timesteps, levels.sigmas, model_kwargs=model_kwargs,
-                               edm_timestep_scale=edm_timestep_scale)
+            out = model_output(
+                model,
+                noise_scheduler,
+                x_noisy,
+                levels.timesteps,
+                levels.sigmas,
+                model_kwargs=model_kwargs,
+                edm_timestep_scale=edm_timestep_scale,
+            )
         else:
             sample, timestep = model_input_fn(x_noisy, levels)
             out = call_model(model, sample, timestep, model_kwargs)
@@ -434,10 +441,6 @@ def profile_from_model(
         num_samples=n * d,
         meta=meta,
     )
-
-
-
-
 
 
 def analytic_mmse_gaussian(sigmas, s_d: float = 1.0) -> torch.Tensor:

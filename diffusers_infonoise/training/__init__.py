@@ -30,6 +30,16 @@ from .outputs import *  # noqa: F401,F403
 from .text_to_image import *  # noqa: F401,F403
 from .vp import *  # noqa: F401,F403
 
-__all__ = [*args.__all__, *datasets.__all__, *loop.__all__, *monitor.__all__, *checkpoints.__all__, *outputs.__all__,
-           *lora.__all__, *models.__all__, *text_to_image.__all__,
-           *flow.__all__, *vp.__all__]
+__all__ = [
+    *args.__all__,
+    *datasets.__all__,
+    *loop.__all__,
+    *monitor.__all__,
+    *checkpoints.__all__,
+    *outputs.__all__,
+    *lora.__all__,
+    *models.__all__,
+    *text_to_image.__all__,
+    *flow.__all__,
+    *vp.__all__,
+]

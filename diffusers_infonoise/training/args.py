@@ -65,61 +65,122 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     """``--noise_sampler``, its ``--infonoise_*`` hyperparameters, baseline density parameters,
     ``--snr_gamma`` and ``--show_noise_schedule``."""
     g = parser.add_argument_group("training-noise sampler (diffusers-infonoise)")
-    g.add_argument("--noise_sampler", type=str, default="infonoise", choices=SAMPLER_NAMES,
-                   help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.")
+    g.add_argument(
+        "--noise_sampler",
+        type=str,
+        default="infonoise",
+        choices=SAMPLER_NAMES,
+        help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.",
+    )
     g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
-    g.add_argument("--infonoise_warmup_steps", type=warmup_arg, default="auto",
-                   help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.")
+    g.add_argument(
+        "--infonoise_warmup_steps",
+        type=warmup_arg,
+        default="auto",
+        help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.",
+    )
     g.add_argument("--infonoise_refresh_every", type=positive_int, default=50, help="Optimizer steps between refreshes of pi.")
     g.add_argument("--infonoise_ema_decay", type=float, default=0.9, help="Weight on the old bin value at a refresh.")
-    g.add_argument("--infonoise_min_count", type=positive_int, default=8,
-                   help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.")
+    g.add_argument(
+        "--infonoise_min_count",
+        type=positive_int,
+        default=8,
+        help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.",
+    )
     g.add_argument("--infonoise_smoothing", type=float, default=1.0, help="Gaussian smoothing width in bins (0: off).")
-    g.add_argument("--infonoise_gate", type=gate_arg, default="auto",
-                   help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
-                        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
-                        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).")
-    g.add_argument("--infonoise_gate_fallback", type=float, default=0.2,
-                   help="Pivot used while the gate rule has nothing to go on (no data seen yet) or misfires.")
-    g.add_argument("--infonoise_floor", type=float, default=0.05,
-                   help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).")
-    g.add_argument("--infonoise_floor_space", type=str, default="phi", choices=("phi", "pi"),
-                   help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).")
-    g.add_argument("--infonoise_mmse_cap", type=mmse_cap_arg, default=None,
-                   help="Cap on the estimated x0 MMSE: 'none', 'auto' (the per-dimension variance of the data the "
-                        "model is trained on: pixels, or the VAE latents; it bounds the Bayes MMSE) or a value. "
-                        "Default: auto for epsilon/v prediction (the x0-space error of an imperfect model grows like "
-                        "sigma^2 at high noise there), none otherwise.")
-    g.add_argument("--infonoise_base", type=str, default=None,
-                   help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).")
+    g.add_argument(
+        "--infonoise_gate",
+        type=gate_arg,
+        default="auto",
+        help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
+        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
+        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).",
+    )
+    g.add_argument(
+        "--infonoise_gate_fallback",
+        type=float,
+        default=0.2,
+        help="Pivot used while the gate rule has nothing to go on (no data seen yet) or misfires.",
+    )
+    g.add_argument(
+        "--infonoise_floor",
+        type=float,
+        default=0.05,
+        help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).",
+    )
+    g.add_argument(
+        "--infonoise_floor_space",
+        type=str,
+        default="phi",
+        choices=("phi", "pi"),
+        help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).",
+    )
+    g.add_argument(
+        "--infonoise_mmse_cap",
+        type=mmse_cap_arg,
+        default=None,
+        help="Cap on the estimated x0 MMSE: 'none', 'auto' (the per-dimension variance of the data the "
+        "model is trained on: pixels, or the VAE latents; it bounds the Bayes MMSE) or a value. "
+        "Default: auto for epsilon/v prediction (the x0-space error of an imperfect model grows like "
+        "sigma^2 at high noise there), none otherwise.",
+    )
+    g.add_argument(
+        "--infonoise_base",
+        type=str,
+        default=None,
+        help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).",
+    )
     g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
     g.add_argument("--edm_p_std", type=float, default=1.2, help="P_std of 'edm_lognormal'.")
-    g.add_argument("--logit_mean", type=float, default=0.0,
-                   help="Mean of 'logit_normal' in diffusers' meaning: u ~ logit-normal(logit_mean, logit_std) indexes the "
-                        "descending table, so the noise level is s = 1 - u and a POSITIVE value means LESS noise (the SD3 "
-                        "paper's mean with the sign reversed).")
+    g.add_argument(
+        "--logit_mean",
+        type=float,
+        default=0.0,
+        help="Mean of 'logit_normal' in diffusers' meaning: u ~ logit-normal(logit_mean, logit_std) indexes the "
+        "descending table, so the noise level is s = 1 - u and a POSITIVE value means LESS noise (the SD3 "
+        "paper's mean with the sign reversed).",
+    )
     g.add_argument("--logit_std", type=float, default=1.0, help="Std of 'logit_normal'.")
     g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
-    g.add_argument("--snr_gamma", type=positive_float, default=None,
-                   help="Min-SNR-gamma loss weighting (Hang et al. 2023); the sampler is told about it.")
-    g.add_argument("--schedule_plot_steps", type=plot_steps_arg, default=500,
-                   help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
-                        "every this many optimizer steps (the first refresh always; rendering takes about a second of "
-                        "CPU, more than the sampler itself); 0: at every refresh; -1: never (the logged scalars and "
-                        "the cross-rank check stay).")
-    g.add_argument("--infonoise_init", type=str, default="auto", choices=START_CHOICES,
-                   help="Where InfoNoise starts (METHOD.md 5.9): 'base' (the warm-up on the base density), 'stored' (the "
-                        "pretrained scheduler's stored schedule, or --infonoise_schedule_from's, rebuilt for this run's loss, "
-                        "weighting, floor, gate and bins; no warm-up unless --infonoise_warmup_steps is given), 'profile' "
-                        "(the pretrained model's errors on the training data, measured before step 1 with about "
-                        "min_count forward samples a bin), 'auto' (default): stored when the pretrained scheduler carries a "
-                        "schedule of this path, profile when a pretrained model is given, else base.")
-    g.add_argument("--infonoise_schedule_from", type=str, default=None, metavar="PATH_OR_REPO",
-                   help="Start from the schedule stored in this pipeline folder, scheduler folder, scheduler JSON or Hub "
-                        "repo id (as --infonoise_init stored), for any model; another path's schedule is converted through "
-                        "VE sigma.")
-    g.add_argument("--show_noise_schedule", action="store_true",
-                   help="Print and plot the training-noise density these options produce, then exit.")
+    g.add_argument(
+        "--snr_gamma",
+        type=positive_float,
+        default=None,
+        help="Min-SNR-gamma loss weighting (Hang et al. 2023); the sampler is told about it.",
+    )
+    g.add_argument(
+        "--schedule_plot_steps",
+        type=plot_steps_arg,
+        default=500,
+        help="Save and log the schedule plot and the histogram of drawn levels at a refresh of pi at most "
+        "every this many optimizer steps (the first refresh always; rendering takes about a second of "
+        "CPU, more than the sampler itself); 0: at every refresh; -1: never (the logged scalars and "
+        "the cross-rank check stay).",
+    )
+    g.add_argument(
+        "--infonoise_init",
+        type=str,
+        default="auto",
+        choices=START_CHOICES,
+        help="Where InfoNoise starts (METHOD.md 5.9): 'base' (the warm-up on the base density), 'stored' (the "
+        "pretrained scheduler's stored schedule, or --infonoise_schedule_from's, rebuilt for this run's loss, "
+        "weighting, floor, gate and bins; no warm-up unless --infonoise_warmup_steps is given), 'profile' "
+        "(the pretrained model's errors on the training data, measured before step 1 with about "
+        "min_count forward samples a bin), 'auto' (default): stored when the pretrained scheduler carries a "
+        "schedule of this path, profile when a pretrained model is given, else base.",
+    )
+    g.add_argument(
+        "--infonoise_schedule_from",
+        type=str,
+        default=None,
+        metavar="PATH_OR_REPO",
+        help="Start from the schedule stored in this pipeline folder, scheduler folder, scheduler JSON or Hub "
+        "repo id (as --infonoise_init stored), for any model; another path's schedule is converted through "
+        "VE sigma.",
+    )
+    g.add_argument(
+        "--show_noise_schedule", action="store_true", help="Print and plot the training-noise density these options produce, then exit."
+    )
 
 
 def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict | None = None) -> None:
@@ -130,12 +191,15 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a("--cache_dir", type=str, default=None, help="Where downloaded datasets and models are cached.")
     a("--seed", type=int, default=None, help="A seed for reproducible training.")
     a("--train_batch_size", type=positive_int, default=d["train_batch_size"], help="Batch size per device.")
-    a("--max_train_steps", type=positive_int, default=d.get("max_train_steps"),
-      help="Total optimizer steps; overrides the epoch count.")
+    a("--max_train_steps", type=positive_int, default=d.get("max_train_steps"), help="Total optimizer steps; overrides the epoch count.")
     a("--gradient_accumulation_steps", type=positive_int, default=1)
     a("--learning_rate", type=positive_float, default=d["learning_rate"])
-    a("--lr_scheduler", type=str, default="cosine",
-      help='One of "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup".')
+    a(
+        "--lr_scheduler",
+        type=str,
+        default="cosine",
+        help='One of "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup".',
+    )
     a("--lr_warmup_steps", type=nonnegative_int, default=d["lr_warmup_steps"])
     a("--adam_beta1", type=float, default=0.95 if d.get("unconditional") else 0.9)
     a("--adam_beta2", type=float, default=0.999)
@@ -167,8 +231,15 @@ def baseline_density_params(args, name: str | None) -> dict | None:
 
 
 def build_noise_sampler(
-    args, noise_scheduler, *, prediction_type: str, loss_weighting="none", snr_gamma: float | None = None,
-    name: str | None = None, default_base: str | None = None, mu: float | None = None,
+    args,
+    noise_scheduler,
+    *,
+    prediction_type: str,
+    loss_weighting="none",
+    snr_gamma: float | None = None,
+    name: str | None = None,
+    default_base: str | None = None,
+    mu: float | None = None,
 ) -> TrainingTimestepSampler:
     """The sampler ``name`` (default ``--noise_sampler``) names, with the parameters of :func:`add_noise_sampler_args`.
 
@@ -223,23 +294,27 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
     init, source = args.infonoise_init, getattr(args, "infonoise_schedule_from", None)
     if not hasattr(sampler, "load_schedule"):  # a fixed density: nothing to start
         if source or init in ("stored", "profile"):
-            raise ValueError(f"--infonoise_init {init}{' / --infonoise_schedule_from' if source else ''}: starts an InfoNoise "
-                             f"sampler; this run's is {sampler.name!r} (use --noise_sampler infonoise)")
+            raise ValueError(
+                f"--infonoise_init {init}{' / --infonoise_schedule_from' if source else ''}: starts an InfoNoise "
+                f"sampler; this run's is {sampler.name!r} (use --noise_sampler infonoise)"
+            )
         return choose_start("base", sampler)
     if source:
         if init in ("base", "profile"):
-            raise ValueError(f"--infonoise_schedule_from {source}: starts from a stored schedule, but --infonoise_init is "
-                             f"{init!r}; drop one of them (or --infonoise_init stored)")
-        payload, where = read_schedule_from(source, revision=getattr(args, "revision", None),
-                                            cache_dir=getattr(args, "cache_dir", None))
+            raise ValueError(
+                f"--infonoise_schedule_from {source}: starts from a stored schedule, but --infonoise_init is "
+                f"{init!r}; drop one of them (or --infonoise_init stored)"
+            )
+        payload, where = read_schedule_from(source, revision=getattr(args, "revision", None), cache_dir=getattr(args, "cache_dir", None))
         start = choose_start("stored", sampler, stored=payload, source=where, pretrained_model=pretrained_model)
     else:
         try:
             stored = read_schedule(noise_scheduler)
         except ValueError as err:
             raise type(err)(f"the pretrained scheduler's stored schedule: {err}") from None
-        start = choose_start(init, sampler, stored=stored, source="the pretrained scheduler" if stored else None,
-                             pretrained_model=pretrained_model)
+        start = choose_start(
+            init, sampler, stored=stored, source="the pretrained scheduler" if stored else None, pretrained_model=pretrained_model
+        )
     logger.info(f"noise sampler start: {start.choice} ({start.reason})")
     return start
 
@@ -260,21 +335,37 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     """
     d = {"resolution": 512, "output_dir": "infonoise-text-to-image", "lr_scheduler": "constant", **(defaults or {})}
     g = parser.add_argument_group("model")
-    g.add_argument("--pretrained_model_name_or_path", type=str, required=True,
-                   help="A diffusers pipeline folder or Hub id (the base model to fine-tune).")
+    g.add_argument(
+        "--pretrained_model_name_or_path",
+        type=str,
+        required=True,
+        help="A diffusers pipeline folder or Hub id (the base model to fine-tune).",
+    )
     g.add_argument("--revision", type=str, default=None, help="Revision of the pretrained model.")
     g.add_argument("--variant", type=str, default=None, help="Variant of the model files, e.g. fp16.")
     g = parser.add_argument_group("data")
-    g.add_argument("--dataset_name", type=str, default=None,
-                   help="A built-in offline captioned data set (fashion_mnist: 'a photo of a sneaker', ...; mnist, digits: "
-                        "'a handwritten digit 7'), a Hub data set name, or a local save_to_disk folder. Default: "
-                        f"{DEFAULT_CAPTIONED_DATASET} when --train_data_dir is not given either.")
+    g.add_argument(
+        "--dataset_name",
+        type=str,
+        default=None,
+        help="A built-in offline captioned data set (fashion_mnist: 'a photo of a sneaker', ...; mnist, digits: "
+        "'a handwritten digit 7'), a Hub data set name, or a local save_to_disk folder. Default: "
+        f"{DEFAULT_CAPTIONED_DATASET} when --train_data_dir is not given either.",
+    )
     g.add_argument("--dataset_config_name", type=str, default=None)
-    g.add_argument("--train_data_dir", type=str, default=None,
-                   help="A folder of images with a metadata.jsonl giving each file_name its caption (datasets' imagefolder).")
+    g.add_argument(
+        "--train_data_dir",
+        type=str,
+        default=None,
+        help="A folder of images with a metadata.jsonl giving each file_name its caption (datasets' imagefolder).",
+    )
     g.add_argument("--image_column", type=str, default="image")
-    g.add_argument("--caption_column", type=str, default="text",
-                   help="Column holding a caption or a list of captions (one is drawn per example and epoch).")
+    g.add_argument(
+        "--caption_column",
+        type=str,
+        default="text",
+        help="Column holding a caption or a list of captions (one is drawn per example and epoch).",
+    )
     g.add_argument("--max_train_samples", type=positive_int, default=None, help="Truncate the training set (debugging, quick runs).")
     g.add_argument("--resolution", type=positive_int, default=d["resolution"], help="Training images are resized and cropped to this.")
     g.add_argument("--center_crop", action="store_true", help="Center crop (default: random crop).")
@@ -282,8 +373,7 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g = parser.add_argument_group("training")
     g.add_argument("--num_train_epochs", type=positive_int, default=100)
     g.add_argument("--gradient_checkpointing", action="store_true")
-    g.add_argument("--scale_lr", action="store_true",
-                   help="Scale the learning rate by GPUs, gradient accumulation steps and batch size.")
+    g.add_argument("--scale_lr", action="store_true", help="Scale the learning rate by GPUs, gradient accumulation steps and batch size.")
     g.add_argument("--use_ema", action="store_true", help="Keep an EMA of the trained model and save it (full fine-tuning).")
     g.add_argument("--allow_tf32", action="store_true", help="Allow TF32 matmuls on Ampere and newer GPUs.")
     g.add_argument("--report_to", type=str, default="tensorboard", help='"tensorboard", "wandb" or "none".')
@@ -292,8 +382,13 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g.add_argument("--lora_rank", type=positive_int, default=4, help="LoRA rank r.")
     g.add_argument("--lora_alpha", type=positive_float, default=None, help="LoRA alpha (default: the rank, scale 1).")
     g = parser.add_argument_group("validation")
-    g.add_argument("--validation_prompts", type=str, nargs="+", default=None,
-                   help="Prompts sampled every --validation_epochs epochs and at the end; logged to the tracker.")
+    g.add_argument(
+        "--validation_prompts",
+        type=str,
+        nargs="+",
+        default=None,
+        help="Prompts sampled every --validation_epochs epochs and at the end; logged to the tracker.",
+    )
     g.add_argument("--validation_epochs", type=positive_int, default=5)
     g.add_argument("--validation_inference_steps", type=positive_int, default=d.get("validation_inference_steps", 25))
     g.add_argument("--validation_guidance_scale", type=float, default=None, help="Default: the pipeline's.")
@@ -319,12 +414,17 @@ def run_config(args) -> RunConfig:
     """The :class:`RunConfig` of a script's parsed arguments (diffusers' names: ``--num_train_epochs`` in
     the text-to-image scripts, ``--num_epochs`` in train_unconditional)."""
     return RunConfig(
-        output_dir=args.output_dir, train_batch_size=args.train_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps, max_train_steps=args.max_train_steps,
+        output_dir=args.output_dir,
+        train_batch_size=args.train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        max_train_steps=args.max_train_steps,
         num_train_epochs=args.num_train_epochs if hasattr(args, "num_train_epochs") else args.num_epochs,
-        max_grad_norm=args.max_grad_norm, checkpointing_steps=args.checkpointing_steps,
-        checkpoints_total_limit=args.checkpoints_total_limit, resume_from_checkpoint=args.resume_from_checkpoint,
-        schedule_plot_steps=args.schedule_plot_steps, validation_epochs=getattr(args, "validation_epochs", 1),
+        max_grad_norm=args.max_grad_norm,
+        checkpointing_steps=args.checkpointing_steps,
+        checkpoints_total_limit=args.checkpoints_total_limit,
+        resume_from_checkpoint=args.resume_from_checkpoint,
+        schedule_plot_steps=args.schedule_plot_steps,
+        validation_epochs=getattr(args, "validation_epochs", 1),
         validation_prompts=tuple(getattr(args, "validation_prompts", None) or ()),
     )
 
@@ -332,9 +432,14 @@ def run_config(args) -> RunConfig:
 def optimizer_config(args) -> OptimizerConfig:
     """The :class:`OptimizerConfig` of a script's parsed arguments."""
     return OptimizerConfig(
-        learning_rate=args.learning_rate, lr_scheduler=args.lr_scheduler, lr_warmup_steps=args.lr_warmup_steps,
-        adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, adam_weight_decay=args.adam_weight_decay,
-        adam_epsilon=args.adam_epsilon, scale_lr=bool(getattr(args, "scale_lr", False)),
+        learning_rate=args.learning_rate,
+        lr_scheduler=args.lr_scheduler,
+        lr_warmup_steps=args.lr_warmup_steps,
+        adam_beta1=args.adam_beta1,
+        adam_beta2=args.adam_beta2,
+        adam_weight_decay=args.adam_weight_decay,
+        adam_epsilon=args.adam_epsilon,
+        scale_lr=bool(getattr(args, "scale_lr", False)),
     )
 
 
@@ -348,8 +453,12 @@ def accelerator_config(args, *, report_to: str | None = None) -> AcceleratorConf
     ``--report_to`` (train_unconditional's ``--logger``); ``"none"`` means no tracker."""
     tracker = report_to if report_to is not None else getattr(args, "report_to", None)
     return AcceleratorConfig(
-        output_dir=args.output_dir, logging_dir=args.logging_dir, gradient_accumulation_steps=args.gradient_accumulation_steps,
-        mixed_precision=args.mixed_precision, report_to=None if tracker in (None, "none") else tracker, seed=args.seed,
+        output_dir=args.output_dir,
+        logging_dir=args.logging_dir,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        mixed_precision=args.mixed_precision,
+        report_to=None if tracker in (None, "none") else tracker,
+        seed=args.seed,
         allow_tf32=bool(getattr(args, "allow_tf32", False)),
     )
 
@@ -358,33 +467,54 @@ def data_config(args, *, default_dataset: str = "mnist") -> DataConfig:
     """The :class:`DataConfig` of a script's parsed arguments (``default_dataset`` when neither
     ``--dataset_name`` nor ``--train_data_dir`` is given)."""
     return DataConfig(
-        dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name, train_data_dir=args.train_data_dir,
-        cache_dir=args.cache_dir, max_train_samples=args.max_train_samples, seed=args.seed or 0,
-        image_column=args.image_column, caption_column=getattr(args, "caption_column", None), resolution=args.resolution,
-        center_crop=args.center_crop, random_flip=args.random_flip, train_batch_size=args.train_batch_size,
-        dataloader_num_workers=args.dataloader_num_workers, default_dataset=default_dataset,
+        dataset_name=args.dataset_name,
+        dataset_config_name=args.dataset_config_name,
+        train_data_dir=args.train_data_dir,
+        cache_dir=args.cache_dir,
+        max_train_samples=args.max_train_samples,
+        seed=args.seed or 0,
+        image_column=args.image_column,
+        caption_column=getattr(args, "caption_column", None),
+        resolution=args.resolution,
+        center_crop=args.center_crop,
+        random_flip=args.random_flip,
+        train_batch_size=args.train_batch_size,
+        dataloader_num_workers=args.dataloader_num_workers,
+        default_dataset=default_dataset,
     )
 
 
 def hub_target(args) -> HubTarget:
     """The :class:`HubTarget` of ``--push_to_hub --hub_model_id --hub_token --hub_private_repo``."""
-    return HubTarget(push=bool(args.push_to_hub), repo_id=args.hub_model_id, token=args.hub_token,
-                     private=bool(args.hub_private_repo))
+    return HubTarget(push=bool(args.push_to_hub), repo_id=args.hub_model_id, token=args.hub_token, private=bool(args.hub_private_repo))
 
 
 def text_to_image_config(args) -> TextToImageConfig:
     """The :class:`TextToImageConfig` of a text-to-image script's parsed arguments (after
     :func:`check_text_to_image_args`)."""
     return TextToImageConfig(
-        run=run_config(args), optimizer=optimizer_config(args), accelerator=accelerator_config(args),
-        data=data_config(args, default_dataset=DEFAULT_CAPTIONED_DATASET), hub=hub_target(args),
-        tracker=tracker_config(args), output_dir=args.output_dir, seed=args.seed,
-        pretrained_model_name_or_path=args.pretrained_model_name_or_path, revision=args.revision, variant=args.variant,
-        show_noise_schedule=args.show_noise_schedule, use_lora=args.use_lora, lora_rank=args.lora_rank,
-        lora_alpha=args.lora_alpha, mixed_precision=args.mixed_precision or "no", use_ema=args.use_ema,
-        gradient_checkpointing=args.gradient_checkpointing, validation_prompts=tuple(args.validation_prompts or ()),
+        run=run_config(args),
+        optimizer=optimizer_config(args),
+        accelerator=accelerator_config(args),
+        data=data_config(args, default_dataset=DEFAULT_CAPTIONED_DATASET),
+        hub=hub_target(args),
+        tracker=tracker_config(args),
+        output_dir=args.output_dir,
+        seed=args.seed,
+        pretrained_model_name_or_path=args.pretrained_model_name_or_path,
+        revision=args.revision,
+        variant=args.variant,
+        show_noise_schedule=args.show_noise_schedule,
+        use_lora=args.use_lora,
+        lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha,
+        mixed_precision=args.mixed_precision or "no",
+        use_ema=args.use_ema,
+        gradient_checkpointing=args.gradient_checkpointing,
+        validation_prompts=tuple(args.validation_prompts or ()),
         validation_inference_steps=args.validation_inference_steps,
-        validation_guidance_scale=args.validation_guidance_scale, learning_rate=args.learning_rate,
+        validation_guidance_scale=args.validation_guidance_scale,
+        learning_rate=args.learning_rate,
     )
 
 
@@ -394,13 +524,26 @@ def text_to_image_config(args) -> TextToImageConfig:
 def add_vp_args(parser: argparse.ArgumentParser, *, family: str) -> None:
     """``--prediction_type``, ``--noise_offset`` and ``--input_perturbation`` (diffusers' meaning)."""
     g = parser.add_argument_group(family)
-    g.add_argument("--prediction_type", type=str, default=None, choices=("epsilon", "v_prediction", "sample"),
-                   help="The loss parameterization (registered in the saved scheduler). Default: the scheduler's.")
-    g.add_argument("--noise_offset", type=float, default=0.0,
-                   help="Offset noise (diffusers' meaning): add noise_offset·N(0, 1) per sample and channel to ε.")
-    g.add_argument("--input_perturbation", type=float, default=0.0,
-                   help="Input perturbation (diffusers' meaning, Ning et al. 2023): the model input is noised with "
-                        "ε + input_perturbation·N(0, I) while the target keeps ε.")
+    g.add_argument(
+        "--prediction_type",
+        type=str,
+        default=None,
+        choices=("epsilon", "v_prediction", "sample"),
+        help="The loss parameterization (registered in the saved scheduler). Default: the scheduler's.",
+    )
+    g.add_argument(
+        "--noise_offset",
+        type=float,
+        default=0.0,
+        help="Offset noise (diffusers' meaning): add noise_offset·N(0, 1) per sample and channel to ε.",
+    )
+    g.add_argument(
+        "--input_perturbation",
+        type=float,
+        default=0.0,
+        help="Input perturbation (diffusers' meaning, Ning et al. 2023): the model input is noised with "
+        "ε + input_perturbation·N(0, I) while the target keeps ε.",
+    )
 
 
 def load_vp_scheduler(args):
@@ -408,8 +551,7 @@ def load_vp_scheduler(args):
     scripts do), with ``--prediction_type`` registered when given."""
     from diffusers import DDPMScheduler
 
-    scheduler = DDPMScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler",
-                                              revision=args.revision)
+    scheduler = DDPMScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler", revision=args.revision)
     if args.prediction_type is not None:
         scheduler.register_to_config(prediction_type=args.prediction_type)
     return scheduler
@@ -418,34 +560,54 @@ def load_vp_scheduler(args):
 def build_vp_sampler(args, noise_scheduler) -> TrainingTimestepSampler:
     """The training-noise sampler for the loss a VP script trains (parameterization, Min-SNR); diffusers'
     own uniform t without ``--noise_sampler``."""
-    return build_noise_sampler(args, noise_scheduler, prediction_type=noise_scheduler.config.prediction_type,
-                               loss_weighting="min_snr" if args.snr_gamma else "none", snr_gamma=args.snr_gamma,
-                               name=args.noise_sampler or DEFAULT_VP_NOISE_SAMPLER)
+    return build_noise_sampler(
+        args,
+        noise_scheduler,
+        prediction_type=noise_scheduler.config.prediction_type,
+        loss_weighting="min_snr" if args.snr_gamma else "none",
+        snr_gamma=args.snr_gamma,
+        name=args.noise_sampler or DEFAULT_VP_NOISE_SAMPLER,
+    )
 
 
 # -- the rectified-flow scripts (SD3, Flux) ---------------------------------------------------------
 
 
-def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, precondition_outputs: bool,
-                  max_sequence_length: int) -> None:
+def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, precondition_outputs: bool, max_sequence_length: int) -> None:
     """``--weighting_scheme`` (default ``default_scheme``, the diffusers script's), with
     ``precondition_outputs`` also ``--precondition_outputs``, ``--max_sequence_length`` (T5 tokens) and
     ``--training_mu``."""
     g = parser.add_argument_group("rectified flow")
-    g.add_argument("--weighting_scheme", type=str, default=None, choices=FLOW_WEIGHTING_SCHEMES,
-                   help=f"diffusers' meaning (default {default_scheme}): sigma_sqrt and cosmap weight the loss (the sampler "
-                        "is told), logit_normal and mode are sampling densities, used when --noise_sampler is not given "
-                        "and as InfoNoise's warm-up/floor density when it is; none, sigma_sqrt and cosmap sample s "
-                        "uniformly when --noise_sampler is not given.")
+    g.add_argument(
+        "--weighting_scheme",
+        type=str,
+        default=None,
+        choices=FLOW_WEIGHTING_SCHEMES,
+        help=f"diffusers' meaning (default {default_scheme}): sigma_sqrt and cosmap weight the loss (the sampler "
+        "is told), logit_normal and mode are sampling densities, used when --noise_sampler is not given "
+        "and as InfoNoise's warm-up/floor density when it is; none, sigma_sqrt and cosmap sample s "
+        "uniformly when --noise_sampler is not given.",
+    )
     if precondition_outputs:
-        g.add_argument("--precondition_outputs", type=int, nargs="?", const=1, default=1, choices=(0, 1),
-                       help="1 (default, as diffusers): the loss is on x0 = x - s*v_pred (prediction_type 'sample'); "
-                            "0: the loss is on the velocity noise - x0 (prediction_type 'flow').")
+        g.add_argument(
+            "--precondition_outputs",
+            type=int,
+            nargs="?",
+            const=1,
+            default=1,
+            choices=(0, 1),
+            help="1 (default, as diffusers): the loss is on x0 = x - s*v_pred (prediction_type 'sample'); "
+            "0: the loss is on the velocity noise - x0 (prediction_type 'flow').",
+        )
     g.add_argument("--max_sequence_length", type=positive_int, default=max_sequence_length, help="T5 tokens per prompt.")
-    g.add_argument("--training_mu", type=float, default=None,
-                   help="Schedulers with dynamic shifting (Flux): the mu of the training levels' path. Default 0: the "
-                        "scheduler's unshifted table, which diffusers' Flux training scripts draw from; inference shifts "
-                        "by the image size.")
+    g.add_argument(
+        "--training_mu",
+        type=float,
+        default=None,
+        help="Schedulers with dynamic shifting (Flux): the mu of the training levels' path. Default 0: the "
+        "scheduler's unshifted table, which diffusers' Flux training scripts draw from; inference shifts "
+        "by the image size.",
+    )
 
 
 def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
@@ -454,34 +616,50 @@ def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error("--snr_gamma is Min-SNR for VP models; flow models weight their loss with --weighting_scheme")
     if args.training_mu is not None and not (math.isfinite(args.training_mu) and abs(args.training_mu) <= 20):
         parser.error(f"--training_mu must be a finite number with |mu| <= 20 (a shift of exp(mu)), got {args.training_mu}")
-    if args.noise_sampler not in (None, "infonoise", "kingma_gao") and args.weighting_scheme in DENSITY_SCHEMES \
-            and args.noise_sampler != args.weighting_scheme:
-        parser.error(f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
-                     f"{args.noise_sampler} another one; give one of them (or --noise_sampler infonoise, which starts "
-                     f"from {args.weighting_scheme})")
+    if (
+        args.noise_sampler not in (None, "infonoise", "kingma_gao")
+        and args.weighting_scheme in DENSITY_SCHEMES
+        and args.noise_sampler != args.weighting_scheme
+    ):
+        parser.error(
+            f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
+            f"{args.noise_sampler} another one; give one of them (or --noise_sampler infonoise, which starts "
+            f"from {args.weighting_scheme})"
+        )
 
 
 def flow_loss(args, *, default_scheme: str) -> FlowLoss:
     """The :class:`FlowLoss` of a flow script's parsed options."""
     scheme = args.weighting_scheme or default_scheme
     density = scheme if scheme in DENSITY_SCHEMES else "uniform"
-    return FlowLoss(scheme=scheme, loss_weighting=scheme if scheme in LOSS_WEIGHTING_SCHEMES else "none", density=density,
-                    noise_sampler=args.noise_sampler or density,
-                    prediction_type="sample" if getattr(args, "precondition_outputs", 0) else "flow")
+    return FlowLoss(
+        scheme=scheme,
+        loss_weighting=scheme if scheme in LOSS_WEIGHTING_SCHEMES else "none",
+        density=density,
+        noise_sampler=args.noise_sampler or density,
+        prediction_type="sample" if getattr(args, "precondition_outputs", 0) else "flow",
+    )
 
 
 def load_flow_scheduler(args):
     """The model's own ``FlowMatchEulerDiscreteScheduler`` (its ``shift``, or dynamic shifting, included)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    return FlowMatchEulerDiscreteScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler",
-                                                           revision=args.revision)
+    return FlowMatchEulerDiscreteScheduler.from_pretrained(
+        args.pretrained_model_name_or_path, subfolder="scheduler", revision=args.revision
+    )
 
 
 def build_flow_sampler(args, noise_scheduler, *, default_scheme: str) -> TrainingTimestepSampler:
     """The training-noise sampler of a flow script, told its loss (:func:`flow_loss`) and built on the
     training path (:func:`training_mu`)."""
     loss = flow_loss(args, default_scheme=default_scheme)
-    return build_noise_sampler(args, noise_scheduler, prediction_type=loss.prediction_type,
-                               loss_weighting=loss.loss_weighting, name=loss.noise_sampler, default_base=loss.density,
-                               mu=training_mu(noise_scheduler, args.training_mu))
+    return build_noise_sampler(
+        args,
+        noise_scheduler,
+        prediction_type=loss.prediction_type,
+        loss_weighting=loss.loss_weighting,
+        name=loss.noise_sampler,
+        default_base=loss.density,
+        mu=training_mu(noise_scheduler, args.training_mu),
+    )

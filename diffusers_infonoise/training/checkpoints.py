@@ -58,9 +58,11 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
         if load_sampler_state(sampler, folder(input_dir, 0)):
             logger.warning(f"{input_dir}: no sampler state for rank {accelerator.process_index}; loaded rank 0's")
             return
-        logger.warning(f"{input_dir}: the checkpoint has no noise-sampler state; the sampler starts afresh "
-                       "(base density, empty statistics, draws from its seed); its step count continues from "
-                       "the checkpoint, so pi adapts at the first refresh with enough new samples")
+        logger.warning(
+            f"{input_dir}: the checkpoint has no noise-sampler state; the sampler starts afresh "
+            "(base density, empty statistics, draws from its seed); its step count continues from "
+            "the checkpoint, so pi adapts at the first refresh with enough new samples"
+        )
 
     accelerator.register_save_state_pre_hook(save_hook)
     accelerator.register_load_state_pre_hook(load_hook)
@@ -97,8 +99,10 @@ def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | Non
         if not os.path.isdir(path):
             raise ValueError(f"--resume_from_checkpoint: {resume_from_checkpoint!r} is neither 'latest' nor a checkpoint folder")
         if not is_complete_checkpoint(path):
-            raise ValueError(f"--resume_from_checkpoint: {path} is not a complete checkpoint of this package (no "
-                             f"{COMPLETE_MARKER}: its save was interrupted, or it is another kind of folder)")
+            raise ValueError(
+                f"--resume_from_checkpoint: {path} is not a complete checkpoint of this package (no "
+                f"{COMPLETE_MARKER}: its save was interrupted, or it is another kind of folder)"
+            )
         return path
     for name in reversed(_checkpoints(output_dir)):
         path = os.path.join(output_dir, name)
@@ -174,8 +178,9 @@ def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
         shutil.rmtree(os.path.join(output_dir, d))
 
 
-def register_model_checkpointing(accelerator, *, model_cls, subfolder: str, ema=None, lora_pipeline_cls=None,
-                                 lora_prefix: str | None = None) -> None:
+def register_model_checkpointing(
+    accelerator, *, model_cls, subfolder: str, ema=None, lora_pipeline_cls=None, lora_prefix: str | None = None
+) -> None:
     """Checkpoints hold the trained model in diffusers format, as in diffusers' scripts.
 
     Full fine-tuning: ``checkpoint-N/<subfolder>/`` (``model_cls.save_pretrained``) and the EMA in
@@ -193,8 +198,9 @@ def register_model_checkpointing(accelerator, *, model_cls, subfolder: str, ema=
             for m in models:
                 m = unwrap(m)
                 if lora_pipeline_cls is not None:
-                    lora_pipeline_cls.save_lora_weights(output_dir, **{f"{lora_prefix}_lora_layers": lora_layers(m)},
-                                                        safe_serialization=True)
+                    lora_pipeline_cls.save_lora_weights(
+                        output_dir, **{f"{lora_prefix}_lora_layers": lora_layers(m)}, safe_serialization=True
+                    )
                 else:
                     m.save_pretrained(os.path.join(output_dir, subfolder))
             if ema is not None:

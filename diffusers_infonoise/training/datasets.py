@@ -145,8 +145,17 @@ class AugmentedImageDataset(torch.utils.data.Dataset):
     uninterrupted one's. Call :meth:`set_epoch` at each epoch.
     """
 
-    def __init__(self, dataset, *, image_column: str, resolution: int, center_crop: bool = False,
-                 random_flip: bool = False, seed: int = 0, channels: int = 1):
+    def __init__(
+        self,
+        dataset,
+        *,
+        image_column: str,
+        resolution: int,
+        center_crop: bool = False,
+        random_flip: bool = False,
+        seed: int = 0,
+        channels: int = 1,
+    ):
         self.dataset, self.image_column = dataset, image_column
         self.transform = image_transform(resolution, center_crop=center_crop, random_flip=random_flip, channels=channels)
         self.seed, self.epoch = int(seed), 0
@@ -172,10 +181,26 @@ class CaptionedImageDataset(AugmentedImageDataset):
     ``(seed, epoch, index)``. Images are converted to RGB (the built-in sets are grayscale).
     """
 
-    def __init__(self, dataset, *, image_column: str, caption_column: str, resolution: int, center_crop: bool = False,
-                 random_flip: bool = False, seed: int = 0):
-        super().__init__(dataset, image_column=image_column, resolution=resolution, center_crop=center_crop,
-                         random_flip=random_flip, seed=seed, channels=3)
+    def __init__(
+        self,
+        dataset,
+        *,
+        image_column: str,
+        caption_column: str,
+        resolution: int,
+        center_crop: bool = False,
+        random_flip: bool = False,
+        seed: int = 0,
+    ):
+        super().__init__(
+            dataset,
+            image_column=image_column,
+            resolution=resolution,
+            center_crop=center_crop,
+            random_flip=random_flip,
+            seed=seed,
+            channels=3,
+        )
         self.caption_column = caption_column
 
     def __getitem__(self, index: int) -> dict:
@@ -185,8 +210,10 @@ class CaptionedImageDataset(AugmentedImageDataset):
         if isinstance(caption, (list, tuple, np.ndarray)) and len(caption) > 0:
             caption = caption[int(rng.integers(len(caption)))]
         if not isinstance(caption, str):
-            raise ValueError(f"--caption_column {self.caption_column!r}: example {index} holds {type(caption).__name__}, "
-                             "expected a string or a list of strings")
+            raise ValueError(
+                f"--caption_column {self.caption_column!r}: example {index} holds {type(caption).__name__}, "
+                "expected a string or a list of strings"
+            )
         pixels, original, corner = self.transform(example[self.image_column], rng, geometry=True)
         return {"pixel_values": pixels, "caption": caption, "original_size": original, "crop_top_left": corner}
 
@@ -214,14 +241,17 @@ class EpochShuffleSampler(torch.utils.data.Sampler):
 
 def collate_captioned(examples: list[dict]) -> dict:
     """Stack ``pixel_values`` (B, 3, R, R); list the captions, original sizes and crop corners."""
-    return {"pixel_values": torch.stack([ex["pixel_values"] for ex in examples]).contiguous(),
-            "captions": [ex["caption"] for ex in examples],
-            "original_sizes": [ex["original_size"] for ex in examples],
-            "crop_top_lefts": [ex["crop_top_left"] for ex in examples]}
+    return {
+        "pixel_values": torch.stack([ex["pixel_values"] for ex in examples]).contiguous(),
+        "captions": [ex["caption"] for ex in examples],
+        "original_sizes": [ex["original_size"] for ex in examples],
+        "crop_top_lefts": [ex["crop_top_left"] for ex in examples],
+    }
 
 
-def batch_loader(dataset, data: DataConfig, *, collate_fn: Callable | None = None
-                 ) -> tuple[torch.utils.data.DataLoader, "EpochShuffleSampler"]:
+def batch_loader(
+    dataset, data: DataConfig, *, collate_fn: Callable | None = None
+) -> tuple[torch.utils.data.DataLoader, "EpochShuffleSampler"]:
     """The training DataLoader of ``dataset`` (``drop_last``) and its batch order, seeded by
     ``(data.seed, epoch)``: a resumed run continues with the batches the interrupted one would have seen.
 
@@ -229,28 +259,42 @@ def batch_loader(dataset, data: DataConfig, *, collate_fn: Callable | None = Non
         ValueError: ``--train_batch_size`` larger than the data set.
     """
     if len(dataset) < data.train_batch_size:
-        raise ValueError(f"--train_batch_size {data.train_batch_size} is larger than the data set ({len(dataset)} "
-                         "examples; see --max_train_samples)")
+        raise ValueError(
+            f"--train_batch_size {data.train_batch_size} is larger than the data set ({len(dataset)} examples; see --max_train_samples)"
+        )
     order = EpochShuffleSampler(len(dataset), seed=data.seed)
     # its own generator: creating an iterator then draws the worker base seed from it, not from the
     # global random state, which a resumed run must find exactly as the interrupted one left it
-    loader = torch.utils.data.DataLoader(dataset, batch_size=data.train_batch_size, sampler=order, collate_fn=collate_fn,
-                                         num_workers=data.dataloader_num_workers, drop_last=True,
-                                         generator=torch.Generator().manual_seed(data.seed))
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=data.train_batch_size,
+        sampler=order,
+        collate_fn=collate_fn,
+        num_workers=data.dataloader_num_workers,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(data.seed),
+    )
     return loader, order
 
 
 def captioned_dataloader(data: DataConfig) -> tuple[torch.utils.data.DataLoader, CaptionedImageDataset, EpochShuffleSampler]:
     """The training DataLoader (``drop_last``) with its dataset and sampler (both take ``set_epoch``)."""
-    ds = CaptionedImageDataset(load_captioned_dataset(data), image_column=data.image_column,
-                               caption_column=data.caption_column, resolution=data.resolution,
-                               center_crop=data.center_crop, random_flip=data.random_flip, seed=data.seed)
+    ds = CaptionedImageDataset(
+        load_captioned_dataset(data),
+        image_column=data.image_column,
+        caption_column=data.caption_column,
+        resolution=data.resolution,
+        center_crop=data.center_crop,
+        random_flip=data.random_flip,
+        seed=data.seed,
+    )
     loader, order = batch_loader(ds, data, collate_fn=collate_captioned)
     return loader, ds, order
 
 
-def unconditional_dataset(data: DataConfig, *, sequence_column: str | None = None, alphabet: str = "ACGT"
-                          ) -> tuple[torch.utils.data.Dataset, Callable | None, int, int | None]:
+def unconditional_dataset(
+    data: DataConfig, *, sequence_column: str | None = None, alphabet: str = "ACGT"
+) -> tuple[torch.utils.data.Dataset, Callable | None, int, int | None]:
     """The training examples of ``train_unconditional.py``; returns ``(dataset, collate_fn, channels, length)``.
 
     Images: (C, R, R) float32 in [−1, 1] (:class:`AugmentedImageDataset`; C = 1 for grey-scale modes,
@@ -271,9 +315,15 @@ def unconditional_dataset(data: DataConfig, *, sequence_column: str | None = Non
         encoded = one_hot_sequences(dataset[sequence_column], alphabet)
         return torch.utils.data.TensorDataset(encoded), _stack_first, encoded.shape[1], encoded.shape[2]
     channels = 1 if dataset[0][column].mode in ("L", "1", "I", "F") else 3
-    images = AugmentedImageDataset(dataset, image_column=column, resolution=data.resolution,
-                                   center_crop=data.center_crop, random_flip=data.random_flip, seed=data.seed,
-                                   channels=channels)
+    images = AugmentedImageDataset(
+        dataset,
+        image_column=column,
+        resolution=data.resolution,
+        center_crop=data.center_crop,
+        random_flip=data.random_flip,
+        seed=data.seed,
+        channels=channels,
+    )
     return images, None, channels, None
 
 

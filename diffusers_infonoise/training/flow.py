@@ -68,8 +68,10 @@ def training_mu(noise_scheduler, mu: float | None) -> float | None:
     """
     if not noise_scheduler.config.get("use_dynamic_shifting", False):
         if mu is not None:
-            raise ValueError("--training_mu: the scheduler has a static shift (use_dynamic_shifting=False); its shift "
-                             f"{noise_scheduler.config.shift} is the training path's")
+            raise ValueError(
+                "--training_mu: the scheduler has a static shift (use_dynamic_shifting=False); its shift "
+                f"{noise_scheduler.config.shift} is the training path's"
+            )
         return None
     return 0.0 if mu is None else float(mu)
 

@@ -102,10 +102,10 @@ def start_run(cfg: AcceleratorConfig):
     from accelerate.utils import ProjectConfiguration, set_seed
 
     accelerator = Accelerator(
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        mixed_precision=cfg.mixed_precision,
         log_with=cfg.report_to,
-        project_config=ProjectConfiguration(project_dir=cfg.output_dir,
-                                            logging_dir=os.path.join(cfg.output_dir, cfg.logging_dir)),
+        project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=os.path.join(cfg.output_dir, cfg.logging_dir)),
     )
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level=logging.INFO)
     if cfg.seed is not None:
@@ -117,8 +117,9 @@ def start_run(cfg: AcceleratorConfig):
     return accelerator
 
 
-def training_target(sampler: TrainingTimestepSampler, noise_scheduler, x0: torch.Tensor, noise: torch.Tensor,
-                    levels: NoiseLevels) -> torch.Tensor:
+def training_target(
+    sampler: TrainingTimestepSampler, noise_scheduler, x0: torch.Tensor, noise: torch.Tensor, levels: NoiseLevels
+) -> torch.Tensor:
     """The regression target for the sampler's ``prediction_type`` (shape of ``x0``).
 
     ``sample`` → x0 (on EDM the prediction is the denoiser D); ``epsilon`` → ε; ``v_prediction`` →
@@ -136,8 +137,6 @@ def training_target(sampler: TrainingTimestepSampler, noise_scheduler, x0: torch
     raise ValueError(f"prediction_type: the training scripts do not build targets for {pt!r}")
 
 
-
-
 def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sample: torch.Tensor) -> torch.Tensor:
     """The scalar to backpropagate: mean of ``u(σ)·L`` (the user's loss weighting), times the
     importance weights of samplers that carry them (Kingma-Gao). The sampler only changes π."""
@@ -149,8 +148,9 @@ def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sam
     return (u * per_sample).mean()
 
 
-def make_optimizer_and_lr_scheduler(cfg: OptimizerConfig, params, *, max_steps: int, num_processes: int,
-                                    batch_size: int = 1, gradient_accumulation_steps: int = 1) -> tuple:
+def make_optimizer_and_lr_scheduler(
+    cfg: OptimizerConfig, params, *, max_steps: int, num_processes: int, batch_size: int = 1, gradient_accumulation_steps: int = 1
+) -> tuple:
     """``(optimizer, lr_scheduler)`` as diffusers' example scripts build them.
 
     AdamW on ``params`` with ``--learning_rate`` and the ``--adam_*`` arguments (:class:`OptimizerConfig`);
@@ -165,11 +165,15 @@ def make_optimizer_and_lr_scheduler(cfg: OptimizerConfig, params, *, max_steps: 
     lr = cfg.learning_rate
     if cfg.scale_lr:
         lr *= gradient_accumulation_steps * batch_size * num_processes
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                  weight_decay=cfg.adam_weight_decay, eps=cfg.adam_epsilon)
-    lr_scheduler = get_scheduler(cfg.lr_scheduler, optimizer=optimizer,
-                                 num_warmup_steps=cfg.lr_warmup_steps * num_processes,
-                                 num_training_steps=max_steps * num_processes)
+    optimizer = torch.optim.AdamW(
+        params, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.adam_weight_decay, eps=cfg.adam_epsilon
+    )
+    lr_scheduler = get_scheduler(
+        cfg.lr_scheduler,
+        optimizer=optimizer,
+        num_warmup_steps=cfg.lr_warmup_steps * num_processes,
+        num_training_steps=max_steps * num_processes,
+    )
     return optimizer, lr_scheduler
 
 
@@ -225,8 +229,17 @@ class NonFiniteSteps:
             )
 
 
-def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: ScheduleMonitor, levels: NoiseLevels,
-                       per_sample: torch.Tensor, *, ema=None, params=None, applied: bool = True) -> bool:
+def finish_micro_batch(
+    accelerator,
+    sampler: TrainingTimestepSampler,
+    monitor: ScheduleMonitor,
+    levels: NoiseLevels,
+    per_sample: torch.Tensor,
+    *,
+    ema=None,
+    params=None,
+    applied: bool = True,
+) -> bool:
     """After :func:`backward_and_step`, outside ``accelerate.accumulate``: the sampler and the
     ``monitor`` get the micro-batch's unweighted per-sample loss; at an optimizer step (synchronized
     gradients) the sampler then counts the step (``sampler.step()``, which may refresh π) and the
@@ -239,8 +252,6 @@ def finish_micro_batch(accelerator, sampler: TrainingTimestepSampler, monitor: S
     if ema is not None and applied:  # a step that was not applied leaves the weights, and their EMA, as they are
         ema.step(params)
     return True
-
-
 
 
 def size_warmup_to_run(sampler, max_steps: int) -> None:
@@ -258,10 +269,23 @@ def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
     return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
 
 
-def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_scheduler, dataloader, epoch_setters: Iterable,
-                      sampler: TrainingTimestepSampler, compute_loss: Callable,
-                      params_to_clip, ema=None, validate: Callable | None = None,
-                      on_epoch_end: Callable | None = None, start: SamplerStart | None = None) -> dict:
+def run_training_loop(
+    accelerator,
+    run: RunConfig,
+    *,
+    model,
+    optimizer,
+    lr_scheduler,
+    dataloader,
+    epoch_setters: Iterable,
+    sampler: TrainingTimestepSampler,
+    compute_loss: Callable,
+    params_to_clip,
+    ema=None,
+    validate: Callable | None = None,
+    on_epoch_end: Callable | None = None,
+    start: SamplerStart | None = None,
+) -> dict:
     """The one training loop of every script, resume included.
 
     Per micro-batch: levels from ``sampler`` → ``compute_loss(batch, levels)`` gives the (B,)
@@ -296,15 +320,19 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
     size_warmup_to_run(sampler, max_steps)
     global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
     if global_step > max_steps:
-        raise ValueError(f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, past this run's "
-                         f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
-                         "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N")
+        raise ValueError(
+            f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, past this run's "
+            f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
+            "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N"
+        )
     total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
     if global_step == max_steps and max_steps > 0 and run.resume_from_checkpoint:
         # a requeued job, or a kill during the final save: the checkpoint already is the end of the run
-        logger.warning(f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, the run's last "
-                       f"({max_steps}); nothing is left to train, no step is taken and the weights, EMA and schedule "
-                       "stay as they are (the final outputs are written from them)")
+        logger.warning(
+            f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, the run's last "
+            f"({max_steps}); nothing is left to train, no step is taken and the weights, EMA and schedule "
+            "stay as they are (the final outputs are written from them)"
+        )
         return {"global_step": global_step, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps}
 
     monitor = ScheduleMonitor(sampler, run.output_dir, plot_every=run.schedule_plot_steps or None)
@@ -313,11 +341,14 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
         info = apply_start(sampler, start, loss_fn=compute_loss, batches=dataloader, progress=accelerator.is_local_main_process)
         model.train()
         if start.choice == "profile":
-            accelerator.log({"infonoise/start_forward_passes": float(info["forward_passes"]),
-                             "infonoise/start_seconds": float(info["seconds"])}, step=0)
-    logger.info(f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
-                f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
-                f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****")
+            accelerator.log(
+                {"infonoise/start_forward_passes": float(info["forward_passes"]), "infonoise/start_seconds": float(info["seconds"])}, step=0
+            )
+    logger.info(
+        f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
+        f"sampler {sampler.name} ({sampler.prediction_type}, weighting "
+        f"{sampler.describe()['loss_weighting']}), path {sampler.path.kind} *****"
+    )
     progress = tqdm(total=max_steps, initial=global_step, disable=not accelerator.is_local_main_process, desc="steps")
     nonfinite = NonFiniteSteps()
     step_times: list[float] = []
@@ -339,10 +370,15 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
                 per_sample = compute_loss(batch, levels)
                 loss = weighted_loss(sampler, levels, per_sample)
                 train_loss += accelerator.gather(loss.detach().reshape(1)).mean().item() / run.gradient_accumulation_steps
-                applied = backward_and_step(accelerator, loss, optimizer=optimizer, lr_scheduler=lr_scheduler,
-                                            params=params_to_clip, max_grad_norm=run.max_grad_norm)
-            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip,
-                                      applied=applied):
+                applied = backward_and_step(
+                    accelerator,
+                    loss,
+                    optimizer=optimizer,
+                    lr_scheduler=lr_scheduler,
+                    params=params_to_clip,
+                    max_grad_norm=run.max_grad_norm,
+                )
+            if not finish_micro_batch(accelerator, sampler, monitor, levels, per_sample, ema=ema, params=params_to_clip, applied=applied):
                 continue
             global_step += 1
             nonfinite.record(applied, global_step)
@@ -363,8 +399,13 @@ def run_training_loop(accelerator, run: RunConfig, *, model, optimizer, lr_sched
             last = time.perf_counter()  # checkpoint writes are not part of a step's time
             if global_step >= max_steps:
                 break
-        if validate is not None and accelerator.is_main_process and run.validation_prompts \
-                and epoch % run.validation_epochs == 0 and global_step < max_steps:
+        if (
+            validate is not None
+            and accelerator.is_main_process
+            and run.validation_prompts
+            and epoch % run.validation_epochs == 0
+            and global_step < max_steps
+        ):
             with ema_weights(ema, params_to_clip):
                 validate(global_step)
             last = time.perf_counter()

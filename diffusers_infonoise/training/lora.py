@@ -20,8 +20,16 @@ __all__ = [
 UNET_LORA_TARGETS = ("to_k", "to_q", "to_v", "to_out.0")
 
 
-SD3_LORA_TARGETS = ("attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
-                    "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v")
+SD3_LORA_TARGETS = (
+    "attn.add_k_proj",
+    "attn.add_q_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "attn.to_k",
+    "attn.to_out.0",
+    "attn.to_q",
+    "attn.to_v",
+)
 
 
 def add_lora_adapter(model, *, rank: int, alpha: float | None = None, target_modules: Iterable[str]) -> list:
@@ -30,8 +38,9 @@ def add_lora_adapter(model, *, rank: int, alpha: float | None = None, target_mod
     from peft import LoraConfig
 
     model.requires_grad_(False)
-    config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, init_lora_weights="gaussian",
-                        target_modules=list(target_modules))
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha if alpha is not None else rank, init_lora_weights="gaussian", target_modules=list(target_modules)
+    )
     model.add_adapter(config)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -60,7 +69,7 @@ def load_lora_layers(model, pipeline_cls, directory: str, *, prefix: str) -> Non
     state = pipeline_cls.lora_state_dict(directory)
     if isinstance(state, tuple):  # (state_dict, network_alphas) on the SD loader, the state dict alone on SD3's
         state = state[0]
-    state = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+    state = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".")}
     result = set_peft_model_state_dict(model, convert_unet_state_dict_to_peft(state), adapter_name="default")
     unexpected = getattr(result, "unexpected_keys", None)
     if unexpected:

@@ -20,22 +20,38 @@ def default_unet(channels: int, *, resolution: int | None = None, length: int | 
         # DownBlock1D family ignores it); every level but the last halves the length
         levels = 3 if length % 4 == 0 else (2 if length % 2 == 0 else 1)
         return UNet1DModel(
-            sample_size=length, in_channels=channels, out_channels=channels, extra_in_channels=0,
-            time_embedding_type="positional", use_timestep_embedding=True, flip_sin_to_cos=False, freq_shift=1,
-            block_out_channels=(32, 64, 64)[:levels], down_block_types=("DownResnetBlock1D",) * levels,
-            up_block_types=("UpResnetBlock1D",) * (levels - 1), mid_block_type="MidResTemporalBlock1D",
-            out_block_type="OutConv1DBlock", act_fn="mish", norm_num_groups=8, layers_per_block=1,
+            sample_size=length,
+            in_channels=channels,
+            out_channels=channels,
+            extra_in_channels=0,
+            time_embedding_type="positional",
+            use_timestep_embedding=True,
+            flip_sin_to_cos=False,
+            freq_shift=1,
+            block_out_channels=(32, 64, 64)[:levels],
+            down_block_types=("DownResnetBlock1D",) * levels,
+            up_block_types=("UpResnetBlock1D",) * (levels - 1),
+            mid_block_type="MidResTemporalBlock1D",
+            out_block_type="OutConv1DBlock",
+            act_fn="mish",
+            norm_num_groups=8,
+            layers_per_block=1,
         )
     return UNet2DModel(
-        sample_size=resolution, in_channels=channels, out_channels=channels, layers_per_block=1,
-        block_out_channels=(32, 64, 64), norm_num_groups=8,
+        sample_size=resolution,
+        in_channels=channels,
+        out_channels=channels,
+        layers_per_block=1,
+        block_out_channels=(32, 64, 64),
+        norm_num_groups=8,
         down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
     )
 
 
-def check_unet_config(config, *, channels: int, resolution: int | None = None, length: int | None = None,
-                      option: str = "--model_config_name_or_path") -> None:
+def check_unet_config(
+    config, *, channels: int, resolution: int | None = None, length: int | None = None, option: str = "--model_config_name_or_path"
+) -> None:
     """Refuse a UNet config that does not fit the training data: (channels, resolution, resolution)
     images for a ``UNet2DModel``, (channels, length) one-hot sequences for a ``UNet1DModel``.
 
@@ -70,6 +86,5 @@ def _1d_problems(config, channels: int, length: int) -> list[str]:
     levels = len(config.block_out_channels)
     factor = 2 ** (levels if config.downsample_each_block else levels - 1)
     if length % factor:
-        problems.append(f"{levels} levels halve the length {int(math.log2(factor))} times: it must be a multiple of "
-                        f"{factor}, got {length}")
+        problems.append(f"{levels} levels halve the length {int(math.log2(factor))} times: it must be a multiple of {factor}, got {length}")
     return problems

@@ -123,20 +123,30 @@ class ScheduleMonitor:
             raise RuntimeError("noise sampler: ranks hold different schedules after a refresh (statistics were not reduced)")
         # Every rank logs its own hash (a plain ``logging`` logger, not accelerate's main-only one), tagged
         # with its rank, so that a multi-process log shows the schedules agree.
-        logger.info(f"[rank {accelerator.process_index}] step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, "
-                    f"gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})")
+        logger.info(
+            f"[rank {accelerator.process_index}] step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, "
+            f"gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
+        )
         refresh = getattr(self.sampler, "last_refresh", {}) or {}
         gate = self.sampler.estimator.last_gate
         # TV(φ, ρ̂) among them: the check of METHOD.md §5, ≤ η + 0.02
-        logs = self.sampler.metrics() if hasattr(self.sampler, "metrics") else {
-            "infonoise/num_updates": float(self.sampler.num_updates)}
+        logs = self.sampler.metrics() if hasattr(self.sampler, "metrics") else {"infonoise/num_updates": float(self.sampler.num_updates)}
         if accelerator.is_main_process and self.output_dir:
             # one JSON line per refresh: how π moved during training (read by the online-vs-offline study)
             os.makedirs(os.path.join(self.output_dir, "schedule"), exist_ok=True)
             with open(os.path.join(self.output_dir, "schedule", "history.jsonl"), "a") as f:
-                f.write(json.dumps({"step": global_step, "probs": self.sampler.probs.tolist(),
-                                    "gate_pivot": gate.pivot, "gate_source": gate.source,
-                                    "tv_phi_rho": refresh.get("tv_phi_rho")}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "step": global_step,
+                            "probs": self.sampler.probs.tolist(),
+                            "gate_pivot": gate.pivot,
+                            "gate_source": gate.source,
+                            "tv_phi_rho": refresh.get("tv_phi_rho"),
+                        }
+                    )
+                    + "\n"
+                )
         never = self.plot_every is not None and self.plot_every < 0
         if never or (self.plot_every is not None and self._last_plot is not None and global_step - self._last_plot < self.plot_every):
             if len(self._drawn) > 10_000:
@@ -150,8 +160,10 @@ class ScheduleMonitor:
 
             folder = os.path.join(self.output_dir, "schedule")
             os.makedirs(folder, exist_ok=True)
-            figs = {"schedule": plot_schedule(self.sampler, title=f"step {global_step}"),
-                    "drawn_levels": plot_level_histogram(drawn, sampler=self.sampler)}
+            figs = {
+                "schedule": plot_schedule(self.sampler, title=f"step {global_step}"),
+                "drawn_levels": plot_level_histogram(drawn, sampler=self.sampler),
+            }
             for name, fig in figs.items():
                 fig.savefig(os.path.join(folder, f"{name}_{global_step:07d}.png"), dpi=80)
                 _log_figure(accelerator, f"infonoise/{name}", fig, global_step)

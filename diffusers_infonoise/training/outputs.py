@@ -39,7 +39,7 @@ def save_image_grid(images: torch.Tensor, path: str, *, nrow: int | None = None)
     arr = images.detach().cpu().float().clamp(0, 1).permute(0, 2, 3, 1).numpy()
     for i in range(b):
         r, q = divmod(i, nrow)
-        grid[2 + r * (h + 2): 2 + r * (h + 2) + h, 2 + q * (w + 2): 2 + q * (w + 2) + w] = arr[i]
+        grid[2 + r * (h + 2) : 2 + r * (h + 2) + h, 2 + q * (w + 2) : 2 + q * (w + 2) + w] = arr[i]
     img = (grid * 255).round().astype(np.uint8)
     Image.fromarray(img[..., 0] if c == 1 else img).save(path)
     return path
@@ -53,23 +53,33 @@ def render_model_card(template: str, output_path: str, **context) -> str:
     package = os.path.dirname(here)  # diffusers_infonoise/
     # the repository's model_cards/ (a checkout or an editable install), or a copy inside the package
     search = [os.path.join(os.path.dirname(package), "model_cards"), os.path.join(package, "model_cards")]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     text = env.get_template(template).render(**context)
     with open(output_path, "w") as f:
         f.write(text)
     return text
 
 
-def push_output_dir(output_dir: str, *, repo_id: str, token: str | None = None, private: bool = False,
-                    commit_message: str = "Upload InfoNoise-trained pipeline") -> str:
+def push_output_dir(
+    output_dir: str,
+    *,
+    repo_id: str,
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str = "Upload InfoNoise-trained pipeline",
+) -> str:
     """Create the Hub repository and upload the final pipeline, card and plots (not ``checkpoint-*``
     folders or logs). Returns the repository id."""
     from huggingface_hub import create_repo, upload_folder
 
     repo_id = create_repo(repo_id, exist_ok=True, private=private, token=token).repo_id
-    upload_folder(repo_id=repo_id, folder_path=output_dir, token=token, commit_message=commit_message,
-                  ignore_patterns=["checkpoint-*", "checkpoint-*/**", "logs/**", "step_*", "epoch_*"])
+    upload_folder(
+        repo_id=repo_id,
+        folder_path=output_dir,
+        token=token,
+        commit_message=commit_message,
+        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "logs/**", "step_*", "epoch_*"],
+    )
     return repo_id
 
 
@@ -154,8 +164,21 @@ def save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir:
         cls(unet=unet, scheduler=noise_scheduler).save_pretrained(output_dir)
 
 
-def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, sampler, global_step: int, num_samples: int,
-                               num_inference_steps: int, seed: int, alphabet: str | None, hub: HubTarget, card: dict) -> None:
+def save_unconditional_outputs(
+    output_dir: str,
+    *,
+    unet,
+    ema,
+    noise_scheduler,
+    sampler,
+    global_step: int,
+    num_samples: int,
+    num_inference_steps: int,
+    seed: int,
+    alphabet: str | None,
+    hub: HubTarget,
+    card: dict,
+) -> None:
     """What an unconditional run leaves in ``output_dir``: the pipeline (:func:`save_unconditional_pipeline`),
     ``noise_schedule.png`` (φ and ρ̂), ``samples.png`` or ``samples.fa`` from the EMA weights, the model card
     (``card``: its run-specific fields) and, with ``hub.push``, the Hub upload."""
@@ -165,22 +188,39 @@ def save_unconditional_outputs(output_dir: str, *, unet, ema, noise_scheduler, s
 
     save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir)
     plot_schedule(sampler, title=f"{sampler.name} after {global_step} steps").savefig(
-        os.path.join(output_dir, "noise_schedule.png"), dpi=100)
+        os.path.join(output_dir, "noise_schedule.png"), dpi=100
+    )
     with ema_weights(ema, unet.parameters()):
-        images = generate_images(unet.eval(), noise_scheduler, num_samples, num_inference_steps=num_inference_steps,
-                                 generator=torch.Generator(device=unet.device).manual_seed(seed))
+        images = generate_images(
+            unet.eval(),
+            noise_scheduler,
+            num_samples,
+            num_inference_steps=num_inference_steps,
+            generator=torch.Generator(device=unet.device).manual_seed(seed),
+        )
     save_samples(images, os.path.join(output_dir, "samples"), alphabet=alphabet)
     desc = sampler.describe()
     repo_id = hub.repo_id or os.path.basename(os.path.abspath(output_dir))
     render_model_card(
-        "unconditional.md.j2", os.path.join(output_dir, "README.md"),
-        model_name=repo_id, repo_id=repo_id if hub.push else None,
-        sequence_length=unet.config.sample_size if alphabet else None, alphabet=alphabet or "",
-        scheduler_class=type(noise_scheduler).__name__, loss_weighting=desc["loss_weighting"], sampler_name=sampler.name,
-        hyperparameters=desc.get("hyperparameters", {}), global_step=global_step, allocation=desc.get("last_refresh"),
-        schedule_plot="noise_schedule.png", sample_grid=None if alphabet else "samples.png",
-        sample_fasta="samples.fa" if alphabet else None, num_inference_steps=num_inference_steps,
-        extra_tags=[f"diffusion-{card['diffusion']}"], loss_target=sampler.path.loss_target(sampler.prediction_type), **card,
+        "unconditional.md.j2",
+        os.path.join(output_dir, "README.md"),
+        model_name=repo_id,
+        repo_id=repo_id if hub.push else None,
+        sequence_length=unet.config.sample_size if alphabet else None,
+        alphabet=alphabet or "",
+        scheduler_class=type(noise_scheduler).__name__,
+        loss_weighting=desc["loss_weighting"],
+        sampler_name=sampler.name,
+        hyperparameters=desc.get("hyperparameters", {}),
+        global_step=global_step,
+        allocation=desc.get("last_refresh"),
+        schedule_plot="noise_schedule.png",
+        sample_grid=None if alphabet else "samples.png",
+        sample_fasta="samples.fa" if alphabet else None,
+        num_inference_steps=num_inference_steps,
+        extra_tags=[f"diffusion-{card['diffusion']}"],
+        loss_target=sampler.path.loss_target(sampler.prediction_type),
+        **card,
     )
     if hub.push:
         push_output_dir(output_dir, repo_id=repo_id, token=hub.token, private=hub.private)

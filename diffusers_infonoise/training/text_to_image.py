@@ -102,8 +102,7 @@ def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSam
     return start_run(cfg.accelerator)
 
 
-def load_pretrained_parts(pretrained_model_name_or_path: str, *, revision: str | None = None,
-                          variant: str | None = None, **parts) -> dict:
+def load_pretrained_parts(pretrained_model_name_or_path: str, *, revision: str | None = None, variant: str | None = None, **parts) -> dict:
     """``{name: cls.from_pretrained(model, subfolder=name)}`` for each ``name=cls``, named as the
     pipeline's components (tokenizers get no ``variant``), e.g. ``tokenizer=CLIPTokenizer, vae=AutoencoderKL``."""
     out = {}
@@ -115,8 +114,9 @@ def load_pretrained_parts(pretrained_model_name_or_path: str, *, revision: str |
     return out
 
 
-def setup_trained_model(cfg: TextToImageConfig, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device,
-                        weight_dtype: torch.dtype) -> tuple[list, object]:
+def setup_trained_model(
+    cfg: TextToImageConfig, model, *, frozen: Iterable, model_cls, lora_targets: Iterable[str], device, weight_dtype: torch.dtype
+) -> tuple[list, object]:
     """Ready the models of a text-to-image run for training; returns ``(params, ema)``.
 
     The ``frozen`` modules (VAE, text encoders) get no gradients and move to ``device`` in
@@ -142,8 +142,19 @@ def setup_trained_model(cfg: TextToImageConfig, model, *, frozen: Iterable, mode
     return params, ema
 
 
-def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *, params, ema, sampler: TrainingTimestepSampler,
-                                   model_cls, subfolder: str, pipeline_cls, tracker_project: str) -> tuple:
+def prepare_text_to_image_training(
+    accelerator,
+    cfg: TextToImageConfig,
+    model,
+    *,
+    params,
+    ema,
+    sampler: TrainingTimestepSampler,
+    model_cls,
+    subfolder: str,
+    pipeline_cls,
+    tracker_project: str,
+) -> tuple:
     """Everything between the built model and the training loop of a text-to-image run.
 
     The captioned dataloader (:func:`captioned_dataloader`, prepared); the optimizer and LR schedule
@@ -164,8 +175,13 @@ def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *
     dataloader = accelerator.prepare(dataloader)
     _, max_steps, _ = training_length(cfg.run, dataloader)
     optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(
-        cfg.optimizer, params, max_steps=max_steps, num_processes=accelerator.num_processes,
-        batch_size=cfg.run.train_batch_size, gradient_accumulation_steps=cfg.run.gradient_accumulation_steps)
+        cfg.optimizer,
+        params,
+        max_steps=max_steps,
+        num_processes=accelerator.num_processes,
+        batch_size=cfg.run.train_batch_size,
+        gradient_accumulation_steps=cfg.run.gradient_accumulation_steps,
+    )
     model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)
     if ema is not None:
         ema.to(accelerator.device)
@@ -174,8 +190,14 @@ def prepare_text_to_image_training(accelerator, cfg: TextToImageConfig, model, *
     sampler.manual_seed(cfg.seed or 0)
     if cfg.seed is not None:
         set_seed(cfg.seed, device_specific=True)
-    register_model_checkpointing(accelerator, model_cls=model_cls, subfolder=subfolder, ema=ema,
-                                 lora_pipeline_cls=pipeline_cls if cfg.use_lora else None, lora_prefix=subfolder)
+    register_model_checkpointing(
+        accelerator,
+        model_cls=model_cls,
+        subfolder=subfolder,
+        ema=ema,
+        lora_pipeline_cls=pipeline_cls if cfg.use_lora else None,
+        lora_prefix=subfolder,
+    )
     register_sampler_checkpointing(accelerator, sampler)
     if accelerator.is_main_process:
         accelerator.init_trackers(tracker_project, config=cfg.tracker)
@@ -217,27 +239,57 @@ class TextToImageRun:
 
     def train(self, compute_loss: Callable, pipeline, **validation_kwargs) -> dict:
         """:func:`run_training_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``."""
-        return run_training_loop(self.accelerator, self.cfg.run, model=self.model, optimizer=self.optimizer,
-                                 lr_scheduler=self.lr_scheduler, dataloader=self.dataloader,
-                                 epoch_setters=self.epoch_setters, sampler=self.sampler, compute_loss=compute_loss,
-                                 params_to_clip=self.params, ema=self.ema, start=self.start,
-                                 validate=validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs))
+        return run_training_loop(
+            self.accelerator,
+            self.cfg.run,
+            model=self.model,
+            optimizer=self.optimizer,
+            lr_scheduler=self.lr_scheduler,
+            dataloader=self.dataloader,
+            epoch_setters=self.epoch_setters,
+            sampler=self.sampler,
+            compute_loss=compute_loss,
+            params_to_clip=self.params,
+            ema=self.ema,
+            start=self.start,
+            validate=validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs),
+        )
 
-    def finish(self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None,
-               validation_kwargs: dict | None = None) -> dict:
+    def finish(
+        self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None, validation_kwargs: dict | None = None
+    ) -> dict:
         """:func:`finish_text_to_image_run`; returns ``result`` with the sampler. The card's details say where
         the sampler started (METHOD.md §5.9)."""
         if self.start is not None and hasattr(self.sampler, "load_schedule"):
             card = {**card, "details": {**card.get("details", {}), "InfoNoise start": self.start.choice}}
-        finish_text_to_image_run(self.accelerator, self.cfg, pipeline=pipeline, build_pipeline=build_pipeline,
-                                 model_key=self.trained, noise_scheduler=self.noise_scheduler, sampler=self.sampler,
-                                 ema=self.ema, result=result, card=card, validation_kwargs=validation_kwargs)
+        finish_text_to_image_run(
+            self.accelerator,
+            self.cfg,
+            pipeline=pipeline,
+            build_pipeline=build_pipeline,
+            model_key=self.trained,
+            noise_scheduler=self.noise_scheduler,
+            sampler=self.sampler,
+            ema=self.ema,
+            result=result,
+            card=card,
+            validation_kwargs=validation_kwargs,
+        )
         return {**result, "sampler": self.sampler}
 
 
-def setup_text_to_image_run(cfg: TextToImageConfig, *, noise_scheduler, sampler: TrainingTimestepSampler, parts: dict,
-                            trained: str, lora_targets: Iterable[str], pipeline_cls, tracker_project: str,
-                            start: SamplerStart | None = None) -> TextToImageRun:
+def setup_text_to_image_run(
+    cfg: TextToImageConfig,
+    *,
+    noise_scheduler,
+    sampler: TrainingTimestepSampler,
+    parts: dict,
+    trained: str,
+    lora_targets: Iterable[str],
+    pipeline_cls,
+    tracker_project: str,
+    start: SamplerStart | None = None,
+) -> TextToImageRun:
     """Everything a text-to-image script does before its loss, given its training ``noise_scheduler`` and
     ``sampler`` (built from the command line, :mod:`.args`) and where the sampler starts (``start``,
     :func:`~diffusers_infonoise.training.args.sampler_start`; applied before step 1): :func:`start_text_to_image_run`, the
@@ -245,39 +297,65 @@ def setup_text_to_image_run(cfg: TextToImageConfig, *, noise_scheduler, sampler:
     :func:`load_pretrained_parts`), the ``trained`` one set up for training (:func:`setup_trained_model`,
     the others frozen) and :func:`prepare_text_to_image_training`."""
     accelerator = start_text_to_image_run(cfg, sampler, start)
-    run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator,
-                         trained=trained, start=start)
+    run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator, trained=trained, start=start)
     if accelerator is None:
         return run
     run.weight_dtype = weight_dtype_of(accelerator)
-    run.parts = load_pretrained_parts(cfg.pretrained_model_name_or_path, revision=cfg.revision, variant=cfg.variant,
-                                      **parts)
+    run.parts = load_pretrained_parts(cfg.pretrained_model_name_or_path, revision=cfg.revision, variant=cfg.variant, **parts)
     model = run.parts.pop(trained)
     frozen = [m for name, m in run.parts.items() if not name.startswith("tokenizer")]
     model_cls = type(model)
-    run.params, run.ema = setup_trained_model(cfg, model, frozen=frozen, model_cls=model_cls, lora_targets=lora_targets,
-                                              device=accelerator.device, weight_dtype=run.weight_dtype)
+    run.params, run.ema = setup_trained_model(
+        cfg, model, frozen=frozen, model_cls=model_cls, lora_targets=lora_targets, device=accelerator.device, weight_dtype=run.weight_dtype
+    )
     run.model, run.optimizer, run.lr_scheduler, run.dataloader, run.epoch_setters = prepare_text_to_image_training(
-        accelerator, cfg, model, params=run.params, ema=run.ema, sampler=sampler, model_cls=model_cls,
-        subfolder=trained, pipeline_cls=pipeline_cls, tracker_project=tracker_project)
+        accelerator,
+        cfg,
+        model,
+        params=run.params,
+        ema=run.ema,
+        sampler=sampler,
+        model_cls=model_cls,
+        subfolder=trained,
+        pipeline_cls=pipeline_cls,
+        tracker_project=tracker_project,
+    )
     return run
 
 
 def validation_callback(accelerator, pipeline, cfg: TextToImageConfig, **pipeline_kwargs) -> Callable[[int], None]:
     """``validate(step)`` for :func:`run_training_loop`: :func:`log_validation_images` of ``--validation_prompts``
     into ``<output_dir>/validation`` (``pipeline_kwargs`` go to the pipeline's call)."""
+
     def validate(step: int) -> None:
-        log_validation_images(accelerator, pipeline, list(cfg.validation_prompts), step=step, seed=cfg.seed,
-                              num_inference_steps=cfg.validation_inference_steps,
-                              guidance_scale=cfg.validation_guidance_scale,
-                              output_dir=os.path.join(cfg.output_dir, "validation"), **pipeline_kwargs)
+        log_validation_images(
+            accelerator,
+            pipeline,
+            list(cfg.validation_prompts),
+            step=step,
+            seed=cfg.seed,
+            num_inference_steps=cfg.validation_inference_steps,
+            guidance_scale=cfg.validation_guidance_scale,
+            output_dir=os.path.join(cfg.output_dir, "validation"),
+            **pipeline_kwargs,
+        )
 
     return validate
 
 
-def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: int, seed: int | None,
-                          num_inference_steps: int, guidance_scale: float | None = None, tag: str = "validation",
-                          output_dir: str | None = None, **pipeline_kwargs) -> torch.Tensor:
+def log_validation_images(
+    accelerator,
+    pipeline,
+    prompts: list[str],
+    *,
+    step: int,
+    seed: int | None,
+    num_inference_steps: int,
+    guidance_scale: float | None = None,
+    tag: str = "validation",
+    output_dir: str | None = None,
+    **pipeline_kwargs,
+) -> torch.Tensor:
     """One image per prompt from ``pipeline`` (seeded generator: the global random state is not
     touched), logged to the trackers (tensorboard ``add_images``, wandb captioned images) and saved
     as ``<output_dir>/<tag>_<step>.png``. Returns (N, 3, H, W) float32 in [0, 1] on the CPU."""
@@ -300,16 +378,19 @@ def log_validation_images(accelerator, pipeline, prompts: list[str], *, step: in
         elif tracker.name == "wandb":
             import wandb
 
-            tracker.log({tag: [wandb.Image(img.permute(1, 2, 0).numpy(), caption=f"{i}: {p}")
-                               for i, (img, p) in enumerate(zip(images, prompts))]}, step=step)
+            tracker.log(
+                {tag: [wandb.Image(img.permute(1, 2, 0).numpy(), caption=f"{i}: {p}") for i, (img, p) in enumerate(zip(images, prompts))]},
+                step=step,
+            )
     if output_dir:
         os.makedirs(output_dir, exist_ok=True)
         save_image_grid(images, os.path.join(output_dir, f"{tag}_{step:07d}.png"), nrow=len(images))
     return images
 
 
-def finish_text_to_image_run(accelerator, cfg: TextToImageConfig, *, pipeline=None, build_pipeline: Callable | None = None,
-                             **outputs) -> None:
+def finish_text_to_image_run(
+    accelerator, cfg: TextToImageConfig, *, pipeline=None, build_pipeline: Callable | None = None, **outputs
+) -> None:
     """The end of every text-to-image run: all processes wait, the main one saves
     (:func:`save_text_to_image_outputs` of ``pipeline``, or of ``build_pipeline()``, called there only,
     with ``outputs``), all wait again and the trackers end (``accelerator.end_training``)."""
@@ -320,9 +401,19 @@ def finish_text_to_image_run(accelerator, cfg: TextToImageConfig, *, pipeline=No
     accelerator.end_training()
 
 
-def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline, model_key: str, noise_scheduler,
-                               sampler: TrainingTimestepSampler, ema=None, result: dict, card: dict,
-                               validation_kwargs: dict | None = None) -> str:
+def save_text_to_image_outputs(
+    accelerator,
+    cfg: TextToImageConfig,
+    *,
+    pipeline,
+    model_key: str,
+    noise_scheduler,
+    sampler: TrainingTimestepSampler,
+    ema=None,
+    result: dict,
+    card: dict,
+    validation_kwargs: dict | None = None,
+) -> str:
     """The end of a text-to-image run, on the main process; returns the output folder.
 
     * ``noise_scheduler``, the *training* scheduler (its ``prediction_type`` as trained), gets the
@@ -358,10 +449,17 @@ def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline,
     validation_grid = None
     if cfg.validation_prompts:
         model.eval()
-        images = log_validation_images(accelerator, pipeline, list(cfg.validation_prompts), step=result["global_step"],
-                                       seed=cfg.seed, num_inference_steps=cfg.validation_inference_steps,
-                                       guidance_scale=cfg.validation_guidance_scale, tag="validation_final",
-                                       **(validation_kwargs or {}))
+        images = log_validation_images(
+            accelerator,
+            pipeline,
+            list(cfg.validation_prompts),
+            step=result["global_step"],
+            seed=cfg.seed,
+            num_inference_steps=cfg.validation_inference_steps,
+            guidance_scale=cfg.validation_guidance_scale,
+            tag="validation_final",
+            **(validation_kwargs or {}),
+        )
         validation_grid = "validation.png"
         save_image_grid(images, os.path.join(out, validation_grid), nrow=len(images))
     desc = sampler.describe()
@@ -370,19 +468,35 @@ def save_text_to_image_outputs(accelerator, cfg: TextToImageConfig, *, pipeline,
     if cfg.use_lora:
         tags.append("lora")
     render_model_card(
-        "text_to_image.md.j2", os.path.join(out, "README.md"),
-        model_name=repo_id, repo_id=repo_id if cfg.hub.push else None, tags=tags,
-        base_model=card["base_model"], pipeline_class=card["pipeline_class"], family=card.get("family", ""),
-        license=card.get("license", "other"), details=card.get("details", {}),
+        "text_to_image.md.j2",
+        os.path.join(out, "README.md"),
+        model_name=repo_id,
+        repo_id=repo_id if cfg.hub.push else None,
+        tags=tags,
+        base_model=card["base_model"],
+        pipeline_class=card["pipeline_class"],
+        family=card.get("family", ""),
+        license=card.get("license", "other"),
+        details=card.get("details", {}),
         dataset_name=cfg.data.dataset_name or (None if cfg.data.train_data_dir else cfg.data.default_dataset),
-        use_lora=cfg.use_lora, lora_rank=cfg.lora_rank,
-        scheduler_class=type(noise_scheduler).__name__, prediction_type=sampler.prediction_type,
-        loss_weighting=desc["loss_weighting"], snr_gamma=desc.get("snr_gamma"), sampler_name=sampler.name,
-        learned_schedule=learned, hyperparameters=desc.get("hyperparameters", {}), global_step=result["global_step"],
+        use_lora=cfg.use_lora,
+        lora_rank=cfg.lora_rank,
+        scheduler_class=type(noise_scheduler).__name__,
+        prediction_type=sampler.prediction_type,
+        loss_weighting=desc["loss_weighting"],
+        snr_gamma=desc.get("snr_gamma"),
+        sampler_name=sampler.name,
+        learned_schedule=learned,
+        hyperparameters=desc.get("hyperparameters", {}),
+        global_step=result["global_step"],
         allocation=desc.get("last_refresh"),
-        total_batch_size=result["total_batch_size"], learning_rate=cfg.learning_rate, resolution=cfg.data.resolution,
-        mixed_precision=cfg.mixed_precision, validation_prompts=list(cfg.validation_prompts),
-        validation_grid=validation_grid, schedule_plot="noise_schedule.png",
+        total_batch_size=result["total_batch_size"],
+        learning_rate=cfg.learning_rate,
+        resolution=cfg.data.resolution,
+        mixed_precision=cfg.mixed_precision,
+        validation_prompts=list(cfg.validation_prompts),
+        validation_grid=validation_grid,
+        schedule_plot="noise_schedule.png",
         num_inference_steps=cfg.validation_inference_steps,
     )
     if cfg.hub.push:

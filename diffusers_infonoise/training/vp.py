@@ -10,6 +10,7 @@ import torch
 
 __all__ = ["vp_noise", "vp_card_details"]
 
+
 def vp_noise(latents: torch.Tensor, *, noise_offset: float = 0.0, input_perturbation: float = 0.0):
     """``(noise, model_noise)``: ε with diffusers' offset noise, and the ε that noises the model input
     (with input perturbation; the target keeps ``noise``)."""
