@@ -16,46 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from _text_to_image import FAST as SHARED_FAST
+from _text_to_image import INFONOISE
 from _tiny_pipelines import RESOLUTION, save_tiny_flux_pipeline
 from conftest import free_port, load_training_script
 
 ROOT = Path(__file__).resolve().parents[1]
 flux_script = load_training_script("train_text_to_image_flux")
 
-FAST = [
-    "--resolution",
-    str(RESOLUTION),
-    "--train_batch_size",
-    "2",
-    "--seed",
-    "0",
-    "--lr_warmup_steps",
-    "0",
-    "--validation_inference_steps",
-    "2",
-    "--schedule_plot_steps",
-    "0",
-    "--max_sequence_length",
-    "16",
-    "--dataset_name",
-    "fashion_mnist",
-    "--max_train_samples",
-    "8",
-    "--report_to",
-    "none",
-]
-INFONOISE = [
-    "--noise_sampler",
-    "infonoise",
-    "--infonoise_warmup_steps",
-    "1",
-    "--infonoise_refresh_every",
-    "1",
-    "--infonoise_min_count",
-    "1",
-    "--infonoise_num_bins",
-    "16",
-]
+FAST = [*SHARED_FAST, "--max_sequence_length", "16", "--dataset_name", "fashion_mnist", "--max_train_samples", "8", "--report_to", "none"]
 
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")

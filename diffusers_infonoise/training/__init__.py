@@ -1,6 +1,7 @@
 """What the training scripts share, one concept per module (scripts → this layer → the core).
 
-* :mod:`.args`: the shared command-line options, and the edge where they become the sampler and frozen configs;
+* :mod:`.args`: the shared command-line options, and the edge where they become the sampler, its start and frozen
+  configs; :mod:`.text_to_image_args`: the text-to-image scripts' own options (VP and flow included);
 * :mod:`.datasets`: image and captioned data, transforms, augmentation, batch order;
 * :mod:`.loop`: the training loop, loss, optimizer and EMA;
 * :mod:`.monitor`: the schedule during training (logs, figures, the π check across ranks);
@@ -17,7 +18,7 @@ Nothing here re-implements the sampler, the paths or the stored schedule: it cal
 
 from __future__ import annotations
 
-from . import args, checkpoints, datasets, flow, loop, lora, models, monitor, outputs, text_to_image, vp
+from . import args, checkpoints, datasets, flow, loop, lora, models, monitor, outputs, text_to_image, text_to_image_args, vp
 from .args import *  # noqa: F401,F403
 from .checkpoints import *  # noqa: F401,F403
 from .datasets import *  # noqa: F401,F403
@@ -28,6 +29,7 @@ from .models import *  # noqa: F401,F403
 from .monitor import *  # noqa: F401,F403
 from .outputs import *  # noqa: F401,F403
 from .text_to_image import *  # noqa: F401,F403
+from .text_to_image_args import *  # noqa: F401,F403
 from .vp import *  # noqa: F401,F403
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     *lora.__all__,
     *models.__all__,
     *text_to_image.__all__,
+    *text_to_image_args.__all__,
     *flow.__all__,
     *vp.__all__,
 ]
