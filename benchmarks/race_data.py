@@ -55,6 +55,11 @@ DATASETS = {
         note="dm3 upstream2000, last 64 bases before the TSS, unique ACGT crops; "
         "held-out: a random 4000; one-hot (4 x 64) in {-1, 1}, UNet1DModel (--sequence_column)",
     ),
+    # finetune tier: the 8x8 digits shown at 16x16 (bilinear; binarized: the binarized digits repeated 2x2)
+    "digits16": DataSpec("digits16", "image", 16, False, 32, 60, "sklearn digits resized to 16x16 (PIL bilinear), digits' split"),
+    "binarized_digits16": DataSpec(
+        "binarized_digits16", "image", 16, True, 32, 60, "binarized digits upsampled 2x2 (nearest) to 16x16, digits' split"
+    ),
     # gpu tier (not run here)
     "mnist": DataSpec("mnist", "image", 28, False, 64, 3, "MNIST 28x28"),
     "binarized_mnist": DataSpec("binarized_mnist", "image", 28, True, 64, 3, "library binarized MNIST 28x28"),
@@ -103,6 +108,20 @@ def load_data(name: str) -> dict:
             tr, te = allx[: len(tr)], allx[len(tr) :]
         idx = np.random.default_rng(0).permutation(len(te))[:5000]
         te, yte = te[idx], yte[idx]
+        path = M.ensure_cache_dir("data") / f"{name}_train"
+        if not (path / "dataset_info.json").exists():
+            DNA.save_image_dataset(tr, path)
+        out.update(
+            train=tr, train_labels=ytr, heldout=te, heldout_labels=yte, script_args=["--dataset_name", str(path), "--resolution", "16"]
+        )
+    elif name in ("digits16", "binarized_digits16"):
+        base = "binarized_digits" if spec.binary else "digits"
+        tr, ytr = load_builtin_arrays(base, "train")
+        te, yte = load_builtin_arrays(base, "test")
+        if spec.binary:  # nearest: the values stay {0, 255}
+            tr, te = (x.repeat(2, axis=1).repeat(2, axis=2) for x in (tr, te))
+        else:
+            tr, te = _resize(tr, 16), _resize(te, 16)
         path = M.ensure_cache_dir("data") / f"{name}_train"
         if not (path / "dataset_info.json").exists():
             DNA.save_image_dataset(tr, path)

@@ -12,6 +12,7 @@ tier."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -29,9 +30,12 @@ from benchmarks.race_tiers import (
     EVAL_SEED,
     JITTER_SEEDS,
     NUM_INFERENCE_STEPS,
+    PRETRAINS,
+    Pretrain,
     Race,
     eval_scheduler,
     run_priority,
+    tier_pretrains,
     unet_config,
 )
 from benchmarks.sample_quality import Scorer
@@ -89,51 +93,119 @@ class RunSpec:
 
     @property
     def sampler_args(self) -> list[str]:
-        """The race's ``extra_args`` when the sampler takes them, else none."""
-        return list(self.race.extra_args) if self.sampler.split("-")[0] in ADAPTIVE_SAMPLERS else []
+        """The race's ``extra_args`` when the sampler takes them, else none; then the sampler's own
+        (``sampler_extra_args``, a pretrain's folder for ``{pretrained:NAME}``)."""
+        args = list(self.race.extra_args) if self.sampler.split("-")[0] in ADAPTIVE_SAMPLERS else []
+        return args + [_pretrained_arg(a, self.root) for a in self.race.sampler_extra_args.get(self.sampler, ())]
 
     def argv(self) -> list[str]:
         r = self.race
         data = load_data(r.dataset)
         # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto
         name, *options = self.sampler.split("-")
-        a = list(data["script_args"]) + [
-            "--model_config_name_or_path",
-            str(self.model_config_path),
-            "--diffusion",
-            r.diffusion,
-            "--noise_sampler",
-            name,
-            "--seed",
-            str(self.seed),
-            "--train_batch_size",
-            str(r.batch_size),
-            "--max_train_steps",
-            str(r.steps),
-            "--learning_rate",
-            str(r.learning_rate),
-            "--lr_scheduler",
-            "constant_with_warmup",
-            "--lr_warmup_steps",
-            str(r.lr_warmup_steps),
-            "--checkpointing_steps",
-            str(r.eval_every),
-            "--use_ema",
-            "--logger",
-            "none",
-            "--output_dir",
-            str(self.out_dir),
-            "--save_images_epochs",
-            "1000000000",
-            "--save_model_epochs",
-            "1000000000",
-            "--eval_batch_size",
-            "16",
-            # the per-refresh figures cost seconds per run on 2 cores; the logged scalars and checks stay
-            "--schedule_plot_steps",
-            "0" if self.schedule_plots else "-1",
-        ]
+        model = (
+            ["--pretrained_model_name_or_path", str(pretrain_dir(self.root, r.pretrained))]
+            if r.pretrained
+            else ["--model_config_name_or_path", str(self.model_config_path)]
+        )
+        a = (
+            list(data["script_args"])
+            + model
+            + [
+                "--diffusion",
+                r.diffusion,
+                "--noise_sampler",
+                name,
+                "--seed",
+                str(self.seed),
+                "--train_batch_size",
+                str(r.batch_size),
+                "--max_train_steps",
+                str(r.steps),
+                "--learning_rate",
+                str(r.learning_rate),
+                "--lr_scheduler",
+                "constant_with_warmup",
+                "--lr_warmup_steps",
+                str(r.lr_warmup_steps),
+                "--checkpointing_steps",
+                str(r.eval_every),
+                "--use_ema",
+                "--logger",
+                "none",
+                "--output_dir",
+                str(self.out_dir),
+                "--save_images_epochs",
+                "1000000000",
+                "--save_model_epochs",
+                "1000000000",
+                "--eval_batch_size",
+                "16",
+                # the per-refresh figures cost seconds per run on 2 cores; the logged scalars and checks stay
+                "--schedule_plot_steps",
+                "0" if self.schedule_plots else "-1",
+            ]
+        )
         return a + self.sampler_args + variant_args(options)
+
+
+def pretrain_dir(root, name: str) -> Path:
+    """Where a pretrain of :data:`~benchmarks.race_tiers.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
+    return Path(root) / "pretrained" / name
+
+
+def _pretrained_arg(arg: str, root) -> str:
+    if "{pretrained:" not in arg:
+        return arg
+    head, rest = arg.split("{pretrained:", 1)
+    name, tail = rest.split("}", 1)
+    return head + str(pretrain_dir(root, name)) + tail
+
+
+def pretrain_argv(p: Pretrain, root) -> list[str]:
+    """The training script's arguments of a pretrain: from scratch, like a race run of its data and path."""
+    out = pretrain_dir(root, p.name)
+    config = out.parent / f"unet_{p.name}.json"
+    if not config.exists():
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(unet_config(DATASETS[p.dataset].resolution, p.channels, DATASETS[p.dataset].kind), indent=1))
+    return list(load_data(p.dataset)["script_args"]) + [
+        "--model_config_name_or_path", str(config), "--diffusion", p.diffusion, "--noise_sampler", p.sampler,
+        "--seed", str(p.seed), "--train_batch_size", str(p.batch_size), "--max_train_steps", str(p.steps),
+        "--learning_rate", str(p.learning_rate), "--lr_scheduler", "constant_with_warmup",
+        "--lr_warmup_steps", str(p.lr_warmup_steps), "--checkpointing_steps", "1000000", "--use_ema", "--logger", "none",
+        "--output_dir", str(out), "--save_images_epochs", "1000000000", "--save_model_epochs", "1000000000",
+        "--eval_batch_size", "16", "--schedule_plot_steps", "-1",
+    ]  # fmt: skip
+
+
+def run_pretrain(job: tuple) -> tuple[str, str | None]:
+    """Train one pretrain (a worker's job ``(pretrain, root, threads)``) unless its pipeline folder exists."""
+    p, root, threads = job
+    out = pretrain_dir(root, p.name)
+    if (out / "model_index.json").exists():
+        return p.name, None
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        out.mkdir(parents=True, exist_ok=True)
+        log = open(out.parent / f"{p.name}.log", "a")
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        t0 = time.time()
+        _load_script().main(pretrain_argv(p, root))
+        (out.parent / f"{p.name}.json").write_text(json.dumps({
+            "pretrain": dataclasses.asdict(p), "wall_time_s": round(time.time() - t0, 1),
+            "command": "python " + shlex.join([str(SCRIPT.relative_to(REPO))] + [_rel(a) for a in pretrain_argv(p, root)]),
+            "schedule": stored_schedule(out),
+        }, indent=1))  # fmt: skip
+        return p.name, None
+    except Exception as err:  # reported by the parent
+        import traceback
+
+        traceback.print_exc()
+        return p.name, f"{type(err).__name__}: {err}"
 
 
 def variant_args(options: list[str]) -> list[str]:
@@ -297,7 +369,8 @@ def run_one(spec: RunSpec) -> dict:
     scorer = Scorer(race.dataset)
     t1, c1 = time.time(), time.process_time()
     ckpts = _checkpoints(spec.out_dir)
-    steps, evals, jitter = evaluate_checkpoints(spec, scorer, ckpts)
+    evaluated = [c for c in ckpts if race.eval_steps is None or c[0] in race.eval_steps]
+    steps, evals, jitter = evaluate_checkpoints(spec, scorer, evaluated)
     eval_s, eval_cpu = time.time() - t1, time.process_time() - c1
     result = {
         "run_id": spec.run_id,
@@ -317,6 +390,7 @@ def run_one(spec: RunSpec) -> dict:
             "unet_block_out_channels": list(race.channels),
             "sampler_args": spec.sampler_args,
             "ema": "diffusers EMAModel, max decay 0.9999, warm-up inv_gamma 1, power 3/4 (script defaults)",
+            **({"pretrained": dataclasses.asdict(PRETRAINS[race.pretrained])} if race.pretrained else {}),
         },
         "inference": {
             "scheduler": type(eval_scheduler(race)).__name__,
@@ -427,6 +501,16 @@ def run_all(specs: list[RunSpec], races: list[Race], *, jobs: int, threads: int,
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import multiprocessing as mp
 
+    pretrains = tier_pretrains(races)
+    if todo and pretrains:  # the fine-tuning races' starts, trained first (cached)
+        root = Path(todo[0].root)
+        with mp.get_context("spawn").Pool(jobs) as pool:
+            for name, err in pool.imap_unordered(run_pretrain, [(p, root, threads) for p in pretrains]):
+                print(f"[{time.time() - t0:7.0f} s] pretrain {name}: {'ok' if err is None else 'FAILED ' + err}", flush=True)
+                if err:
+                    errors[f"pretrain {name}"] = err
+        if errors:
+            return errors
     with mp.get_context("spawn").Pool(jobs) as pool:  # workers are reused: one import each
         for run_id, err in pool.imap_unordered(_run_in_worker, todo):
             print(f"[{time.time() - t0:7.0f} s] {run_id}: {'ok' if err is None else 'FAILED ' + err}", flush=True)

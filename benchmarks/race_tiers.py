@@ -7,7 +7,7 @@ schedulers (:func:`train_scheduler`; :func:`eval_scheduler`, the fixed inference
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ALL_SAMPLERS = ("infonoise", "edm_lognormal", "logit_normal", "uniform", "log_uniform", "cosine", "kingma_gao")
 NUM_INFERENCE_STEPS = 18  # steps of every race's fixed inference sampler
@@ -72,6 +72,45 @@ class Race:
     num_samples: int = 2000
     sample_batch: int = 1000
     extra_args: tuple = ("--infonoise_warmup_steps", "200")
+    #: fine-tuning races: the :class:`Pretrain` (of :data:`PRETRAINS`) every run starts from, instead of a fresh UNet
+    pretrained: str | None = None
+    #: more arguments of one sampler; ``{pretrained:NAME}`` stands for that pretrain's folder
+    sampler_extra_args: dict = field(default_factory=dict)
+    #: the checkpoints that are evaluated (default: every ``eval_every`` steps)
+    eval_steps: tuple | None = None
+    #: another budget for the pretrains (``--smoke``)
+    pretrain_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class Pretrain:
+    """A model trained once from scratch, like the main job (a fixed density of its path, 1200 steps at batch 64,
+    EMA): the start of the fine-tuning races, cached as a pipeline folder under ``<root>/pretrained/<name>``."""
+
+    name: str
+    dataset: str
+    diffusion: str
+    sampler: str
+    steps: int = 1200
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    lr_warmup_steps: int = 100
+    channels: tuple = (16, 32)
+    seed: int = 0
+
+
+#: the pretrains of the finetune tier (issue 22): per path the density its users start from (EDM log-normal,
+#: uniform t on DDPM-ε, logit-normal on flow, the SD3/Flux stand-in), and an EDM one trained with InfoNoise, whose
+#: stored schedule the ``stored`` runs start from
+PRETRAINS = {
+    p.name: p
+    for p in (
+        Pretrain("edm-edm_lognormal-mnist16", "mnist16", "edm", "edm_lognormal"),
+        Pretrain("edm-infonoise-mnist16", "mnist16", "edm", "infonoise"),
+        Pretrain("ddpm-uniform-mnist16", "mnist16", "ddpm", "uniform"),
+        Pretrain("flow-logit_normal-mnist16", "mnist16", "flow", "logit_normal"),
+    )
+}
 
 
 def train_scheduler(race: Race):
@@ -103,8 +142,71 @@ def _seeds(samplers, n, more=None):
     return {s: list(range(more.get(s, n))) for s in samplers}
 
 
+def _finetune_races() -> list[Race]:
+    """Issue 22: fine-tune MNIST 16x16 pretrains onto shifted data (binarized MNIST 16x16, the 8x8 digits at 16x16,
+    binarized and continuous), 400 steps evaluated at 100, 200 and 400. InfoNoise as the library runs it by default
+    (``infonoise``: ``auto``, which is ``profile`` for a pretrained model without a stored schedule), from its base
+    (``infonoise-init_base``, the warm-up), and from the InfoNoise pretrain's stored schedule
+    (``infonoise-init_stored``), against the pretrain's own density and logit-normal. Every run starts from the
+    same fixed-density pretrain; the fine-tune's learning rate is a third of the pretrain's."""
+    common = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400), learning_rate=3e-4, lr_warmup_steps=20, extra_args=())
+    stored = {"infonoise-init_stored": ("--infonoise_schedule_from", "{pretrained:edm-infonoise-mnist16}/scheduler")}
+    edm = ("infonoise", "infonoise-init_base", "infonoise-init_stored", "edm_lognormal", "logit_normal")
+    races = [
+        Race(
+            f"ft-edm-{d}",
+            d,
+            "edm",
+            edm,
+            "edm_lognormal",
+            _seeds(edm, 3),
+            pretrained="edm-edm_lognormal-mnist16",
+            sampler_extra_args=stored,
+            **common,
+        )
+        for d in ("binarized_mnist16", "binarized_digits16", "digits16")
+    ]
+    ddpm = ("infonoise", "infonoise-init_base", "uniform")
+    flow = ("infonoise", "infonoise-init_base", "logit_normal")
+    races += [
+        Race(
+            "ft-ddpm-binarized_mnist16",
+            "binarized_mnist16",
+            "ddpm",
+            ddpm,
+            "uniform",
+            _seeds(ddpm, 2),
+            pretrained="ddpm-uniform-mnist16",
+            **common,
+        ),
+        Race(
+            "ft-flow-binarized_mnist16",
+            "binarized_mnist16",
+            "flow",
+            flow,
+            "logit_normal",
+            _seeds(flow, 2),
+            pretrained="flow-logit_normal-mnist16",
+            **common,
+        ),
+    ]
+    return races
+
+
+def tier_pretrains(races: list[Race]) -> list[Pretrain]:
+    """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
+    names = {r.pretrained for r in races if r.pretrained}
+    for r in races:
+        for args in r.sampler_extra_args.values():
+            names |= {a.split("{pretrained:")[1].split("}")[0] for a in args if "{pretrained:" in a}
+    steps = next((r.pretrain_steps for r in races if r.pretrain_steps), None)
+    return [p if steps is None else dataclasses.replace(p, steps=steps) for name, p in PRETRAINS.items() if name in names]
+
+
 def tier_races(tier: str) -> list[Race]:
     """The races of a tier, in the tier's order."""
+    if tier == "finetune":
+        return _finetune_races()
     if tier == "quick":
         samplers = ("infonoise", "edm_lognormal")
         return [
@@ -419,6 +521,8 @@ def smoke_races(races: list[Race]) -> list[Race]:
             lr_warmup_steps=10,
             seeds={s: [0] for s in r.samplers},
             extra_args=("--infonoise_warmup_steps", "20", "--infonoise_refresh_every", "10"),
+            eval_steps=None,
+            pretrain_steps=30 if r.pretrained else None,
         )
         for r in races
     ]

@@ -17,8 +17,9 @@ from .samplers import (  # noqa: E402
     TrainingTimestepSampler,
     make_sampler,
 )
-from .schedule_io import ScheduleError, read_schedule, write_schedule  # noqa: E402
-from .weighting import x0_error_factor, x0_loss_weight  # noqa: E402
+from .schedule_io import ScheduleError, read_schedule, read_schedule_from, write_schedule  # noqa: E402
+from .starts import SamplerStart, apply_start, choose_start, start_from_model  # noqa: E402
+from .weighting import per_sample_mse, x0_error_factor, x0_loss_weight  # noqa: E402
 
 #: public names whose modules import diffusers' pipelines or the diagnostics: loaded on first use
 #: (``import diffusers_infonoise`` stays light for spawned worker processes)
@@ -61,7 +62,13 @@ __all__ = [
     "infonoise_sampler",
     "ScheduleError",
     "read_schedule",
+    "read_schedule_from",
     "write_schedule",
+    "SamplerStart",
+    "choose_start",
+    "apply_start",
+    "start_from_model",
+    "per_sample_mse",
     "x0_error_factor",
     "x0_loss_weight",
     *_LAZY,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 
 import pytest
@@ -242,3 +244,25 @@ def test_a_device_this_machine_lacks_is_a_clear_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["dataset-profile", "--dataset", "digits", "--device", "cuda"])
     assert info.value.code == 2 and "no CUDA device" in capsys.readouterr().err
+
+
+def test_compare_a_stored_schedule_with_a_profile_of_your_data(capsys, saved, tmp_path):
+    """issue 22: before training from a shared schedule, its ρ̂ against a profile of the user's data. The stored
+    schedule was learned from N(0, 0.25) data's exact MMSE: the analytic profile of that data fits it (TV near 0,
+    the stored estimate's smoothing and 16 bins aside), the profile of data ten times as wide does not."""
+    from diffusers_infonoise.diagnostics import profile_from_errors
+
+    sig = torch.exp(torch.linspace(math.log(0.002), math.log(80.0), 40, dtype=torch.float64))
+    tvs = {}
+    for name, s_d in (("same", 0.5), ("wider", 5.0)):
+        prof = profile_from_errors(sig, sig**2 * s_d**2 / (sig**2 + s_d**2), loss_weighting="edm")
+        (tmp_path / f"{name}.json").write_text(json.dumps({"profile": prof.to_dict()}))
+        rc, out, _ = run(capsys, "compare", "--scheduler", saved["learned"], "--profile", tmp_path / f"{name}.json")
+        assert rc == 0, out
+        tvs[name] = float(re.search(r"TV\(stored rho_hat, your data's rho_hat\)\s+([0-9.]+)", out).group(1))
+        assert re.search(r"TV\(stored phi = pi\*w, your data's rho_hat\)\s+[0-9.]+", out)
+    assert tvs["same"] < 0.06 and tvs["wider"] > 0.3
+    rc, _, err = run(capsys, "compare", "--scheduler", saved["plain"], "--profile", tmp_path / "same.json")
+    assert_one_line_error(rc, err, "holds no stored InfoNoise schedule")
+    rc, _, err = run(capsys, "compare", "--scheduler", "edm")
+    assert_one_line_error(rc, err, "give --samplers, --profile or both")

@@ -118,3 +118,40 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
     assert ns["image"].size[0] > 0
     # the SD3 pipeline stepped through the InfoGrid of its stored schedule
     torch.testing.assert_close(scheduler_sigmas_as_ve(ns["sd3"].scheduler), infogrid(flow, 8).sigmas, rtol=1e-4, atol=0)
+
+
+def test_readme_fine_tuning_block_runs_as_written(tmp_path, monkeypatch):
+    """The folders it names are stand-ins: a tiny DDPM pipeline without a stored schedule (so "auto" is the
+    model's profile), and a pipeline whose scheduler carries one (the shared schedule)."""
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
+
+    monkeypatch.chdir(tmp_path)
+    unet = UNet2DModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained("my-pretrained-ddpm")
+    shared_scheduler = DDPMScheduler()
+    _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(shared_scheduler, warmup_steps=1, refresh_every=1)).save_to_scheduler(
+        shared_scheduler
+    )
+    DDPMPipeline(unet=unet, scheduler=shared_scheduler).save_pretrained("someone/their-infonoise-model")
+    gen = torch.Generator().manual_seed(0)
+    ns = {"dataloader": [torch.sign(torch.randn(16, 1, 8, 8, generator=gen)) for _ in range(10)], "max_train_steps": 2000}
+    exec(compile(_block("## Fine-tuning: start adapted"), "README.md fine-tuning", "exec"), ns)
+    sampler, start = ns["sampler"], ns["start"]
+    assert start.choice == "profile" and sampler.warmup_steps == 0
+    # the profile's cap is this data's variance ({-1, 1} pixels: 1), its gate the value grid's (0.2)
+    assert abs(sampler.estimator.mmse_cap - 1.0) < 0.05 and sampler.estimator.last_gate.pivot == 0.2
+    # then the shared schedule was loaded: its m̂ (the same 64 bins and path), and a π rebuilt for this run
+    stored = torch.tensor([float("nan") if v is None else v for v in ns["shared"]["m_hat"]], dtype=torch.float64)
+    torch.testing.assert_close(sampler.estimator.m_hat, stored, rtol=0, atol=0, equal_nan=True)
+    assert sampler.is_adapted and sampler.allocation_total_variation() <= sampler.floor + 0.02

@@ -168,11 +168,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "compare",
-        help="effective allocations of named schedules side by side (no data)",
+        help="effective allocations of named schedules side by side; a stored schedule against your data",
         description="Effective allocations phi = pi*w of named schedules on one scheduler's path; compared with "
-        "the stored profile rho_hat when the scheduler carries a learned schedule.",
+        "the stored profile rho_hat when the scheduler carries a learned schedule. With --profile, the stored "
+        "schedule (a shared one, before you train with it) against a profile of your data: the TV between the two "
+        "rho_hat, and between the schedule's phi and your data's rho_hat.",
     )
-    p.add_argument("--samplers", required=True, help=samplers_help)
+    p.add_argument("--samplers", default=None, help=samplers_help + " (optional with --profile)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="profile.json of 'infonoise profile' (your model on your data) or dataset_profile.json of 'infonoise dataset-profile'",
+    )
     p.add_argument(
         "--scheduler",
         required=True,

@@ -16,6 +16,7 @@ from .loading import (
     _objective,
     _one_line,
     _parse_samplers,
+    _read_json,
     _scheduler_from_config,
     _stored_and_grid,
 )
@@ -127,8 +128,14 @@ def _cmd_compare(args) -> int:
 
     from ..diagnostics import allocation, normalize_density, total_variation, window_mass
 
-    names = _parse_samplers(args.samplers)
+    if args.samplers is None and args.profile is None:
+        raise CLIError("compare: give --samplers, --profile or both")
     scheduler, where = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
+    if args.profile is not None:
+        _print_schedule_fit(scheduler, where, Path(args.profile))
+        if args.samplers is None:
+            return 0
+    names = _parse_samplers(args.samplers)
     pt, lw, sg = _objective(args, scheduler)
     stored, x = _stored_and_grid(scheduler, args)
     allocs = []
@@ -164,6 +171,28 @@ def _cmd_compare(args) -> int:
         _write_json(Path(args.json), {"scheduler": where, "allocations": {a.name: a.to_dict() for a in allocs}})
         print(f"wrote {args.json}")
     return 0
+
+
+def _print_schedule_fit(scheduler, where: str, profile_file: Path) -> None:
+    """The stored schedule of ``scheduler`` against a profile JSON of the user's data (METHOD.md §5.9)."""
+    from ..diagnostics import load_learned_sampler, schedule_fit
+    from ..schedule_io import read_schedule
+
+    if read_schedule(scheduler) is None:
+        raise CLIError(f"{where}: holds no stored InfoNoise schedule to compare with --profile")
+    data = _read_json(profile_file)
+    profile = data.get("profile", data)
+    try:
+        fit = schedule_fit(load_learned_sampler(scheduler), profile)
+    except ValueError as err:
+        raise CLIError(f"--profile {profile_file}: {_one_line(err)}") from None
+    print(f"stored schedule of {where} against {profile_file} ({fit['grid_points']} grid points):")
+    print(f"  TV(stored rho_hat, your data's rho_hat)          {fit['tv_rho']:.3f}")
+    print(f"  TV(stored phi = pi*w, your data's rho_hat)       {fit['tv_phi']:.3f}")
+    print(
+        "  (0: the schedule spends compute where your data resolves; a run from it starts there, and its own losses "
+        "take over at the EMA's rate)"
+    )
 
 
 def _cmd_dataset_profile(args) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "wasted_mass",
     "total_variation",
     "compare_allocations",
+    "schedule_fit",
 ]
 
 
@@ -197,3 +198,43 @@ def compare_allocations(profile: Profile, allocations: Sequence[Allocation], cen
             "wasted_mass": wasted_mass(phi, profile.rho_hat, x),
         }
     return out
+
+
+def schedule_fit(sampler, profile) -> dict:
+    """How well a learned or shared schedule fits a profile of your data, before you train with it (METHOD.md §5.9).
+
+    Args:
+        sampler: an InfoNoise sampler holding the schedule (e.g. ``InfoNoiseTrainingTimestepSampler.from_stored``
+            of the scheduler it is stored in).
+        profile: a :class:`Profile` of your data (``profile_from_model`` of your model on it, or a data set's
+            ``profile_from_empirical``), or its ``to_dict()`` (the ``"profile"`` of ``infonoise profile``'s JSON).
+
+    Returns:
+        ``{"tv_rho", "tv_phi", "grid_points"}`` on the profile's grid (VE log σ): TV between the schedule's ρ̂ and
+        the profile's, and between the schedule's effective allocation φ = π·w and the profile's ρ̂ (what training
+        with it would spend where your data resolves). The schedule's densities are interpolated linearly in
+        log σ at the profile's points, zero outside its grid.
+
+    Raises:
+        ValueError: a sampler without an estimate, or a profile without ``log_sigma`` and ``rho_hat``.
+    """
+    if isinstance(profile, dict):
+        if "log_sigma" not in profile or "rho_hat" not in profile:
+            raise ValueError("profile: expected a Profile or its to_dict() with 'log_sigma' and 'rho_hat'")
+        x = _as_grid(profile["log_sigma"])
+        rho = torch.as_tensor(profile["rho_hat"], dtype=_F64)
+    else:
+        x, rho = profile.log_sigma, profile.rho_hat
+    if not sampler.estimator.is_ready:
+        raise ValueError("sampler: holds no estimate (fewer than two bins filled)")
+    p = sampler.profile()
+    centres = p["log_sigma"].numpy()
+
+    def on_grid(values):
+        return torch.from_numpy(np.interp(x.numpy(), centres, values.numpy(), left=0.0, right=0.0))
+
+    return {
+        "tv_rho": total_variation(on_grid(p["rho_hat"]), rho, x),
+        "tv_phi": total_variation(on_grid(p["phi"]), rho, x),
+        "grid_points": int(x.numel()),
+    }
