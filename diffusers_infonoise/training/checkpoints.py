@@ -178,6 +178,10 @@ def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
         shutil.rmtree(os.path.join(output_dir, d))
 
 
+#: what diffusers' EMAModel.save_pretrained writes into the model config besides the weights
+_EMA_STATE = ("decay", "min_decay", "optimization_step", "update_after_step", "use_ema_warmup", "inv_gamma", "power")
+
+
 def register_model_checkpointing(
     accelerator, *, model_cls, subfolder: str, ema=None, lora_pipeline_cls=None, lora_prefix: str | None = None
 ) -> None:
@@ -223,10 +227,14 @@ def register_model_checkpointing(
                 m.load_state_dict(loaded.state_dict())
                 del loaded
         if ema is not None:
-            from diffusers.training_utils import EMAModel
-
-            loaded = EMAModel.from_pretrained(os.path.join(input_dir, f"{subfolder}_ema"), model_cls)
-            ema.load_state_dict(loaded.state_dict())
+            # EMAModel.from_pretrained hands a path to from_config, which diffusers deprecates: read the
+            # EMA's own state (decay, step count) from the config and its weights from the model files
+            folder = os.path.join(input_dir, f"{subfolder}_ema")
+            config = model_cls.load_config(folder)
+            ema_state = {k: config[k] for k in _EMA_STATE if k in config}
+            weights = model_cls.from_pretrained(folder)
+            ema.load_state_dict({**ema_state, "shadow_params": [p.detach() for p in weights.parameters()]})
+            del weights
             ema.to(accelerator.device)
 
     accelerator.register_save_state_pre_hook(save_hook)

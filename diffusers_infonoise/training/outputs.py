@@ -23,6 +23,7 @@ __all__ = [
     "save_unconditional_outputs",
     "save_image_grid",
     "render_model_card",
+    "model_card_templates",
     "push_output_dir",
     "store_learned_schedule",
 ]
@@ -45,15 +46,32 @@ def save_image_grid(images: torch.Tensor, path: str, *, nrow: int | None = None)
     return path
 
 
+def model_card_templates() -> str:
+    """The folder of the model-card templates: the installed package's ``diffusers_infonoise.model_cards``
+    (package data, also in an editable install), else the ``model_cards/`` of the checkout the package is
+    imported from (a checkout on ``sys.path`` without an install).
+
+    Raises:
+        FileNotFoundError: neither holds the templates (a broken install), naming where it looked.
+    """
+    from importlib.resources import files
+
+    try:
+        folder = str(files("diffusers_infonoise.model_cards"))
+    except ModuleNotFoundError:
+        folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "model_cards")
+    if not os.path.isfile(os.path.join(folder, "unconditional.md.j2")):
+        raise FileNotFoundError(f"the model-card templates are missing (looked in {folder}); reinstall diffusers-infonoise")
+    return folder
+
+
 def render_model_card(template: str, output_path: str, **context) -> str:
-    """Render ``model_cards/<template>`` (Jinja2) with ``context`` into ``output_path``; returns the text."""
+    """Render the model-card template ``template`` (Jinja2, :func:`model_card_templates`) with ``context`` into
+    ``output_path``; returns the text."""
     import jinja2
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    package = os.path.dirname(here)  # diffusers_infonoise/
-    # the repository's model_cards/ (a checkout or an editable install), or a copy inside the package
-    search = [os.path.join(os.path.dirname(package), "model_cards"), os.path.join(package, "model_cards")]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    loader = jinja2.FileSystemLoader(model_card_templates())
+    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     text = env.get_template(template).render(**context)
     with open(output_path, "w") as f:
         f.write(text)

@@ -196,10 +196,13 @@ def add_vp_args(parser: argparse.ArgumentParser, *, family: str) -> None:
 
 def load_vp_scheduler(args):
     """The training scheduler: ``DDPMScheduler`` from the model's ``scheduler`` folder (as diffusers'
-    scripts do), with ``--prediction_type`` registered when given."""
+    scripts do), with ``--prediction_type`` registered when given. It is saved with the pipeline (it carries
+    the learned schedule): a config without ``clip_sample`` (SD's PNDM) gets ``False``, the SD pipelines'
+    convention, not DDPM's default ``True`` (which they warn about and override)."""
     from diffusers import DDPMScheduler
 
-    scheduler = DDPMScheduler.from_pretrained(args.pretrained_model_name_or_path, subfolder="scheduler", revision=args.revision)
+    config = DDPMScheduler.load_config(args.pretrained_model_name_or_path, subfolder="scheduler", revision=args.revision)
+    scheduler = DDPMScheduler.from_config({**config, "clip_sample": config.get("clip_sample", False)})
     if args.prediction_type is not None:
         scheduler.register_to_config(prediction_type=args.prediction_type)
     return scheduler

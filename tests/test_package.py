@@ -1,0 +1,80 @@
+"""What a user of the installed package sees (issue 23): the public names at the top level, one version
+everywhere, the model-card templates as package data, and a pyproject that says what the README says.
+The wheel itself is built, installed apart from the checkout and run from outside it by scripts/wheel_smoke.sh
+(CI)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_public_name_resolves_and_the_import_stays_light():
+    import diffusers_infonoise as d
+
+    for name in ("InfoNoiseTrainingTimestepSampler", "make_sampler", "infonoise_sampler", "InfoNoiseUnconditionalPipeline",
+                 "load_learned_sampler", "infogrid", "scheduler_grid_kwargs", "set_infogrid", "read_schedule",
+                 "read_schedule_from", "choose_start", "apply_start", "per_sample_mse"):  # fmt: skip
+        assert name in d.__all__, name
+    for name in d.__all__:
+        assert getattr(d, name) is not None, name
+    # the pipeline and the diagnostics load on first use: a bare import does not pull in diffusers
+    code = "import sys, diffusers_infonoise; print('diffusers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_one_version_reported_by_the_package_its_metadata_and_the_stored_schedule():
+    from diffusers import EDMEulerScheduler
+
+    import diffusers_infonoise as d
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", d.__version__)
+    assert importlib.metadata.version("diffusers-infonoise") == d.__version__
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "diffusers_infonoise.__version__"}
+    sched = EDMEulerScheduler()
+    s = d.make_sampler("infonoise", sched, warmup_steps=1, refresh_every=1, num_bins=8)
+    lv = s.sample(256, generator=torch.Generator().manual_seed(0))
+    s.update(lv, torch.ones(256))
+    s.step()
+    s.save_to_scheduler(sched)
+    assert d.read_schedule(sched)["package_version"] == d.__version__
+    assert f"## {d.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_the_model_card_templates_are_package_data_from_the_one_source():
+    from diffusers_infonoise.training.outputs import model_card_templates
+
+    folder = Path(model_card_templates())
+    templates = sorted(p.name for p in (ROOT / "model_cards").glob("*.j2"))
+    assert templates == ["text_to_image.md.j2", "unconditional.md.j2"]
+    for name in templates:
+        assert (folder / name).read_text() == (ROOT / "model_cards" / name).read_text()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["setuptools"]["package-dir"] == {"diffusers_infonoise.model_cards": "model_cards"}
+    assert pyproject["tool"]["setuptools"]["package-data"]["diffusers_infonoise.model_cards"] == ["*.j2"]
+
+
+def test_pyproject_has_no_placeholders_and_the_extras_the_readme_names():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    text = (ROOT / "pyproject.toml").read_text().lower()
+    assert not any(p in text for p in ("example.com", "todo", "your-org", "github.com/)", "xxx"))
+    for url in project.get("urls", {}).values():
+        assert url.startswith("https://") and "example" not in url
+    assert project["license"] == "Apache-2.0" and project["classifiers"]
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"`\[(\w+)\]`", readme)) | set(re.findall(r"diffusers-infonoise\[(\w+)\]", readme))
+    assert {"train", "test", "benchmarks"} <= named <= set(project["optional-dependencies"])
+    # the torch range admits the CPU build setup.sh installs
+    torch_req = next(r for r in project["dependencies"] if r.startswith("torch"))
+    assert ">=2.1" in torch_req and "<2.15" in torch_req and "2.13.0" in (ROOT / "scripts" / "setup.sh").read_text()
