@@ -52,7 +52,9 @@ from benchmarks.sample_quality import Scorer  # noqa: E402
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--tier", choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune"), default="quick"
+        "--tier",
+        choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin"),
+        default="quick",
     )
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker.")

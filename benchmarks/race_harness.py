@@ -420,8 +420,9 @@ def run_one(spec: RunSpec) -> dict:
     tmp = spec.result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1))
     tmp.replace(spec.result_path)
-    for _, ck in ckpts:
-        shutil.rmtree(ck, ignore_errors=True)
+    for step, ck in ckpts:
+        if not (race.keep_checkpoints and (step, ck) in evaluated):
+            shutil.rmtree(ck, ignore_errors=True)
     log.flush()
     return result
 

@@ -78,6 +78,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         gate="auto",
         gate_fallback: float = 0.2,
         mmse_cap: float | str | None = None,
+        temperature: float = 1.0,
     ):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
         for arg, value, ok, accepted in (
@@ -95,6 +96,12 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "None or an int >= 1",
             ),
             ("refresh_every", refresh_every, _is_int(refresh_every) and refresh_every >= 1, "an int >= 1"),
+            (
+                "temperature",
+                temperature,
+                isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and 0.0 < temperature <= 4.0,
+                "a float in (0, 4] (1: the target is the entropy rate itself)",
+            ),
             ("floor", floor, isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0.0 <= floor <= 1.0, "a float in [0, 1]"),
             (
                 "floor_space",
@@ -125,6 +132,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             mmse_cap=None if mmse_cap in (None, "auto") else float(mmse_cap),
         )
         self.refresh_every, self.floor, self.floor_space = refresh_every, float(floor), floor_space
+        self.temperature = float(temperature)
         self.num_training_steps = num_training_steps
         self._warmup_setting = warmup_steps
         self.base, self.base_description = _resolve_base(path, base)
@@ -142,6 +150,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "gate": gate,
             "gate_fallback": gate_fallback,
             "mmse_cap": mmse_cap if mmse_cap in (None, "auto") else float(mmse_cap),
+            "temperature": float(temperature),
         }
         self.warmup_steps = self._resolved_warmup()
         self._warned: set[str] = set()

@@ -94,6 +94,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             0.53 on binarized digits, DDPM-ε), and ``π ∝ ρ̂/w`` with ``w = 1/σ²`` then puts >90% of
             the draws at σ > 30 (§5.4).
         floor: η, the floor's share of the effective allocation (default 0.05, §5.7).
+        temperature: τ of a tempered target, ``φ ∝ ρ̂^τ`` (default 1: the entropy rate itself, the method; τ < 1
+            widens the allocation, a variant of the margin study of issue 24, docs/METHOD.md §5).
         floor_space: ``"phi"`` (default): ``φ ← (1 − η)·ρ̂ + η·φ_base``, then ``π ∝ φ/w``; ``"pi"``:
             the former ``π ← (1 − η)·π + η·π_base``, whose share of φ under EDM weighting is ~57%
             (kept only to compare with).
@@ -121,11 +123,16 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the grid")
         return w
 
-    def _build_probs(self) -> torch.Tensor:
-        """π's bin masses from ρ̂ and the floor (METHOD.md §4, §5.6-7)."""
+    def _rho_mass(self, temperature: float = 1.0) -> torch.Tensor:
+        """(K,) bin masses of ρ̂, or of the tempered target ``ρ̂^τ`` normalised (``temperature`` τ)."""
         rho, _ = self.estimator.profile()
-        rho_mass = rho * self.estimator.widths
-        rho_mass = rho_mass / rho_mass.sum()
+        rho_mass = (rho if temperature == 1.0 else rho**temperature) * self.estimator.widths
+        return rho_mass / rho_mass.sum()
+
+    def _build_probs(self) -> torch.Tensor:
+        """π's bin masses from the target ρ̂ (``ρ̂^τ`` with a ``temperature`` τ ≠ 1) and the floor (METHOD.md
+        §4, §5.6-7)."""
+        rho_mass = self._rho_mass(self.temperature)
         w = self._bin_weights()
         if self.floor_space == "pi":  # the former mixing (a hybrid with the base; comparison only)
             target = rho_mass / w
@@ -141,16 +148,17 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         phi = probs * self._bin_weights()
         return phi / phi.sum()
 
-    def allocation_total_variation(self) -> float:
+    def allocation_total_variation(self, *, target: bool = False) -> float:
         """``TV(φ, ρ̂) = ½·Σ_k |φ_k − ρ̂_k|`` on the bins, the check of METHOD.md §5: at most ``floor``
-        (plus 0.02) for an adapted sampler whose estimate did not move since its last refresh.
+        (plus 0.02) for an adapted sampler whose estimate did not move since its last refresh. With a
+        ``temperature`` τ ≠ 1, φ follows ``ρ̂^τ`` instead, and this measures how far that is from the entropy
+        rate; ``target=True`` measures TV(φ, ρ̂^τ), which the floor bounds.
 
         Raises:
             RuntimeError: before two bins hold an estimate.
         """
-        rho, _ = self.estimator.profile()
-        rho_mass = rho * self.estimator.widths
-        return float(0.5 * (self.effective_allocation() - rho_mass / rho_mass.sum()).abs().sum())
+        rho_mass = self._rho_mass(self.temperature if target else 1.0)
+        return float(0.5 * (self.effective_allocation() - rho_mass).abs().sum())
 
     def schedule_settings(self) -> dict:
         """What besides m̂ and the data statistics decides this sampler's π: its loss (``prediction_type``,
@@ -198,9 +206,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     def _describe_refresh(self) -> dict:
         gate = self.estimator.last_gate
+        extra = {"tv_phi_target": self.allocation_total_variation(target=True)} if self.temperature != 1.0 else {}
         return {
             "step": self.optimizer_step,
             "tv_phi_rho": self.allocation_total_variation(),
+            **extra,
             "filled_bins": self.estimator.num_filled,
             "measured_mass": self.measured_mass(),
             "gate": gate.source,

@@ -99,6 +99,8 @@ def schedule_payload(sampler) -> dict[str, Any]:
         "adapted": bool(sampler.is_adapted),
         "data": {"variance": sampler.data_variance, "min_gap": est.data_min_gap},
         "tv_phi_rho": tv,
+        # a tempered target (temperature τ ≠ 1, a variant): TV(φ, ρ̂^τ), which the floor bounds
+        **({"tv_phi_target": sampler.allocation_total_variation(target=True)} if tv is not None and sampler.temperature != 1.0 else {}),
     }
 
 
@@ -192,7 +194,9 @@ def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
 #: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
 #: schedule rebuilds its sampler with them (:func:`stored_settings`) and a sampler with other values
 #: rebuilds π from the stored m̂ (:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`).
-SCHEDULE_SETTINGS = ("num_bins", "smoothing", "floor", "floor_space", "gate", "gate_fallback", "mmse_cap")
+SCHEDULE_SETTINGS = ("num_bins", "smoothing", "floor", "floor_space", "gate", "gate_fallback", "mmse_cap", "temperature")
+#: what a payload written before a setting existed had: its value then
+_SETTING_BEFORE = {"temperature": 1.0}
 
 
 def stored_settings(payload: dict) -> dict:
@@ -228,7 +232,7 @@ def payload_settings(payload: dict) -> dict:
         "loss_weighting": payload.get("loss_weighting"),
         "snr_gamma": payload.get("snr_gamma"),
         "base": payload.get("base"),
-        "hyperparameters": {k: hp.get(k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
+        "hyperparameters": {k: hp.get(k, _SETTING_BEFORE.get(k)) for k in SCHEDULE_SETTINGS if k != "num_bins"},
     }
 
 

@@ -352,3 +352,32 @@ def test_metrics_for_a_tracker_and_the_mass_on_measured_bins():
     assert 0.05 < m["infonoise/measured_mass"] < 0.95  # most of π rests on the two measured bins' neighbours too
     for q, key in ((0.1, "p10"), (0.5, "p50"), (0.9, "p90")):
         assert math.log(float(torch.quantile(drawn[:100_000], q)) / m[f"infonoise/pi_sigma_{key}"]) == pytest.approx(0, abs=0.02)
+
+
+def test_a_tempered_target_follows_rho_to_the_tau_and_reports_both_distances():
+    """temperature τ ≠ 1 (the margin-study variant, docs/METHOD.md §5): φ follows ρ̂^τ normalised within
+    the floor, by hand from the analytic Gaussian ρ; TV(φ, ρ̂) is reported against the untempered rate
+    (and is then larger than the floor), TV(φ, ρ̂^τ) as tv_phi_target; the stored schedule keeps τ."""
+    tau, floor = 0.25, 0.05
+    sched = EDMEulerScheduler()
+    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, warmup_steps=2, refresh_every=1, floor=floor, temperature=tau)
+    _feed(s, steps=8, batch=8192)
+    edges, _ = _grid("ve", sched)
+    width = edges[1] - edges[0]
+    sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
+    rho = gauss_mmse(sig, S_D) / sig**2
+    phi = _pi_masses(s, sig, width) * _w("sample", "edm", sig)
+    tv_target, tv_rho = total_variation(phi, rho**tau), total_variation(phi, rho)
+    assert tv_target <= floor + 0.02, tv_target
+    # τ = 0.25 moves φ from ρ by TV(ρ^τ, ρ) = 0.19 on this grid, well past the floor's share
+    assert tv_rho == pytest.approx(total_variation(rho**tau, rho), abs=floor + 0.02) and tv_rho > 0.1, tv_rho
+    assert s.allocation_total_variation(target=True) == pytest.approx(tv_target, abs=0.01)
+    assert s.allocation_total_variation() == pytest.approx(tv_rho, abs=0.01)
+    assert s.last_refresh["tv_phi_target"] == pytest.approx(s.allocation_total_variation(target=True))
+    s.save_to_scheduler(sched)
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(type(sched).from_config(sched.config))
+    assert b.hyperparameters["temperature"] == tau and torch.equal(b.probs, s.probs)
+    assert sched.config["_infonoise_schedule"]["tv_phi_target"] == pytest.approx(tv_target, abs=0.01)
+    for bad in (0.0, -1.0, 5.0, True, "1"):
+        with pytest.raises(ValueError, match="temperature"):
+            InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler(), temperature=bad)

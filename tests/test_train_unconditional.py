@@ -320,6 +320,11 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
     assert given.hyperparameters["mmse_cap"] == 0.3
     off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), prediction_type="epsilon")
     assert off.hyperparameters["mmse_cap"] is None
+    tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), prediction_type="epsilon")
+    assert tempered.hyperparameters["temperature"] == 0.64
+    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), prediction_type="epsilon").hyperparameters["temperature"] == 1.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--infonoise_temperature", "0"])
     # default off where the x0 conversion does not amplify the model's error (EDM's denoiser)
     draws.clear()
     script.main(base_args(unet_config, tmp_path / "e", "--diffusion", "edm", "--max_train_steps", 4))

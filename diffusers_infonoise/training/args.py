@@ -90,6 +90,13 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).",
     )
     g.add_argument(
+        "--infonoise_temperature",
+        type=positive_float,
+        default=1.0,
+        help="tau of a tempered target phi ~ rho_hat^tau (1, the default: the entropy rate itself; < 1 widens the "
+        "allocation; a variant for the margin study, docs/METHOD.md 5).",
+    )
+    g.add_argument(
         "--infonoise_floor_space",
         type=str,
         default="phi",
@@ -249,6 +256,8 @@ def build_noise_sampler(
             "floor": args.infonoise_floor,
             "base": base,
         }
+        if args.infonoise_temperature != 1.0:  # InfoNoise's tempered target (a variant); Kingma & Gao have none
+            kw["temperature"] = args.infonoise_temperature
         if name == "infonoise":
             kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback)
             cap = getattr(args, "infonoise_mmse_cap", None)
