@@ -111,6 +111,9 @@ PRETRAINS = {
         Pretrain("edm-infonoise-mnist16", "mnist16", "edm", "infonoise"),
         Pretrain("ddpm-uniform-mnist16", "mnist16", "ddpm", "uniform"),
         Pretrain("flow-logit_normal-mnist16", "mnist16", "flow", "logit_normal"),
+        # the transfer races' sources: another seed's from-scratch run of the same race, and an 8x8 run
+        Pretrain("edm-infonoise-binarized_mnist16-s1", "binarized_mnist16", "edm", "infonoise", steps=600, seed=1),
+        Pretrain("edm-infonoise-binarized_digits-s1", "binarized_digits", "edm", "infonoise", steps=600, seed=1),
     )
 }
 
@@ -192,6 +195,20 @@ def _finetune_races() -> list[Race]:
             **common,
         ),
     ]
+    # Transfer: from-scratch runs whose InfoNoise starts from a received schedule (no warm-up) against the default
+    # warm-up, with logit-normal as the fixed reference: another seed's 600-step run of the same race, and the
+    # 8x8 binarized digits' schedule in a 16x16 run of the same digits
+    received = ("infonoise", "infonoise-init_stored", "logit_normal")
+    scratch = dict(eval_every=150, extra_args=())
+    races += [
+        Race("tr-edm-binarized_mnist16", "binarized_mnist16", "edm", received, "logit_normal", _seeds(received, 3), steps=600,
+             sampler_extra_args={"infonoise-init_stored": ("--infonoise_schedule_from",
+                                                           "{pretrained:edm-infonoise-binarized_mnist16-s1}")}, **scratch),
+        Race("tr8-edm-binarized_digits16", "binarized_digits16", "edm", received, "logit_normal", _seeds(received, 2), steps=600,
+             sampler_extra_args={"infonoise-init_stored": ("--infonoise_schedule_from",
+                                                           "{pretrained:edm-infonoise-binarized_digits-s1}")},
+             **{**scratch, "eval_every": 200}),
+    ]  # fmt: skip
     return races
 
 
