@@ -202,8 +202,9 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-#: the most of a run's training compute a "profile" start spends by default (a training step counts as three
-#: forward passes: forward and backward)
+#: the most of a run's training compute a "profile" start spends by default. A training step counts as one forward
+#: pass of its batch, not three (forward and backward): a profile pass measured 0.27-0.74 of a step's wall time on
+#: the tiny stand-ins and the 16x16 UNet (benchmarks/results/profile_cost.json), not the 1/3 that three would assume
 PROFILE_SHARE = 0.05
 
 
@@ -214,9 +215,10 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
     ``samples_per_bin`` levels in every bin (:func:`stratified_levels`, from the sampler's seed, the same on every
     rank) are given to ``loss_fn(batch, levels)`` on the training ``batches`` (cycled if they run out), under
     ``torch.no_grad``: forward passes only. ``"auto"`` (default): the estimator's ``min_count``, fewer (at least
-    2) when that would cost more than :data:`PROFILE_SHARE` of the run's training compute (``num_training_steps``
-    of the sampler, this batch size and world size; a LoRA run at batch 1 has 64·8 samples against 3·1000 forward
-    passes of a 1000-step run). Each per-sample loss goes through
+    1) when that would cost more than :data:`PROFILE_SHARE` of the run's training compute (``num_training_steps``
+    of the sampler, this batch size and world size, a step counted as one forward pass; a LoRA run at batch 1 gets
+    1 a bin, 64 passes against a 1000-step run's 1000 steps). A per-sample loss is a mean over every pixel or
+    latent, so one sample a bin is already a usable estimate, and the bins are smoothed. Each per-sample loss goes through
     :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.update`, the same §3 conversion and bins as
     training, with the cap V from this data; then one refresh with nothing to average (β = 0, and every bin that
     got its samples counts as filled) makes the measured m̂ the estimate, and π is built from it, without a
@@ -252,8 +254,8 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
         n = sampler.estimator.min_count
         steps = getattr(sampler, "num_training_steps", None)
         if steps:
-            affordable = int(PROFILE_SHARE * 3 * steps * size * world / sampler.estimator.num_bins)
-            n = max(2, min(n, affordable))
+            affordable = int(PROFILE_SHARE * steps * size * world / sampler.estimator.num_bins)
+            n = max(1, min(n, affordable))
     gen = torch.Generator().manual_seed(int(sampler.seed) * 1_000_003 + 17)
     levels = stratified_levels(sampler, n, generator=gen)
     mine = levels[torch.arange(rank, len(levels), world)]  # this rank's share, in a fixed order

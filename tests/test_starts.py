@@ -211,13 +211,15 @@ def test_from_scheduler_reproduces_a_stored_start_bit_for_bit():
 
 
 def test_the_profile_start_stays_within_its_share_of_a_short_small_batch_run():
-    """min_count (8) a bin by default, fewer when that would exceed 5% of the run's training compute (3 forward passes
-    a step): a 200-step run at batch 2 affords int(0.05·3·200·2/16) = 3 a bin; at least 2 (by hand)."""
-    s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, num_training_steps=200, gate=None)
+    """min_count (8) a bin by default, fewer when that would exceed 5% of the run's training compute (a step counted
+    as one forward pass): an 800-step run at batch 2 affords int(0.05·800·2/16) = 5 a bin, 80 levels in 40 passes;
+    at least 1 (by hand)."""
+    s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, num_training_steps=800, gate=None)
     info = start_from_model(s, _bayes_loss(s), _batches(batch=2), progress=False)
-    assert info["samples_per_bin"] == 3 and info["forward_passes"] == 24 and s.is_adapted
-    assert s.estimator.num_filled == 16  # filled with 3 a bin, although min_count is 8
+    assert info["samples_per_bin"] == 5 and info["forward_passes"] == 40 and s.is_adapted
+    assert s.estimator.num_filled == 16  # filled with 5 a bin, although min_count is 8
     tiny = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, num_training_steps=10, gate=None)
-    assert start_from_model(tiny, _bayes_loss(tiny), _batches(batch=2), progress=False)["samples_per_bin"] == 2
+    info = start_from_model(tiny, _bayes_loss(tiny), _batches(batch=2), progress=False)
+    assert info["samples_per_bin"] == 1 and tiny.estimator.num_filled == 16 and tiny.is_adapted
     long = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, num_training_steps=100_000, gate=None)
     assert start_from_model(long, _bayes_loss(long), _batches(), progress=False)["samples_per_bin"] == 8
