@@ -24,13 +24,18 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
 
-from race_data import load_data  # noqa: E402
+from benchmarks.race_data import load_data  # noqa: E402
 
 
 def _profile(model: Path, dataset: Path, out: Path, num_samples: int) -> dict:
-    """The offline profile of a saved pipeline on the training data (``infonoise profile``)."""
+    """The offline profile of a saved pipeline on the training data (``infonoise profile``); one already written
+    to ``out`` with the same settings is read back (an interrupted benchmark resumes)."""
+    done = out / "profile.json"
+    if done.is_file() and json.loads(done.read_text())["settings"].get("num_samples") == num_samples:
+        return json.loads(done.read_text())["profile"]
     cmd = [sys.executable, "-m", "diffusers_infonoise.cli", "profile", "--model", str(model), "--dataset", str(dataset),
            "--split", "train", "--num-samples", str(num_samples), "--num-levels", "32", "--seed", "0",
            "--samplers", "logit_normal", "--output", str(out), "--no-progress"]  # fmt: skip
@@ -75,7 +80,7 @@ def main() -> None:
         online /= online.sum()
         script_args = load_data(run["dataset"])["script_args"]  # the run's --dataset_name, built if missing
         dataset = Path(script_args[script_args.index("--dataset_name") + 1])
-        pre_name = run["hyperparameters"]["pretrained"]
+        pre_name = run["hyperparameters"]["pretrained"]["name"]
         key = (pre_name, run["dataset"])
         if key not in pretrained_cache:
             out = work / f"{pre_name}__{run['dataset']}"

@@ -153,7 +153,7 @@ def _finetune_races() -> list[Race]:
     (``infonoise``: ``auto``, which is ``profile`` for a pretrained model without a stored schedule), from its base
     (``infonoise-init_base``, the warm-up), and from the InfoNoise pretrain's stored schedule
     (``infonoise-init_stored``), against the pretrain's own density and logit-normal. Every run starts from the
-    same fixed-density pretrain; the fine-tune's learning rate is a third of the pretrain's. On the binarized sets,
+    same fixed-density pretrain; the fine-tune's learning rate is a third of the pretrain's. On binarized MNIST,
     ``infonoise-ema_decay_0.5``: the profile start with a faster EMA of m̂, the check of why the profile start lagged
     (its step-0 errors keep 0.9^8 = 0.43 of the weight after the run's 8 refreshes at the default 0.9)."""
     common = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400), learning_rate=3e-4, lr_warmup_steps=20, extra_args=())
@@ -165,7 +165,7 @@ def _finetune_races() -> list[Race]:
             f"ft-edm-{d}",
             d,
             "edm",
-            edm + (fast_ema if d.startswith("binarized") else ()),
+            edm + (fast_ema if d == "binarized_mnist16" else ()),
             "edm_lognormal",
             _seeds(edm + fast_ema, 3),
             pretrained="edm-edm_lognormal-mnist16",

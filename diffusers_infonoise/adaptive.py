@@ -169,9 +169,14 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             return default_warmup_steps(self.num_training_steps, self.refresh_every)
         return int(self._warmup_setting)
 
-    def set_num_training_steps(self, num_training_steps: int) -> None:
+    def set_num_training_steps(self, num_training_steps: int, *, starts_adapted: bool = False) -> None:
         """Tell the sampler how many optimizer steps the run has: an ``"auto"`` warm-up is sized to it
         (:func:`default_warmup_steps`), and a run shorter than its warm-up is warned about.
+
+        Args:
+            num_training_steps: the run's optimizer steps.
+            starts_adapted: a stored or profile start follows (METHOD.md §5.9), which skips the automatic
+                warm-up, so its length is not warned about (an explicit ``warmup_steps`` still is).
 
         Raises:
             ValueError: ``num_training_steps`` is not an int >= 1.
@@ -181,7 +186,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.num_training_steps = num_training_steps
         if not self.is_adapted:
             self.warmup_steps = self._resolved_warmup()
-        if self.warmup_steps >= num_training_steps and not self.is_adapted:
+        skipped = starts_adapted and self._warmup_setting == "auto"
+        if self.warmup_steps >= num_training_steps and not self.is_adapted and not skipped:
             self._warn_short(num_training_steps)
 
     def start_adapted(self) -> None:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["DataStatistics", "OBSERVE_SAMPLES"]
+__all__ = ["DataStatistics", "OBSERVE_SAMPLES", "smallest_value_gap"]
 
 OBSERVE_SAMPLES = 4096  # x0 samples (over all processes) after which the statistics freeze at a refresh
 _OBSERVE_VALUES = 1 << 16  # values of one batch the value grid is measured on
@@ -43,6 +43,42 @@ def _shape_key(shape: tuple) -> float:
 
 
 _NO_DATA = -1e300  # a rank without data this step: ignored by the MAX reductions of merge()
+
+
+def _value_gap(x: torch.Tensor) -> torch.Tensor | None:
+    """The smallest gap between distinct values of ``x`` (a 0-dim tensor on its device, inf when all are equal),
+    on at most ``_OBSERVE_VALUES`` of them; ``None`` for fewer than two values. No synchronisation."""
+    v = x.flatten()
+    if v.numel() < 2:
+        return None
+    if v.numel() > _OBSERVE_VALUES:
+        v = v[:: v.numel() // _OBSERVE_VALUES + 1]
+    ok = torch.isfinite(v)
+    # non-finite values become copies of an existing finite value: no new gap, no sync
+    v = torch.where(ok, v, torch.where(ok, v, torch.full_like(v, math.inf)).amin().expand_as(v))
+    v = torch.sort(v).values
+    d = v[1:] - v[:-1]
+    # gaps below float rounding of the data's range count as equal values
+    tol = 1e-5 * (v[-1] - v[0]).abs().clamp_min(1e-12)
+    return torch.where(torch.isfinite(d) & (d > tol), d, torch.full_like(d, math.inf)).amin()
+
+
+def smallest_value_gap(x0: torch.Tensor) -> float | None:
+    """The smallest gap between distinct values of a batch of clean data (x0 units), as the training sampler
+    measures it for the value-grid gate (METHOD.md §5.5), on this process only (no collective call).
+
+    Args:
+        x0: (B, ...) clean data, any float dtype.
+
+    Returns:
+        The gap (float > 0), or ``None`` when the batch has fewer than two distinct finite values.
+    """
+    if not torch.is_tensor(x0) or not x0.is_floating_point():
+        raise ValueError("x0: expected a floating-point tensor")
+    gap = _value_gap(x0.detach().to(torch.float32 if x0.device.type == "mps" else torch.float64))
+    if gap is None or not math.isfinite(float(gap)):
+        return None
+    return float(gap)
 
 
 class DataStatistics:
@@ -110,20 +146,9 @@ class DataStatistics:
             obs["sq"] += (kept * kept).sum(0)
         else:  # aspect-ratio buckets and the like: the element totals stand in for the per-dimension sums
             obs["mixed"] = True
-        v = x.flatten()
-        if v.numel() < 2:
-            return
-        if v.numel() > _OBSERVE_VALUES:
-            v = v[:: v.numel() // _OBSERVE_VALUES + 1]
-        ok = torch.isfinite(v)
-        # non-finite values become copies of an existing finite value: no new gap, no sync
-        v = torch.where(ok, v, torch.where(ok, v, torch.full_like(v, math.inf)).amin().expand_as(v))
-        v = torch.sort(v).values
-        d = v[1:] - v[:-1]
-        # gaps below float rounding of the data's range count as equal values
-        tol = 1e-5 * (v[-1] - v[0]).abs().clamp_min(1e-12)
-        gap = torch.where(torch.isfinite(d) & (d > tol), d, torch.full_like(d, math.inf)).amin()
-        obs["gap"] = torch.minimum(obs["gap"], gap)
+        gap = _value_gap(x)
+        if gap is not None:
+            obs["gap"] = torch.minimum(obs["gap"], gap)
 
     def merge(self) -> None:
         """Add this process's open sums, summed over every process, to the merged ones (until frozen).

@@ -78,8 +78,8 @@ def choose_start(
         pretrained_model: whether the run starts from a pretrained model (its losses are informative at
             step 0, so a ``"profile"`` start can measure them).
 
-    ``"auto"``: ``"stored"`` when ``stored`` is on this sampler's path, else ``"profile"`` when a pretrained
-    model is given, else ``"base"``.
+    ``"auto"``: ``"stored"`` when ``stored`` is on this sampler's path and adapted (a schedule saved before its
+    own warm-up ended holds no estimate), else ``"profile"`` when a pretrained model is given, else ``"base"``.
 
     Raises:
         ValueError: an unknown ``init``; ``"stored"`` without a stored schedule; ``"profile"`` without a
@@ -97,7 +97,7 @@ def choose_start(
         return SamplerStart("base", f"the {sampler.name} sampler has no schedule to start")
     if init == "stored" and stored is None:
         raise ValueError(
-            "init: 'stored' needs a stored schedule, and the pretrained scheduler carries none; pass one "
+            "init: 'stored' needs a stored schedule, and this run has none (no pretrained scheduler carries one); pass one "
             "(--infonoise_schedule_from PATH_OR_REPO), or use 'profile' (a pretrained model) or 'base'"
         )
     if init == "profile" and not pretrained_model:
@@ -112,14 +112,17 @@ def choose_start(
         return SamplerStart("profile", "init 'profile': the pretrained model's errors on the training data")
     if init == "base":
         return SamplerStart("base", "init 'base': the warm-up on the base density")
-    if stored is not None and stored["path"] == sampler.path.config():
+    unadapted = stored is not None and stored.get("adapted") is False
+    if stored is not None and not unadapted and stored["path"] == sampler.path.config():
         return SamplerStart("stored", f"init 'auto': the schedule{where} is for this run's path", stored, source)
     if pretrained_model:
-        why = (
-            f"; the stored schedule{where} is for another path ({stored['path']['kind']}), and 'stored' would convert it through VE sigma"
-            if stored is not None
-            else ""
-        )
+        if unadapted:
+            why = f"; the stored schedule{where} was saved before it adapted, so it holds no estimate"
+        elif stored is not None:
+            kind = stored["path"]["kind"]
+            why = f"; the stored schedule{where} is for another path ({kind}), and 'stored' would convert it through VE sigma"
+        else:
+            why = ""
         return SamplerStart("profile", "init 'auto': a pretrained model is given, so its errors are measured" + why)
     return SamplerStart("base", "init 'auto': no pretrained model and no stored schedule (training from scratch)")
 

@@ -343,6 +343,29 @@ def test_model_profile_errors():
         dg.profile_from_model(EDMBayes(), sched, x0, num_noise_draws=0)
 
 
+def test_offline_profiles_read_the_value_grid_gate_from_their_data():
+    """The gate of ``gate="auto"`` comes from the probe data as in training (METHOD.md §5.5): a tenth of the
+    smallest gap between the data's values, by hand: 0.2 for {−1, 1}, 0.0125 for 17 levels on [−1, 1] (gap 1/8),
+    none for continuous data (its gap puts the pivot below σ_min). Before, the offline profile never saw the data
+    and took the 0.2 fallback everywhere, so ``infonoise compare`` disagreed with training's own schedule."""
+    sched = EDMEulerScheduler()
+    g = gaussian_probe()
+    cases = {"binary": (torch.sign(g), 0.2), "17 levels": ((g * 8).round().clamp(-8, 8) / 8, 0.0125), "continuous": (g, None)}
+    for name, (x0, pivot) in cases.items():
+        prof = dg.profile_from_model(EDMBayes(), sched, x0[:16], num_levels=8, progress=False)
+        assert prof.gate.source == "data", name
+        assert (prof.gate.pivot is None) if pivot is None else prof.gate.pivot == pytest.approx(pivot, rel=1e-9), name
+    # the optimal-empirical-denoiser profile reads the data set itself (not its centred copy)
+    binary = torch.sign(g[:32].reshape(32, -1)) * 1.0
+    dprof = dg.profile_from_dataset(binary, num_levels=8, num_noise_draws=8, progress=False)
+    assert dprof.gate.source == "data" and dprof.gate.pivot == pytest.approx(0.2, rel=1e-9)
+    # a training sampler fed the same data measures the same value grid
+    s = make_sampler("infonoise", sched, num_bins=16)
+    s.observe_data(torch.sign(g))
+    s.data.resolve(freeze=True)
+    assert s.data.min_gap == pytest.approx(2.0, rel=1e-12)
+
+
 # ------------------------------------------------------------------------------------------------
 # profile_from_errors: the estimator's gate is reused
 # ------------------------------------------------------------------------------------------------

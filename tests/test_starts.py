@@ -128,6 +128,15 @@ def test_choose_start_auto_and_its_errors():
     start = choose_start("auto", other, stored=stored, pretrained_model=True)
     assert start.choice == "profile" and "'stored' would convert it" in start.reason
     assert choose_start("auto", make_sampler("uniform", sched), stored=stored).choice == "base"
+    # a schedule saved before its warm-up ended holds no estimate: auto measures the model instead
+    fresh = EDMEulerScheduler()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        make_sampler("infonoise", fresh, num_bins=16).save_to_scheduler(fresh)
+    unadapted = read_schedule(fresh)
+    assert unadapted["adapted"] is False
+    start = choose_start("auto", s, stored=unadapted, pretrained_model=True)
+    assert start.choice == "profile" and "saved before it adapted" in start.reason
+    assert choose_start("auto", s, stored=unadapted, pretrained_model=False).choice == "base"
     for init, kw, pattern in (
         ("stored", {}, "'stored' needs a stored schedule"),
         ("profile", {"stored": stored}, "'profile' measures a pretrained model"),
@@ -158,6 +167,14 @@ def test_a_stored_schedule_crosses_paths_through_ve_sigma():
     want = np.exp(np.interp(vp.estimator.centers.numpy(), 0.5 * (e[1:] + e[:-1])[ok], np.log(m[ok])))
     np.testing.assert_allclose(vp.estimator.m_hat.numpy(), want, rtol=1e-12)
     assert vp.is_adapted and vp.warmup_steps == 0 and vp.allocation_total_variation() <= vp.floor + 0.02
+    # a payload whose run capped m̂ (an ε-model's, METHOD.md §5.4) carries the capped m̂ its π was built from
+    cap = float(np.nanmedian(m))
+    capped = dict(payload, hyperparameters=dict(payload["hyperparameters"], mmse_cap=cap))
+    vp2 = make_sampler("infonoise", DDPMScheduler(), num_bins=32, gate=None)
+    vp2.load_schedule(capped)
+    want = np.exp(np.interp(vp2.estimator.centers.numpy(), 0.5 * (e[1:] + e[:-1])[ok], np.log(np.minimum(m[ok], cap))))
+    np.testing.assert_allclose(vp2.estimator.m_hat.numpy(), want, rtol=1e-12)
+    assert float(vp2.estimator.m_hat.max()) <= cap * (1 + 1e-12)
     far = dict(payload, edges=[v + 30.0 for v in payload["edges"]])  # an estimate far outside the grid
     with pytest.raises(ValueError, match="outside this grid"):
         make_sampler("infonoise", DDPMScheduler(), num_bins=32).load_schedule(far)
@@ -223,3 +240,19 @@ def test_the_profile_start_stays_within_its_share_of_a_short_small_batch_run():
     assert info["samples_per_bin"] == 1 and tiny.estimator.num_filled == 16 and tiny.is_adapted
     long = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, num_training_steps=100_000, gate=None)
     assert start_from_model(long, _bayes_loss(long), _batches(), progress=False)["samples_per_bin"] == 8
+
+
+def test_a_start_that_skips_the_warm_up_is_not_warned_about_a_short_run():
+    """A run shorter than its automatic warm-up is warned about, unless a stored or profile start follows: it
+    skips that warm-up (METHOD.md §5.9); an explicit warm-up is still warned about."""
+    import warnings
+
+    def warned(starts_adapted, **kw):
+        s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, **kw)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s.set_num_training_steps(20, starts_adapted=starts_adapted)
+        return any("pi never leaves the base density" in str(w.message) for w in caught)
+
+    assert warned(False) and not warned(True)  # auto warm-up: one refresh (50 steps) against 20
+    assert warned(True, warmup_steps=30)

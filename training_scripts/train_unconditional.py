@@ -148,6 +148,8 @@ def parse_args(argv=None):
         )
     if args.sigma_min >= args.sigma_max:
         parser.error(f"--sigma_min {args.sigma_min} must be below --sigma_max {args.sigma_max}")
+    # a fine-tune takes the pretrained scheduler as it is: the path options given here are checked against it
+    args.scheduler_flags_given = {f: getattr(args, f) for f in _SCHEDULER_FLAGS if getattr(args, f) != parser.get_default(f)}
     if args.snr_gamma is not None and args.diffusion != "ddpm":
         parser.error("--snr_gamma (Min-SNR) applies to --diffusion ddpm only")
     if args.dataset_name and args.train_data_dir:
@@ -158,6 +160,15 @@ def parse_args(argv=None):
 
 
 _DIFFUSION_PATHS = {"ddpm": "vp", "edm": "ve", "flow": "flow"}
+#: the path options of a from-scratch run and the scheduler config key each one sets
+_SCHEDULER_FLAGS = {
+    "ddpm_num_steps": "num_train_timesteps",
+    "ddpm_beta_schedule": "beta_schedule",
+    "sigma_data": "sigma_data",
+    "sigma_min": "sigma_min",
+    "sigma_max": "sigma_max",
+    "flow_shift": "shift",
+}
 _SCHEDULERS = {"ddpm": DDPMScheduler, "edm": EDMEulerScheduler, "flow": FlowMatchEulerDiscreteScheduler}
 
 
@@ -185,6 +196,16 @@ def load_pretrained_scheduler(args):
             f"--diffusion {theirs}"
         )
     sched = _SCHEDULERS[args.diffusion].from_config(config)
+    differ = [
+        f"--{flag} {value} (the pretrained scheduler has {key}={sched.config.get(key)!r})"
+        for flag, value in getattr(args, "scheduler_flags_given", {}).items()
+        if (key := _SCHEDULER_FLAGS[flag]) in sched.config and sched.config.get(key) != value
+    ]
+    if differ:
+        raise ValueError(
+            f"--pretrained_model_name_or_path: a fine-tune trains on the pretrained model's own path, and "
+            f"{'; '.join(differ)}; drop the option(s), or train from scratch with --model_config_name_or_path"
+        )
     theirs = sched.config.get("prediction_type")  # VP: the loss; EDM: the sign of c_out; flow: none
     if args.diffusion != "flow":
         if args.prediction_type is not None and args.prediction_type != theirs:

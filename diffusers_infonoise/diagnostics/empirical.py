@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ..data_statistics import smallest_value_gap
 from .grid import _F64, DEFAULT_SIGMA_RANGE, Profile, log_sigma_grid
 from .profiles import _grid_sigmas, _progress, profile_from_errors
 
@@ -135,6 +136,7 @@ def profile_from_dataset(
         sigma_data=sigma_data,
         num_samples=num_noise_draws,
         meta=meta,
+        data_min_gap=smallest_value_gap(x),  # the value-grid gate reads the data set as training does (§5.5)
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..data_statistics import smallest_value_gap
 from ..estimator import ProfileEstimator, gated_shape
 from ..generation import EDM_TIMESTEP_SCALE, call_model, model_output
 from ..paths import NoisePath, path_class, path_from_scheduler
@@ -85,6 +86,7 @@ def profile_from_errors(
     timesteps=None,
     num_samples: int = 0,
     meta: dict | None = None,
+    data_min_gap: float | None = None,
 ) -> Profile:
     """Form ρ̂ and π from x0-space errors measured on a grid (METHOD.md §5.4-§5.6, §4).
 
@@ -103,6 +105,9 @@ def profile_from_errors(
         loss_weighting, prediction_type, snr_gamma, sigma_data: the training loss whose ``w(σ)``
             (§4) defines ``π ∝ ρ̂/w``. The default (``"none"`` on ``"sample"``) gives ``π = ρ̂``.
         timesteps, num_samples, meta: stored in the result.
+        data_min_gap: the smallest gap between the data's values (x0 units), for the value-grid gate rule of
+            ``gate="auto"``/``"data"`` (§5.5; :func:`~diffusers_infonoise.data_statistics.smallest_value_gap`);
+            ``None``: the rule has no data and ``gate_fallback`` is used, as in a training run before it saw any.
 
     Raises:
         ValueError: shapes differ, a bad grid, negative errors, fewer than two finite errors, or a
@@ -122,6 +127,7 @@ def profile_from_errors(
     if int(finite.sum()) < 2:
         raise ValueError("mmse: need at least two finite values to form a profile")
     est = ProfileEstimator(edges, smoothing=smoothing, gate=gate, gate_fallback=gate_fallback, min_count=1)
+    est.set_data_grid(data_min_gap)
     est.m_hat = torch.where(finite, m, torch.full_like(m, math.nan))
     m_filled = est.filled_m_hat()
     q = m_filled / sig**2
@@ -332,7 +338,8 @@ def profile_from_model(
             :data:`~diffusers_infonoise.generation.EDM_TIMESTEP_SCALE`, what the training scripts use.
         mu: dynamic-shift ``mu`` of a flow scheduler with ``use_dynamic_shifting=True`` (default: the
             stored schedule's shift when the config carries one).
-        gate, gate_fallback, smoothing: see :func:`profile_from_errors`.
+        gate, gate_fallback, smoothing: see :func:`profile_from_errors`. The value-grid rule of ``"auto"`` reads
+            the smallest gap between the values of ``x0``, as a training run reads its batches (§5.5).
 
     Returns:
         :class:`Profile` (``timesteps`` holds the native levels evaluated; ``meta`` the settings).
@@ -440,6 +447,7 @@ def profile_from_model(
         timesteps=timesteps,
         num_samples=n * d,
         meta=meta,
+        data_min_gap=smallest_value_gap(x0),
     )
 
 

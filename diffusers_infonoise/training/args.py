@@ -305,8 +305,7 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
         start = choose_start(
             init, sampler, stored=stored, source="the pretrained scheduler" if stored else None, pretrained_model=pretrained_model
         )
-    logger.info(f"noise sampler start: {start.choice} ({start.reason})")
-    return start
+    return start  # logged by the training loop when it applies the start (logging is configured by then)
 
 
 def run_config(args) -> RunConfig:

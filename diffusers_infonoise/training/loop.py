@@ -254,11 +254,13 @@ def finish_micro_batch(
     return True
 
 
-def size_warmup_to_run(sampler, max_steps: int) -> None:
+def size_warmup_to_run(sampler, max_steps: int, start: SamplerStart | None = None) -> None:
     """Tell an adaptive sampler the run's length (its ``"auto"`` warm-up is sized to it); before a resume,
-    which restores the warm-up the run started with."""
+    which restores the warm-up the run started with. A stored or profile ``start`` skips the automatic
+    warm-up, so a run shorter than it is not warned about."""
     if hasattr(sampler, "set_num_training_steps"):
-        sampler.set_num_training_steps(int(max_steps))
+        adapted = start is not None and start.choice in ("stored", "profile")
+        sampler.set_num_training_steps(int(max_steps), starts_adapted=adapted)
 
 
 def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
@@ -317,7 +319,7 @@ def run_training_loop(
     from tqdm.auto import tqdm
 
     _, max_steps, num_epochs = training_length(run, dataloader)
-    size_warmup_to_run(sampler, max_steps)
+    size_warmup_to_run(sampler, max_steps, start)
     global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
     if global_step > max_steps:
         raise ValueError(
@@ -336,7 +338,11 @@ def run_training_loop(
         return {"global_step": global_step, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps}
 
     monitor = ScheduleMonitor(sampler, run.output_dir, plot_every=run.schedule_plot_steps or None)
+    if start is not None and global_step > 0:
+        logger.info(f"noise sampler: resumed at step {global_step} with the checkpoint's schedule ({start.choice} start not repeated)")
     if start is not None and global_step == 0:  # after the monitor: it logs the start's π at step 1
+        # logged here, not where it was chosen: the scripts choose it before start_run configures logging
+        logger.info(f"noise sampler start: {start.choice} ({start.reason})")
         model.eval()
         info = apply_start(sampler, start, loss_fn=compute_loss, batches=dataloader, progress=accelerator.is_local_main_process)
         model.train()
