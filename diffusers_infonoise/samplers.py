@@ -341,8 +341,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         """Start from a stored schedule (a validated payload, :func:`~diffusers_infonoise.schedule_io.read_schedule`):
         the one way a stored schedule enters a sampler (METHOD.md §5.9, 'stored').
 
-        * m̂ (an x0-space error, the same quantity at equal VE σ on every path), capped at the payload's own
-          resolved ``mmse_cap`` when it had one (what its π was built from), is taken on this sampler's grid
+        * m̂ (an x0-space error, the same quantity at equal VE σ on every path; capped at the payload's own
+          resolved ``mmse_cap`` when it had one and this sampler has none) is taken on this sampler's grid
           as it is; a payload of another grid (another ``num_bins`` or σ range) or another path is interpolated
           in ln m̂ onto this grid's bin centres, flat beyond its ends (logged).
         * The data statistics (V of the m̂ cap, the value grid of the gate) are the payload's until this run's
@@ -368,9 +368,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 raise ScheduleError("_infonoise_schedule: marked adapted, but m_hat holds fewer than two filled bins")
             return  # saved before anything was estimated: nothing to start from
         cap = (payload.get("hyperparameters") or {}).get("mmse_cap")
-        if isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0:
-            # the m̂ the source's π was built from: its cap applied (an ε-model's raw error grows as σ², and a run
-            # without a cap, e.g. on another path, would otherwise send its draws to pure noise; METHOD.md §5.4)
+        capped = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0
+        if capped and self.hyperparameters.get("mmse_cap") is None:
+            # a sampler without a cap of its own (e.g. EDM receiving a VP ε schedule) takes the m̂ the source's π
+            # was built from: an ε-model's raw error grows as σ² and would send the draws to pure noise (§5.4)
             m_hat = m_hat.clamp(max=float(cap))
         interpolated = self.estimator.load_m_hat(edges, m_hat)
         if interpolated:

@@ -167,10 +167,12 @@ def test_a_stored_schedule_crosses_paths_through_ve_sigma():
     want = np.exp(np.interp(vp.estimator.centers.numpy(), 0.5 * (e[1:] + e[:-1])[ok], np.log(m[ok])))
     np.testing.assert_allclose(vp.estimator.m_hat.numpy(), want, rtol=1e-12)
     assert vp.is_adapted and vp.warmup_steps == 0 and vp.allocation_total_variation() <= vp.floor + 0.02
-    # a payload whose run capped m̂ (an ε-model's, METHOD.md §5.4) carries the capped m̂ its π was built from
+    # a payload whose run capped m̂ (an ε-model's, METHOD.md §5.4), received by a sampler without a cap (an EDM
+    # x0 loss), brings the capped m̂ its π was built from
     cap = float(np.nanmedian(m))
     capped = dict(payload, hyperparameters=dict(payload["hyperparameters"], mmse_cap=cap))
-    vp2 = make_sampler("infonoise", DDPMScheduler(), num_bins=32, gate=None)
+    vp2 = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32, gate=None)
+    assert vp2.hyperparameters["mmse_cap"] is None
     vp2.load_schedule(capped)
     want = np.exp(np.interp(vp2.estimator.centers.numpy(), 0.5 * (e[1:] + e[:-1])[ok], np.log(np.minimum(m[ok], cap))))
     np.testing.assert_allclose(vp2.estimator.m_hat.numpy(), want, rtol=1e-12)
