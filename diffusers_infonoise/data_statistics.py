@@ -68,13 +68,13 @@ def smallest_value_gap(x0: torch.Tensor) -> float | None:
     measures it for the value-grid gate (METHOD.md §5.5), on this process only (no collective call).
 
     Args:
-        x0: (B, ...) clean data, any float dtype.
+        x0: (B, ...) clean data, any dtype (integers are read as floats).
 
     Returns:
         The gap (float > 0), or ``None`` when the batch has fewer than two distinct finite values.
     """
-    if not torch.is_tensor(x0) or not x0.is_floating_point():
-        raise ValueError("x0: expected a floating-point tensor")
+    if not torch.is_tensor(x0):
+        raise ValueError(f"x0: expected a tensor, got {type(x0).__name__}")
     gap = _value_gap(x0.detach().to(torch.float32 if x0.device.type == "mps" else torch.float64))
     if gap is None or not math.isfinite(float(gap)):
         return None

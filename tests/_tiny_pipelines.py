@@ -62,6 +62,23 @@ CAPTIONS = (
 )
 
 
+def tiny_unet2d(sample_size: int = 8):
+    """A one-channel ``UNet2DModel`` of two 8/16-channel blocks without attention: the smallest pixel denoiser the
+    tests save and load as a pipeline."""
+    from diffusers import UNet2DModel
+
+    return UNet2DModel(
+        sample_size=sample_size,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
+
+
 def build_clip_tokenizer(max_length: int = CLIP_MAX_LENGTH):
     """A ``CLIPTokenizer`` with a small byte-level BPE vocabulary (≈ 600 entries), no download."""
     from transformers import CLIPTokenizer

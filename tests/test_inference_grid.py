@@ -15,11 +15,12 @@ from diffusers import (
     EDMEulerScheduler,
     EulerDiscreteScheduler,
     FlowMatchEulerDiscreteScheduler,
-    UNet2DModel,
 )
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 from diffusers_infonoise.inference_grid import entropic_time_sigmas, infogrid, scheduler_grid_kwargs, set_infogrid
+
+from _tiny_pipelines import tiny_unet2d
 
 F64 = torch.float64
 
@@ -149,16 +150,7 @@ def test_grids_a_scheduler_cannot_land_are_refused(scheduler, pattern):
 
 def _tiny_unet():
     torch.manual_seed(0)
-    return UNet2DModel(
-        sample_size=8,
-        in_channels=1,
-        out_channels=1,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-    )
+    return tiny_unet2d(8)
 
 
 def test_saved_edm_pipeline_samples_with_the_stock_loader_or_says_what_to_do(tmp_path):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from _tiny_pipelines import tiny_unet2d
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,22 +21,13 @@ def _quickstart() -> str:
 
 
 def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
-    from diffusers import DDPMPipeline, UNet2DModel
+    from diffusers import DDPMPipeline
 
     monkeypatch.chdir(tmp_path)
     gen = torch.Generator().manual_seed(0)
     # binarized 8x8 "images" in {-1, 1}: per-pixel variance 1 by construction
     dataloader = [torch.sign(torch.randn(8, 1, 8, 8, generator=gen)) for _ in range(120)]
-    unet = UNet2DModel(
-        sample_size=8,
-        in_channels=1,
-        out_channels=1,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-    )
+    unet = tiny_unet2d(8)
     from accelerate import Accelerator
 
     ns = {
@@ -84,7 +77,7 @@ def _feed_gaussian(sampler, steps=4, batch=4096, s_d=0.5):
 def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch):
     """The folders it names are tiny stand-ins with a learned schedule: an EDM UNet saved by the training
     layer, and an SD3 pipeline whose scheduler carries one; the block runs, and its grids are the InfoGrid."""
-    from diffusers import EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel
+    from diffusers import EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
     from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
     from diffusers_infonoise.inference_grid import infogrid, scheduler_sigmas_as_ve
@@ -93,16 +86,7 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
     from _tiny_pipelines import save_tiny_sd3_pipeline
 
     monkeypatch.chdir(tmp_path)
-    unet = UNet2DModel(
-        sample_size=16,
-        in_channels=1,
-        out_channels=1,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-    )
+    unet = tiny_unet2d(16)
     edm = EDMEulerScheduler()
     sampler = _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(edm, warmup_steps=2, refresh_every=1))
     save_unconditional_pipeline(unet, None, edm, sampler, "mnist-edm-infonoise")
@@ -123,21 +107,12 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
 def test_readme_fine_tuning_block_runs_as_written(tmp_path, monkeypatch):
     """The folders it names are stand-ins: a tiny DDPM pipeline without a stored schedule (so "auto" is the
     model's profile), and a pipeline whose scheduler carries one (the shared schedule)."""
-    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+    from diffusers import DDPMPipeline, DDPMScheduler
 
     from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 
     monkeypatch.chdir(tmp_path)
-    unet = UNet2DModel(
-        sample_size=8,
-        in_channels=1,
-        out_channels=1,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-    )
+    unet = tiny_unet2d(8)
     DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained("my-pretrained-ddpm")
     shared_scheduler = DDPMScheduler()
     _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(shared_scheduler, warmup_steps=1, refresh_every=1)).save_to_scheduler(

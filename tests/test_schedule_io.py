@@ -20,13 +20,13 @@ from diffusers import (
     DDPMScheduler,
     EDMEulerScheduler,
     FlowMatchEulerDiscreteScheduler,
-    UNet2DModel,
 )
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, read_schedule
 from diffusers_infonoise.schedule_io import CONFIG_KEY, VERSION
 
 from _reference import gauss_mmse
+from _tiny_pipelines import tiny_unet2d
 
 F64 = torch.float64
 
@@ -155,16 +155,7 @@ def test_dynamic_shift_round_trip(tmp_path):
 
 
 def _tiny_unet():
-    return UNet2DModel(
-        sample_size=8,
-        in_channels=1,
-        out_channels=1,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-    )
+    return tiny_unet2d(8)
 
 
 def test_whole_pipeline_save_load_with_stock_diffusers(tmp_path, diffusers_log):

@@ -16,6 +16,7 @@ from diffusers_infonoise.schedule_io import CONFIG_KEY, ScheduleSourceError, rea
 from diffusers_infonoise.starts import apply_start, choose_start, start_from_model, stratified_levels
 
 from _reference import gauss_mmse, total_variation
+from _tiny_pipelines import tiny_unet2d
 
 S = 0.5  # data scale: x0 ~ N(0, S²) per dimension
 
@@ -183,23 +184,14 @@ def test_a_stored_schedule_crosses_paths_through_ve_sigma():
 
 
 def test_read_schedule_from_folders_files_and_their_errors(tmp_path):
-    from diffusers import DDPMPipeline, UNet2DModel
+    from diffusers import DDPMPipeline
 
     sched = EDMEulerScheduler()
     trained = make_sampler("infonoise", sched, num_bins=16)
     start_from_model(trained, _bayes_loss(trained), _batches(), progress=False)
     trained.save_to_scheduler(sched)
     sched.save_pretrained(tmp_path / "sched")
-    unet = UNet2DModel(
-        sample_size=8,
-        in_channels=1,
-        out_channels=1,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-    )
+    unet = tiny_unet2d(8)
     DDPMPipeline(unet=unet, scheduler=sched).save_pretrained(tmp_path / "pipe")
     payload = read_schedule(sched)
     for source in (tmp_path / "sched", tmp_path / "pipe", tmp_path / "sched" / "scheduler_config.json", sched):
