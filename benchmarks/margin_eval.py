@@ -233,6 +233,7 @@ def write_report(entries: list[dict], path: Path, command: str) -> None:
                          f"{cell([e['scores']['heun_nfe35'][m] for e in rows])} | "
                          f"{cell([e['scores']['euler_karras_nfe8'][m] for e in rows])} | "
                          f"{cell([e['scores']['euler_infogrid_nfe8'][m] for e in rows])} ({rows[0]['infogrid_source']}) |")  # fmt: skip
+        lines += _rankings(es, m)
         ovo = [e for e in es if e.get("online_vs_offline")]
         if ovo:
             lines += ["", "Online π vs the π of the offline profile of the same checkpoint (TV on the 64 bins):", "",
@@ -245,6 +246,33 @@ def write_report(entries: list[dict], path: Path, command: str) -> None:
                                  f"{row['online_pi_std_ln_sigma']:.2f} / {row['offline_pi_std_ln_sigma']:.2f} |")  # fmt: skip
         lines.append("")
     path.write_text("\n".join(lines) + "\n")
+
+
+def _rankings(es: list[dict], m: str) -> list[str]:
+    """Per inference sampler, the samplers' order by mean ``m``, InfoNoise against logit-normal seed by seed, and
+    the end-to-end row: InfoNoise on its own InfoGrid at NFE 8 against logit-normal on the Karras steps at NFE 8."""
+    cols = {"Euler NFE 18": lambda e: e["euler_nfe18"][m], "Heun NFE 35": lambda e: e["scores"]["heun_nfe35"][m],
+            "Euler Karras NFE 8": lambda e: e["scores"]["euler_karras_nfe8"][m],
+            "Euler InfoGrid NFE 8": lambda e: e["scores"]["euler_infogrid_nfe8"][m]}  # fmt: skip
+    by = {s: {e["seed"]: e for e in es if e["sampler"] == s} for s in sorted({e["sampler"] for e in es})}
+    out = [""]
+    for name, get in cols.items():
+        order = sorted(by, key=lambda s: np.mean([get(e) for e in by[s].values()]))
+        line = f"{name}: order " + " < ".join(order)
+        if "infonoise" in by and "logit_normal" in by:
+            seeds = sorted(set(by["infonoise"]) & set(by["logit_normal"]))
+            wins = sum(get(by["infonoise"][k]) < get(by["logit_normal"][k]) for k in seeds)
+            line += f"; InfoNoise below logit-normal on {wins}/{len(seeds)} seeds"
+        out.append(line + ".  ")
+    if "infonoise" in by and "logit_normal" in by:
+        seeds = sorted(set(by["infonoise"]) & set(by["logit_normal"]))
+        a = [by["infonoise"][k]["scores"]["euler_infogrid_nfe8"][m] for k in seeds]
+        b = [by["logit_normal"][k]["scores"]["euler_karras_nfe8"][m] for k in seeds]
+        wins = sum(x < y for x, y in zip(a, b))
+        out.append(f"End to end at NFE 8 (InfoNoise on its own InfoGrid against logit-normal on Karras steps): "
+                   f"{np.mean(a):.3g} [{', '.join(f'{v:.3g}' for v in a)}] against {np.mean(b):.3g} "
+                   f"[{', '.join(f'{v:.3g}' for v in b)}]; InfoNoise lower on {wins}/{len(seeds)} seeds.")  # fmt: skip
+    return out
 
 
 def main(argv=None):

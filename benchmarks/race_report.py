@@ -249,6 +249,8 @@ def _race_section(race, e: dict) -> list[str]:
             row += f" {_fmt(e['final'][s]['fd'])} |"
         L.append(row)
     L.append("")
+    if e.get("curve"):
+        L += _curve_table(e["curve"], m)
     for v, against in (e.get("variant_speedup_vs") or {}).items():
         cells = [
             f"vs `{b}` {'≤ ' if sp['num_not_reached'] else ''}**{sp['median']:.2f}** [{_per_seed_speedups(sp)}]"
@@ -270,6 +272,20 @@ def _race_section(race, e: dict) -> list[str]:
             )
     L.append("")
     return L
+
+
+def _curve_table(c: dict, m: str) -> list[str]:
+    """The learning curves at the evaluated steps: mean ± std per sampler, and on how many seeds InfoNoise is
+    ahead of each other sampler (lower `m`)."""
+    others = list(c["infonoise_ahead"])
+    L = [f"Curves (`{m}` mean ± std over seeds at each evaluated step; InfoNoise ahead: seeds where its `{m}` is lower):", "",
+         "| step | " + " | ".join(c["samplers"]) + " | " + " | ".join(f"InfoNoise ahead of {o}" for o in others) + " |",
+         "|---|" + "---|" * (len(c["samplers"]) + len(others))]  # fmt: skip
+    for i, st in enumerate(c["steps"]):
+        cells = [f"{v[i]['mean']:.3g} ± {v[i]['std']:.2g}" for v in c["samplers"].values()]
+        cells += [f"{c['infonoise_ahead'][o][i]['wins']}/{c['infonoise_ahead'][o][i]['seeds']}" for o in others]
+        L.append(f"| {st} | " + " | ".join(cells) + " |")
+    return L + [""]
 
 
 def summary_table(races, summary) -> str:

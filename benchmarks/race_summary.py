@@ -61,6 +61,8 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                     for m in metrics:
                         vals[m].append(r["quality"][m][i])
                 entry["at_budget"][s][f"{int(frac * 100)}%"] = {m: seed_stats(v) for m, v in vals.items()}
+        if race.eval_steps and by.get("infonoise"):
+            entry["curve"] = curve(race, by, metric)
         if by.get("infonoise"):
             for b in race.samplers:
                 if b == "infonoise" or not by.get(b):
@@ -116,3 +118,25 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by["infonoise"] if r.get("schedule")}
         summary[race.name] = entry
     return summary
+
+
+def curve(race: Race, by: dict, metric: str) -> dict:
+    """A race's learning curves at its evaluated steps (races with explicit ``eval_steps``, e.g. the 4x-budget
+    ones): per step each sampler's ``metric`` over seeds, and per other sampler on how many seeds InfoNoise is
+    lower (paired by seed; lower is better), which shows where the curves cross."""
+    out = {"steps": list(race.eval_steps), "samplers": {}, "infonoise_ahead": {}}
+    info = {r["seed"]: r for r in by["infonoise"]}
+    for s, lst in by.items():
+        if not lst:
+            continue
+        out["samplers"][s] = [seed_stats([r["quality"][metric][r["steps"].index(st)] for r in lst if st in r["steps"]])
+                              for st in race.eval_steps]  # fmt: skip
+        if s == "infonoise":
+            continue
+        ahead = []
+        for st in race.eval_steps:
+            pairs = [(info[r["seed"]], r) for r in lst if r["seed"] in info and st in r["steps"] and st in info[r["seed"]]["steps"]]
+            wins = sum(a["quality"][metric][a["steps"].index(st)] < b["quality"][metric][b["steps"].index(st)] for a, b in pairs)
+            ahead.append({"wins": int(wins), "seeds": len(pairs)})
+        out["infonoise_ahead"][s] = ahead
+    return out

@@ -131,3 +131,56 @@ def test_entry_point_keeps_its_options():
     args = quality_race.parse_args(["--tier", "recheck_full", "--report_only", "--jobs", "1", "--only", "edm-dna64"])
     assert (args.tier, args.report_only, args.jobs, args.only, args.threads) == ("recheck_full", True, 1, "edm-dna64", 1)
     assert args.out == str(race_harness.RESULTS) and not (args.smoke or args.plan or args.schedule_plots)
+
+
+def test_curve_counts_where_infonoise_is_ahead_by_hand():
+    from benchmarks import race_report, race_summary
+
+    race = dataclasses.replace(
+        next(r for r in race_tiers.tier_races("margin") if r.name == "m4x-edm-binarized_mnist16"), eval_steps=(300, 600)
+    )
+
+    def run(sampler, seed, fd):
+        return {"sampler": sampler, "seed": seed, "steps": [300, 600], "quality": {"fd_thresholded": fd}}
+
+    by = {
+        "infonoise": [run("infonoise", 0, [50, 30]), run("infonoise", 1, [60, 40])],
+        # logit-normal ahead of seed 0 at 300 (45 < 50), behind it at 600; behind seed 1 at 300, ahead at 600
+        "logit_normal": [run("logit_normal", 0, [45, 35]), run("logit_normal", 1, [70, 38])],
+        "edm_lognormal": [],
+    }
+    c = race_summary.curve(race, by, "fd_thresholded")
+    assert c["steps"] == [300, 600]
+    assert [v["mean"] for v in c["samplers"]["infonoise"]] == [55, 35]
+    assert [v["mean"] for v in c["samplers"]["logit_normal"]] == [57.5, 36.5]
+    assert c["infonoise_ahead"]["logit_normal"] == [{"wins": 1, "seeds": 2}, {"wins": 1, "seeds": 2}]
+    assert "edm_lognormal" not in c["samplers"]
+    table = race_report._curve_table(c, "fd_thresholded")
+    assert table[2] == "| step | infonoise | logit_normal | InfoNoise ahead of logit_normal |"
+    assert table[4].startswith("| 300 | 55 ± 7.1 | 57.5 ± 18 | 1/2 |")
+
+
+def test_margin_eval_rankings_and_the_end_to_end_row_by_hand():
+    from benchmarks import margin_eval
+
+    def entry(sampler, seed, nfe18, heun, karras8, grid8):
+        m = "fd_thresholded"
+        scores = {"heun_nfe35": {m: heun}, "euler_karras_nfe8": {m: karras8}, "euler_infogrid_nfe8": {m: grid8}}
+        return {"sampler": sampler, "seed": seed, "euler_nfe18": {m: nfe18}, "scores": scores}
+
+    es = [
+        entry("infonoise", 0, 30, 25, 60, 40),
+        entry("infonoise", 1, 32, 27, 62, 50),
+        entry("logit_normal", 0, 31, 24, 55, 45),
+        entry("logit_normal", 1, 33, 29, 58, 48),
+    ]
+    lines = margin_eval._rankings(es, "fd_thresholded")
+    assert "Euler NFE 18: order infonoise < logit_normal; InfoNoise below logit-normal on 2/2 seeds.  " in lines
+    # Heun means 26 vs 26.5; seed 0: logit-normal lower (24 < 25), seed 1: InfoNoise lower (27 < 29)
+    assert "Heun NFE 35: order infonoise < logit_normal; InfoNoise below logit-normal on 1/2 seeds.  " in lines
+    assert "Euler Karras NFE 8: order logit_normal < infonoise; InfoNoise below logit-normal on 0/2 seeds.  " in lines
+    # end to end: InfoNoise's InfoGrid (40, 50) against logit-normal's Karras steps (55, 58)
+    assert lines[-1] == (
+        "End to end at NFE 8 (InfoNoise on its own InfoGrid against logit-normal on Karras steps): "
+        "45 [40, 50] against 56.5 [55, 58]; InfoNoise lower on 2/2 seeds."
+    )
