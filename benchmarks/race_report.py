@@ -292,7 +292,8 @@ def summary_table(races, summary) -> str:
     """One markdown table over the races: each sampler's final quality (mean ± std over seeds, n) and
     InfoNoise's steps-to-target speedup against it (median [per seed]); for README.md."""
     L = [
-        "| data set (path, metric) | sampler | final quality, mean ± std (n) | TV(φ, ρ̂) | InfoNoise speedup vs it: median [seeds] |",
+        "| data set (path, metric, budget) | sampler | final quality, mean ± std (n) | TV(φ, ρ̂) "
+        "| InfoNoise speedup vs it: median [seeds] |",
         "|---|---|---|---|---|",
     ]
     for race in races:
@@ -311,7 +312,7 @@ def summary_table(races, summary) -> str:
                 cell = f"{'≤ ' if sp['num_not_reached'] > len(sp['per_seed']) / 2 else ''}{sp['median']:.2f} [{_per_seed_speedups(sp)}]"
             else:
                 cell = "—"
-            head = f"{race.dataset} ({race.diffusion}, `{m}`)" if i == 0 else ""
+            head = f"{race.dataset} ({race.diffusion}, `{m}`, {race.steps} steps)" if i == 0 else ""
             tv = (e.get("tv_phi_rho") or {}).get(x)
             tv = f"{tv['mean']:.2f}" if tv else "—"
             L.append(f"| {head} | {x}{' (baseline)' if x == race.baseline else ''} | {q} | {tv} | {cell} |")
