@@ -134,7 +134,6 @@ def evaluate_run(job) -> dict:
 
     from benchmarks.sample_quality import Scorer
     from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, infogrid, read_schedule
-    from diffusers_infonoise.diagnostics import profile_from_model
 
     torch.set_num_threads(threads)
     r = json.loads(Path(result_path).read_text())
@@ -152,22 +151,57 @@ def evaluate_run(job) -> dict:
     scores = {"heun_nfe35": scorer.score(heun_sample(unet, sched, n, steps=HEUN_STEPS, generator=gen(), sample_batch=batch))}
     scores["euler_karras_nfe8"] = scorer.score(euler_sample(unet, sched, n, steps=LOW_NFE, generator=gen(), sample_batch=batch))
     if stored is not None:
-        grid_source, source = InfoNoiseTrainingTimestepSampler.from_stored(_carrying(sched, stored)), "stored"
+        grid, source = infogrid(InfoNoiseTrainingTimestepSampler.from_stored(_carrying(sched, stored)), LOW_NFE), "stored"
     else:
-        grid_source = profile_from_model(unet, sched, probe, num_levels=64, prediction_type="sample", loss_weighting="edm",
-                                         num_noise_draws=2, batch_size=256, generator=torch.Generator().manual_seed(0),
-                                         progress=False)  # fmt: skip
-        source = "offline"
-    grid = infogrid(grid_source, LOW_NFE)
+        grid, source = _offline_grid(unet, sched, probe), "offline"
     scores["euler_infogrid_nfe8"] = scorer.score(euler_sample(unet, sched, n, sigmas=grid, generator=gen(), sample_batch=batch))
     entry = {"run_id": r["run_id"], "race": r["race"], "dataset": r["dataset"], "sampler": r["sampler"], "seed": r["seed"],
              "primary_metric": scorer.primary, "euler_nfe18": {k: v[-1] for k, v in r["quality"].items()},
              "scores": {k: {m: float(v) for m, v in s.items()} for k, s in scores.items()}, "infogrid_source": source,
              "infogrid_sigmas": [round(float(s), 5) for s in grid.sigmas]}  # fmt: skip
+    if stored is not None:
+        entry.update(offline_grid_control((result_path, threads)))
     if stored is not None and (out_dir / "schedule" / "history.jsonl").exists():
         entry["online_vs_offline"] = online_vs_offline(out_dir, stored, sched, probe, cls)
     entry["seconds"] = round(time.time() - t0, 1)
     return entry
+
+
+def _offline_grid(unet, sched, probe):
+    """The NFE-8 InfoGrid of the offline profile of ``unet`` (64 levels, 2 noise draws per held-out sample)."""
+    import torch
+
+    from diffusers_infonoise import infogrid
+    from diffusers_infonoise.diagnostics import profile_from_model
+
+    prof = profile_from_model(unet, sched, probe, num_levels=64, prediction_type="sample", loss_weighting="edm",
+                              num_noise_draws=2, batch_size=256, generator=torch.Generator().manual_seed(0), progress=False)  # fmt: skip
+    return infogrid(prof, LOW_NFE)
+
+
+def offline_grid_control(job) -> dict:
+    """The control of an InfoNoise run's InfoGrid row: its final model sampled (Euler, NFE 8) on the InfoGrid of its
+    own offline profile, the source the fixed-density rows' grids come from, instead of its stored schedule
+    (a worker's job ``(result_path, threads)``)."""
+    result_path, threads = job
+    import torch
+    from diffusers import EDMEulerScheduler, UNet1DModel, UNet2DModel
+
+    from benchmarks.sample_quality import Scorer
+
+    torch.set_num_threads(threads)
+    r = json.loads(Path(result_path).read_text())
+    race = next(x for x in tier_races("margin") if x.name == r["race"])
+    out_dir = Path(result_path).with_suffix("")
+    cls = UNet1DModel if DATASETS[race.dataset].kind == "dna" else UNet2DModel
+    unet = cls.from_pretrained(out_dir / "unet").eval()
+    sched = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5, prediction_type="epsilon")
+    scorer = Scorer(race.dataset)
+    grid = _offline_grid(unet, sched, _probe(race.dataset, PROBE))
+    x = euler_sample(unet, sched, race.num_samples, sigmas=grid, generator=torch.Generator().manual_seed(EVAL_SEED),
+                     sample_batch=race.sample_batch)  # fmt: skip
+    return {"run_id": r["run_id"], "euler_offline_infogrid_nfe8": {m: float(v) for m, v in scorer.score(x).items()},
+            "offline_infogrid_sigmas": [round(float(s), 5) for s in grid.sigmas]}  # fmt: skip
 
 
 def online_vs_offline(out_dir: Path, stored: dict, sched, probe, cls) -> list[dict]:
@@ -269,6 +303,14 @@ def _rankings(es: list[dict], m: str) -> list[str]:
         a = [by["infonoise"][k]["scores"]["euler_infogrid_nfe8"][m] for k in seeds]
         b = [by["logit_normal"][k]["scores"]["euler_karras_nfe8"][m] for k in seeds]
         wins = sum(x < y for x, y in zip(a, b))
+        ctrl = [by["infonoise"][k].get("euler_offline_infogrid_nfe8", {}).get(m) for k in seeds]
+        if all(c is not None for c in ctrl):
+            own = [by["infonoise"][k]["scores"]["euler_infogrid_nfe8"][m] for k in seeds]
+            ln = [by["logit_normal"][k]["scores"]["euler_infogrid_nfe8"][m] for k in seeds]
+            out.append(f"Control, InfoGrid NFE 8 from the same source (an offline profile of the final model): InfoNoise "
+                       f"{np.mean(ctrl):.3g} [{', '.join(f'{v:.3g}' for v in ctrl)}] (on its stored schedule's grid "
+                       f"{np.mean(own):.3g}) against logit-normal {np.mean(ln):.3g}; InfoNoise lower on "
+                       f"{sum(x < y for x, y in zip(ctrl, ln))}/{len(seeds)} seeds.  ")  # fmt: skip
         out.append(f"End to end at NFE 8 (InfoNoise on its own InfoGrid against logit-normal on Karras steps): "
                    f"{np.mean(a):.3g} [{', '.join(f'{v:.3g}' for v in a)}] against {np.mean(b):.3g} "
                    f"[{', '.join(f'{v:.3g}' for v in b)}]; InfoNoise lower on {wins}/{len(seeds)} seeds.")  # fmt: skip
@@ -282,16 +324,29 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=str(HERE / "results" / "margin_eval"))
+    p.add_argument("--add_offline_grid", action="store_true",
+                   help="only add the offline-profile InfoGrid control to the InfoNoise runs of an existing --out JSON")  # fmt: skip
     args = p.parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")
     races = set(args.races.split(","))
     todo = sorted(str(f) for f in (Path(args.root) / "runs").glob("*.json") if f.name.split("__")[0] in races)
     import multiprocessing as mp
 
-    with mp.get_context("spawn").Pool(args.jobs) as pool:
-        entries = list(pool.imap(evaluate_run, [(f, args.threads) for f in todo]))
     command = "python benchmarks/margin_eval.py " + " ".join(a for a in (argv or sys.argv[1:]))
     out = Path(args.out)
+    if args.add_offline_grid:
+        doc = json.loads(out.with_suffix(".json").read_text())
+        entries, runs = doc["runs"], Path(args.root) / "runs"
+        need = [e for e in entries if e["infogrid_source"] == "stored" and "euler_offline_infogrid_nfe8" not in e]
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            jobs = [(str(runs / f"{e['run_id']}.json"), args.threads) for e in need]
+            added = {c["run_id"]: c for c in pool.imap(offline_grid_control, jobs)}
+        for e in entries:
+            e.update(added.get(e["run_id"], {}))
+        command = f"{doc['command']}`, then `{command}"
+    else:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            entries = list(pool.imap(evaluate_run, [(f, args.threads) for f in todo]))
     out.with_suffix(".json").write_text(json.dumps({"command": command, "runs": entries}, indent=1))
     write_report(entries, out.with_suffix(".md"), command)
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")

@@ -184,3 +184,12 @@ def test_margin_eval_rankings_and_the_end_to_end_row_by_hand():
         "End to end at NFE 8 (InfoNoise on its own InfoGrid against logit-normal on Karras steps): "
         "45 [40, 50] against 56.5 [55, 58]; InfoNoise lower on 2/2 seeds."
     )
+    assert not any(line.startswith("Control") for line in lines)
+    # the control: InfoNoise on the grid of its offline profile (42, 44) against logit-normal's grid (45, 48)
+    for e, c in zip(es[:2], (42, 44)):
+        e["euler_offline_infogrid_nfe8"] = {"fd_thresholded": c}
+    lines = margin_eval._rankings(es, "fd_thresholded")
+    assert lines[-2] == (
+        "Control, InfoGrid NFE 8 from the same source (an offline profile of the final model): InfoNoise "
+        "43 [42, 44] (on its stored schedule's grid 45) against logit-normal 46.5; InfoNoise lower on 2/2 seeds.  "
+    )
