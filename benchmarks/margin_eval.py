@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
@@ -126,43 +127,56 @@ def pi_from_m_hat(sampler, m_hat):
     return sampler._build_probs()
 
 
-def evaluate_run(job) -> dict:
-    """Re-evaluate one finished run (a worker's job ``(result_path, threads)``)."""
-    result_path, threads = job
+def _load_run(result_path: str, threads: int) -> SimpleNamespace:
+    """A finished run of the margin tier: its result, race, folder, final EMA model, the EDM scheduler it is
+    sampled with, its scorer and the held-out probe of its data set."""
     import torch
     from diffusers import EDMEulerScheduler, UNet1DModel, UNet2DModel
 
     from benchmarks.sample_quality import Scorer
-    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, infogrid, read_schedule
 
     torch.set_num_threads(threads)
     r = json.loads(Path(result_path).read_text())
     race = next(x for x in tier_races("margin") if x.name == r["race"])
     out_dir = Path(result_path).with_suffix("")
     cls = UNet1DModel if DATASETS[race.dataset].kind == "dna" else UNet2DModel
-    unet = cls.from_pretrained(out_dir / "unet").eval()
-    sched = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5, prediction_type="epsilon")
+    return SimpleNamespace(
+        result=r, race=race, out_dir=out_dir, cls=cls, unet=cls.from_pretrained(out_dir / "unet").eval(),
+        sched=EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5, prediction_type="epsilon"),
+        scorer=Scorer(race.dataset), probe=_probe(race.dataset, PROBE),
+    )  # fmt: skip
+
+
+def _generator():
+    import torch
+
+    return torch.Generator().manual_seed(EVAL_SEED)  # common random numbers across runs and samplers
+
+
+def evaluate_run(job) -> dict:
+    """Re-evaluate one finished run (a worker's job ``(result_path, threads)``)."""
+    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, infogrid, read_schedule
+
+    run = _load_run(*job)
+    r, race, out_dir, unet, sched, scorer = run.result, run.race, run.out_dir, run.unet, run.sched, run.scorer
     stored = read_schedule(json.loads((out_dir / "scheduler" / "scheduler_config.json").read_text()))
-    scorer = Scorer(race.dataset)
-    probe = _probe(race.dataset, PROBE)
     t0 = time.time()
-    gen = lambda: torch.Generator().manual_seed(EVAL_SEED)  # noqa: E731  (common random numbers)
     n, batch = race.num_samples, race.sample_batch
-    scores = {"heun_nfe35": scorer.score(heun_sample(unet, sched, n, steps=HEUN_STEPS, generator=gen(), sample_batch=batch))}
-    scores["euler_karras_nfe8"] = scorer.score(euler_sample(unet, sched, n, steps=LOW_NFE, generator=gen(), sample_batch=batch))
+    scores = {"heun_nfe35": scorer.score(heun_sample(unet, sched, n, steps=HEUN_STEPS, generator=_generator(), sample_batch=batch))}
+    scores["euler_karras_nfe8"] = scorer.score(euler_sample(unet, sched, n, steps=LOW_NFE, generator=_generator(), sample_batch=batch))
     if stored is not None:
         grid, source = infogrid(InfoNoiseTrainingTimestepSampler.from_stored(_carrying(sched, stored)), LOW_NFE), "stored"
     else:
-        grid, source = _offline_grid(unet, sched, probe), "offline"
-    scores["euler_infogrid_nfe8"] = scorer.score(euler_sample(unet, sched, n, sigmas=grid, generator=gen(), sample_batch=batch))
+        grid, source = _offline_grid(unet, sched, run.probe), "offline"
+    scores["euler_infogrid_nfe8"] = scorer.score(euler_sample(unet, sched, n, sigmas=grid, generator=_generator(), sample_batch=batch))
     entry = {"run_id": r["run_id"], "race": r["race"], "dataset": r["dataset"], "sampler": r["sampler"], "seed": r["seed"],
              "primary_metric": scorer.primary, "euler_nfe18": {k: v[-1] for k, v in r["quality"].items()},
              "scores": {k: {m: float(v) for m, v in s.items()} for k, s in scores.items()}, "infogrid_source": source,
              "infogrid_sigmas": [round(float(s), 5) for s in grid.sigmas]}  # fmt: skip
     if stored is not None:
-        entry.update(offline_grid_control((result_path, threads)))
+        entry.update(_offline_grid_score(run))
     if stored is not None and (out_dir / "schedule" / "history.jsonl").exists():
-        entry["online_vs_offline"] = online_vs_offline(out_dir, stored, sched, probe, cls)
+        entry["online_vs_offline"] = online_vs_offline(out_dir, stored, sched, run.probe, run.cls)
     entry["seconds"] = round(time.time() - t0, 1)
     return entry
 
@@ -179,29 +193,19 @@ def _offline_grid(unet, sched, probe):
     return infogrid(prof, LOW_NFE)
 
 
-def offline_grid_control(job) -> dict:
+def _offline_grid_score(run: SimpleNamespace) -> dict:
     """The control of an InfoNoise run's InfoGrid row: its final model sampled (Euler, NFE 8) on the InfoGrid of its
-    own offline profile, the source the fixed-density rows' grids come from, instead of its stored schedule
-    (a worker's job ``(result_path, threads)``)."""
-    result_path, threads = job
-    import torch
-    from diffusers import EDMEulerScheduler, UNet1DModel, UNet2DModel
-
-    from benchmarks.sample_quality import Scorer
-
-    torch.set_num_threads(threads)
-    r = json.loads(Path(result_path).read_text())
-    race = next(x for x in tier_races("margin") if x.name == r["race"])
-    out_dir = Path(result_path).with_suffix("")
-    cls = UNet1DModel if DATASETS[race.dataset].kind == "dna" else UNet2DModel
-    unet = cls.from_pretrained(out_dir / "unet").eval()
-    sched = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5, prediction_type="epsilon")
-    scorer = Scorer(race.dataset)
-    grid = _offline_grid(unet, sched, _probe(race.dataset, PROBE))
-    x = euler_sample(unet, sched, race.num_samples, sigmas=grid, generator=torch.Generator().manual_seed(EVAL_SEED),
-                     sample_batch=race.sample_batch)  # fmt: skip
-    return {"run_id": r["run_id"], "euler_offline_infogrid_nfe8": {m: float(v) for m, v in scorer.score(x).items()},
+    own offline profile, the source the fixed-density rows' grids come from, instead of its stored schedule."""
+    grid = _offline_grid(run.unet, run.sched, run.probe)
+    x = euler_sample(run.unet, run.sched, run.race.num_samples, sigmas=grid, generator=_generator(),
+                     sample_batch=run.race.sample_batch)  # fmt: skip
+    return {"run_id": run.result["run_id"], "euler_offline_infogrid_nfe8": {m: float(v) for m, v in run.scorer.score(x).items()},
             "offline_infogrid_sigmas": [round(float(s), 5) for s in grid.sigmas]}  # fmt: skip
+
+
+def offline_grid_control(job) -> dict:
+    """:func:`_offline_grid_score` of one finished run (a worker's job ``(result_path, threads)``)."""
+    return _offline_grid_score(_load_run(*job))
 
 
 def online_vs_offline(out_dir: Path, stored: dict, sched, probe, cls) -> list[dict]:
