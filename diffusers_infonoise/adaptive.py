@@ -154,12 +154,15 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         }
         self.warmup_steps = self._resolved_warmup()
         self._warned: set[str] = set()
-        if num_training_steps is not None and self.warmup_steps >= num_training_steps:
-            self._warn_short(num_training_steps)
+        self._warmup_checked = False  # the short-run check of the first step() (_check_warmup_fits)
+        self._check_explicit_warmup()
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
         self.num_updates = 0
         self.last_refresh: dict = {}
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
+        self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
+        #: how the run started (METHOD.md §5.9), recorded once before step 1 (:meth:`record_start`); kept in the state
+        self.start_record: dict | None = None
         # a zero-terminal-SNR VP step (σ = inf) is clamped into the top bin (METHOD.md §5.1)
         self.estimator.top_includes_inf = bool(path.is_discrete and not math.isfinite(float(path.sigmas_table[-1])))
 
@@ -169,14 +172,12 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             return default_warmup_steps(self.num_training_steps, self.refresh_every)
         return int(self._warmup_setting)
 
-    def set_num_training_steps(self, num_training_steps: int, *, starts_adapted: bool = False) -> None:
+    def set_num_training_steps(self, num_training_steps: int) -> None:
         """Tell the sampler how many optimizer steps the run has: an ``"auto"`` warm-up is sized to it
-        (:func:`default_warmup_steps`), and a run shorter than its warm-up is warned about.
-
-        Args:
-            num_training_steps: the run's optimizer steps.
-            starts_adapted: a stored or profile start follows (METHOD.md §5.9), which skips the automatic
-                warm-up, so its length is not warned about (an explicit ``warmup_steps`` still is).
+        (:func:`default_warmup_steps`). A run shorter than its warm-up is warned about (``UserWarning``,
+        once): at once for an explicit ``warmup_steps`` (every start honours it), else at the first
+        :meth:`step`, when the start is known: a stored or profile start (METHOD.md §5.9) skips the
+        automatic warm-up, and a resumed state brings its own.
 
         Raises:
             ValueError: ``num_training_steps`` is not an int >= 1.
@@ -186,9 +187,21 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.num_training_steps = num_training_steps
         if not self.is_adapted:
             self.warmup_steps = self._resolved_warmup()
-        skipped = starts_adapted and self._warmup_setting == "auto"
-        if self.warmup_steps >= num_training_steps and not self.is_adapted and not skipped:
-            self._warn_short(num_training_steps)
+            self._check_explicit_warmup()
+
+    def _check_explicit_warmup(self) -> None:
+        """An explicit warm-up that outlasts the run, warned about at once: every start honours it."""
+        n = self.num_training_steps
+        if self._warmup_setting != "auto" and n is not None and self.warmup_steps >= n:
+            self._warn_short(n)
+
+    def _check_warmup_fits(self) -> None:
+        """At the first :meth:`step` of this process, when the start (or a resumed state) is known: a run that
+        ends before its warm-up never leaves the base density (issue 28: not warned before the start)."""
+        self._warmup_checked = True
+        n = self.num_training_steps
+        if n is not None and not self.is_adapted and self.warmup_steps >= n:
+            self._warn_short(n)
 
     def start_adapted(self) -> None:
         """A start brought an adapted estimate (METHOD.md §5.9): the automatic warm-up is skipped (``0`` is
@@ -233,6 +246,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             ValueError: ``x0`` is not a floating-point tensor with a batch dimension.
         """
         self.data.observe(x0)
+        self.num_observed += 1
 
     @property
     def data_variance(self) -> float | None:
@@ -241,12 +255,15 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     def _resolve_data_statistics(self) -> None:
         """At a refresh (every rank at the same steps): resolve the data statistics and apply them to
-        the m̂ cap (when ``"auto"``) and the value-grid gate; frozen once the warm-up is over."""
+        the m̂ cap (when ``"auto"``) and the value-grid gate; frozen once the warm-up is over and data was
+        seen (data seen at any time reaches them, also after a start that skipped the warm-up)."""
         if self.data.frozen:
             return
-        self.data.resolve(freeze=self.optimizer_step >= self.warmup_steps)
+        warmed_up = self.optimizer_step >= self.warmup_steps
+        self.data.resolve(freeze=warmed_up)
         self._apply_data_statistics()
-        if self.data.frozen and self.data.variance is None and self.hyperparameters["mmse_cap"] == "auto":
+        # at step 0 (a start) the loop has not shown its data yet: not warned about before it could
+        if warmed_up and self.optimizer_step > 0 and self.data.variance is None and self.hyperparameters["mmse_cap"] == "auto":
             self._warn_once(
                 "no_data",
                 "noise sampler: mmse_cap='auto' (the default for epsilon and v losses) saw no "
@@ -254,6 +271,16 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "sampler.observe_data(x0) each batch; without the cap an epsilon-model's error "
                 "sends most draws to pure noise (METHOD.md 5.4)",
             )
+
+    def set_provisional_data(self, variance: float | None, min_gap: float | None) -> None:
+        """Data statistics from outside this run's :meth:`observe_data` (a stored schedule's, or the batches a
+        profile start measured on when its loss showed none): V and the value gap, each where this run has none
+        yet, applied to the m̂ cap and the gate until this run's own data replaces them at a refresh."""
+        if min_gap is not None and self.data.min_gap is None:
+            self.data.min_gap = float(min_gap)
+        if variance is not None and self.data.variance is None:
+            self.data.variance = float(variance)
+        self._apply_data_statistics()
 
     def _apply_data_statistics(self) -> None:
         if self.data.variance is not None and self.data.variance > 0 and self.hyperparameters["mmse_cap"] == "auto":
@@ -317,9 +344,14 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         are summed (a small ``all_reduce``, :meth:`ProfileEstimator.merge`), so every rank holds the
         same state, and :meth:`state_dict` (which makes no collective call) is complete on any rank.
 
-        Warns (``UserWarning``, once each) when the warm-up ended with no bin filled, and when levels
-        given to :meth:`update` lay outside the grid.
+        Warns (``UserWarning``, once each) when the run ends before its warm-up (checked at the first step,
+        once the start is known), when the warm-up ended with no bin filled, when levels given to
+        :meth:`update` lay outside the grid, and when most of π rests on bins never measured.
         """
+        if not self._warmup_checked:
+            self._check_warmup_fits()
+        if self.optimizer_step == 0 and self.start_record is None:
+            self.record_start({"choice": "base"})  # no start was applied before step 1: the warm-up on the base
         self.optimizer_step += 1
         self._check_global_step(global_step)
         due = self.optimizer_step % self.refresh_every == 0 or self.optimizer_step == self.warmup_steps
@@ -364,6 +396,30 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             f"noise sampler: step {self.optimizer_step}: {what}; "
             + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step")
         )
+        self._check_measured_mass()
+
+    #: below this share of π on bins that hold a measured m̂, π is mostly extrapolation: warned about
+    MEASURED_MASS_WARNING = 0.5
+
+    def _check_measured_mass(self) -> None:
+        """Warn (``UserWarning``, once) when most of π lies on bins never measured (issue 28): the
+        interpolation and the extrapolated ends of METHOD.md §5.4 then decide π more than the data does."""
+        mass = self.last_refresh.get("measured_mass")
+        if mass is None or mass >= self.MEASURED_MASS_WARNING:
+            return
+        k = self.estimator.num_bins
+        measured = ~torch.isnan(self.estimator.m_hat)
+        mode = int(torch.argmax(self.probs))
+        where = "the grid's lower edge" if mode == 0 else "the grid's upper edge" if mode == k - 1 else "inside the grid"
+        kind = "a measured bin" if bool(measured[mode]) else "a bin never measured"
+        self._warn_once(
+            "extrapolated",
+            f"noise sampler: step {self.optimizer_step}: pi rests mostly on bins never measured: {int(measured.sum())} of {k} "
+            f"bins hold a measured m_hat and carry {mass:.0%} of pi's mass; pi's mode is at VE sigma "
+            f"{math.exp(float(self.estimator.centers[mode])):.3g} ({where}, {kind}). The rest follows the interpolation and the "
+            "extrapolated ends of METHOD.md 5.4, not the data: more samples before pi moves (a larger batch, a longer "
+            "warmup_steps, or fewer num_bins) measure more bins (the share is logged at every refresh as measured_mass)",
+        )
 
     def refresh_now(self, *, ema_decay: float | None = None, min_count: int | None = None, what: str = "pi refreshed") -> bool:
         """Fold everything recorded so far into m̂ and, once two bins hold an estimate, rebuild π now,
@@ -390,6 +446,22 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def _describe_refresh(self) -> dict:
         return {"step": self.optimizer_step, "filled_bins": self.estimator.num_filled}
 
+    def record_start(self, record: dict) -> None:
+        """Record how the run started (METHOD.md §5.9): ``record`` is a JSON-ready dict with ``"choice"``
+        (``"base"``, ``"stored"`` or ``"profile"``) and what the start saw (its source, its samples and
+        forward passes), stamped with ``optimizer_step`` 0. A start applied before step 1 replaces an earlier
+        one (the last is where the run began); from step 1 on the record is kept as it is, through
+        :meth:`state_dict` and resumes, so the stored schedule (``start``) and the model card say how the run
+        began, not what a resume command asked for. :func:`~diffusers_infonoise.starts.apply_start` calls it;
+        a run that steps without a start records ``"base"``."""
+        if self.optimizer_step != 0:
+            logger.info(
+                f"noise sampler: a {record.get('choice')} start at optimizer step {self.optimizer_step} is not recorded: "
+                f"the run started at step 0 ({(self.start_record or {}).get('choice', 'not recorded')})"
+            )
+            return
+        self.start_record = {**record, "optimizer_step": 0}
+
     def pi_hash(self) -> str:
         """Short SHA-256 of the current bin masses: equal on every rank under data parallelism."""
         data = (self.probs if self.probs is not None else self.base_masses).numpy().tobytes()
@@ -413,6 +485,9 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "num_updates": self.num_updates,
                 "edges": self.edges.clone(),
                 "warmup_steps": self.warmup_steps,
+                # the warm-up setting as saved (0 after a start that skipped the automatic one): not the resume command's
+                "warmup_setting": self.hyperparameters["warmup_steps"],
+                "start": None if self.start_record is None else dict(self.start_record),
                 "data": {
                     **self.data.state_dict(),
                     "mmse_cap": self.estimator.mmse_cap,
@@ -454,6 +529,12 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
         if "warmup_steps" in state:  # states written before the run-sized warm-up have none
             self.warmup_steps = int(state["warmup_steps"])
+        setting = state.get("warmup_setting")  # states written before issue 28 have none
+        if setting == "auto" or (_is_int(setting) and setting >= 0):
+            self.hyperparameters["warmup_steps"] = setting
+        # how the run started, not how this (resume) command would have: None in states written before it was recorded
+        start = state.get("start")
+        self.start_record = dict(start) if isinstance(start, dict) else None
         data = state.get("data")
         if isinstance(data, dict):  # states written before the data statistics have none
             self.data.load_state_dict(data)
@@ -473,4 +554,5 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "optimizer_steps": self.optimizer_step,
             "warmup_steps_resolved": self.warmup_steps,
             "last_refresh": dict(self.last_refresh),
+            "start": None if self.start_record is None else dict(self.start_record),
         }

@@ -240,15 +240,14 @@ class DataStatistics:
         Every rank must call this at the same steps (a refresh) while not :attr:`frozen`. V is the
         per-dimension one when every batch on every rank had one shape; otherwise the variance over all
         elements (an upper bound of it, which still bounds the Bayes MMSE). The statistics freeze once
-        about :data:`OBSERVE_SAMPLES` rows were seen over all ranks, or when ``freeze``.
+        about :data:`OBSERVE_SAMPLES` rows were seen over all ranks, or when ``freeze``, but never before
+        any data was seen: data given later still reaches the cap and the gate (issue 28).
         """
         if self.frozen:
             return
         self.merge()
         m = self._merged
         if m is None:
-            if freeze:
-                self.frozen = True
             return
         totals = m["totals"].cpu()  # the synchronisation, at a refresh
         gap = float(m["gap"].cpu())
@@ -295,7 +294,8 @@ class DataStatistics:
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"state_dict['data'][{key!r}]: must be None or a finite number >= 0, got {v!r}")
         self.variance, self.min_gap = state.get("variance"), state.get("min_gap")
-        self.frozen = bool(state.get("frozen", False))
+        # a state frozen with nothing seen (written before issue 28) is not kept frozen: data given later counts
+        self.frozen = bool(state.get("frozen", False)) and (self.variance is not None or self.min_gap is not None)
         self._open = None
         self._merged = None
         o = state.get("open")

@@ -337,7 +337,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             sampler.load_schedule(stored)
         return sampler
 
-    def load_schedule(self, payload: dict) -> None:
+    def load_schedule(self, payload: dict, *, source: str | None = None) -> None:
         """Start from a stored schedule (a validated payload, :func:`~diffusers_infonoise.schedule_io.read_schedule`):
         the one way a stored schedule enters a sampler (METHOD.md §5.9, 'stored').
 
@@ -353,12 +353,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         * No warm-up, unless this sampler was built with an explicit ``warmup_steps``: that one is honoured
           (the base density until it ends, with the stored m̂ already in the estimate) and saved. A payload
           saved before its own warm-up ended keeps the base density and this sampler's warm-up.
+        * Before step 1 it is the run's start (:meth:`record_start`: ``"stored"``, ``source`` (where the payload
+          was read from, for the record and the log) and the payload's optimizer steps).
 
         Raises:
             ScheduleError: a π that does not follow from its m̂, or an adapted payload with fewer than two
                 filled bins. ValueError: a stored grid that does not overlap this sampler's.
         """
-        from .schedule_io import ScheduleError, payload_settings
+        from .schedule_io import ScheduleError, payload_settings, settings_differences
 
         edges = torch.tensor(payload["edges"], dtype=torch.float64)
         m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
@@ -381,11 +383,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 f"{self.path.config()} (through VE sigma, METHOD.md 5.9)"
             )
         data = payload.get("data") or {}
-        if data.get("min_gap") is not None and self.data.min_gap is None:
-            self.data.min_gap = float(data["min_gap"])
-        if data.get("variance") is not None and self.data.variance is None:
-            self.data.variance = float(data["variance"])
-        self._apply_data_statistics()
+        self.set_provisional_data(data.get("variance"), data.get("min_gap"))
+        self.record_start(
+            {"choice": "stored", "source": None if source is None else str(source), "source_optimizer_steps": payload["optimizer_steps"]}
+        )
         if payload.get("adapted") is False:
             return
         self.start_adapted()  # the stored m̂ already is an adapted estimate
@@ -404,17 +405,20 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             probs = stored_pi
         else:
             if not interpolated:
-                theirs = payload_settings(payload)
-                changed = sorted(k for k in mine if mine[k] != theirs[k])
-                logger.info(
-                    f"stored schedule: {', '.join(changed) or 'the path'} differ from this sampler's; rebuilding pi from the stored m_hat"
+                changed = settings_differences(payload_settings(payload), mine)
+                what = (
+                    f"settings differ (stored -> this sampler's): {'; '.join(changed)}"
+                    if changed
+                    else f"its path {payload['path']} differs from this sampler's {self.path.config()}"
                 )
+                logger.info(f"stored schedule: {what}; rebuilding pi from the stored m_hat")
             probs = self._build_probs()
         if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:  # else: the base until the warm-up ends
             self.probs = probs
             self.num_updates = max(self.num_updates, 1)
             self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
             self.last_refresh = self._describe_refresh()
+            self._check_measured_mass()
 
     def save_to_scheduler(self, noise_scheduler) -> None:
         """Write the learned schedule into ``noise_scheduler``'s config (see :mod:`.schedule_io`).

@@ -26,6 +26,7 @@ __all__ = [
     "SCHEDULE_SETTINGS",
     "stored_settings",
     "payload_settings",
+    "settings_differences",
     "stored_mu",
     "CONFIG_KEY",
     "FORMAT",
@@ -64,8 +65,10 @@ def schedule_payload(sampler) -> dict[str, Any]:
     ``pi`` (K bin masses summing to 1), ``rho_hat`` (K densities per unit log σ, or null before
     adaptation), ``m_hat`` (K x0-space errors, null where never filled), ``base``, ``hyperparameters``,
     ``gate``, ``optimizer_steps``, ``num_updates``, ``data`` (the data statistics the m̂ cap and the
-    gate were resolved from: ``variance``, ``min_gap``, null when not measured) and ``tv_phi_rho``
-    (TV(φ, ρ̂) of the stored π, METHOD.md §5; null before adaptation).
+    gate were resolved from: ``variance``, ``min_gap``, null when not measured), ``tv_phi_rho``
+    (TV(φ, ρ̂) of the stored π, METHOD.md §5; null before adaptation) and ``start`` (how the run began,
+    METHOD.md §5.9: the sampler's ``start_record``, kept through resumes; null when not recorded; payloads
+    written before it have no such field).
     """
     from . import __version__
 
@@ -99,6 +102,7 @@ def schedule_payload(sampler) -> dict[str, Any]:
         "adapted": bool(sampler.is_adapted),
         "data": {"variance": sampler.data_variance, "min_gap": est.data_min_gap},
         "tv_phi_rho": tv,
+        "start": None if getattr(sampler, "start_record", None) is None else dict(sampler.start_record),
         # a tempered target (temperature τ ≠ 1, a variant): TV(φ, ρ̂^τ), which the floor bounds
         **({"tv_phi_target": sampler.allocation_total_variation(target=True)} if tv is not None and sampler.temperature != 1.0 else {}),
     }
@@ -154,6 +158,9 @@ def validate_payload(payload: Any) -> dict:
     steps = payload["optimizer_steps"]
     if type(steps) is not int or steps < 0:
         raise ScheduleError(f"{CONFIG_KEY}: optimizer_steps must be an int >= 0, got {steps!r}")
+    start = payload.get("start")
+    if start is not None and not (isinstance(start, dict) and start.get("choice") in ("base", "stored", "profile")):
+        raise ScheduleError(f"{CONFIG_KEY}: start must be null or an object with choice 'base', 'stored' or 'profile', got {start!r}")
     data = payload.get("data")
     if data is not None:
         if not isinstance(data, dict):
@@ -234,6 +241,19 @@ def payload_settings(payload: dict) -> dict:
         "base": payload.get("base"),
         "hyperparameters": {k: hp.get(k, _SETTING_BEFORE.get(k)) for k in SCHEDULE_SETTINGS if k != "num_bins"},
     }
+
+
+def settings_differences(theirs: dict, mine: dict) -> list[str]:
+    """``"key: theirs -> mine"`` for every setting that differs between two :func:`payload_settings`-shaped dicts
+    (a stored schedule's and a sampler's), the hyperparameters one by one, in key order."""
+    out = []
+    for key in sorted(set(theirs) | set(mine)):
+        a, b = theirs.get(key), mine.get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and key == "hyperparameters":
+            out += [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            out.append(f"{key}: {a!r} -> {b!r}")
+    return out
 
 
 def write_schedule(noise_scheduler, sampler) -> dict:

@@ -17,7 +17,11 @@ this run's path, ``profile`` when a pretrained model is given, else ``base``. In
 
 where ``per_sample_loss(batch, levels)`` is what the training loop computes: the model's (B,) unweighted
 per-sample loss in its own parameterization at ``levels`` (noise the batch with ``sampler.add_noise``, or
-call ``sampler.observe_data`` on it, so that the m̂ cap and the gate see the data).
+call ``sampler.observe_data`` on it, so that the m̂ cap and the gate see the data; a loss that noises by hand
+and shows none gets the batch itself observed when the batch is x0, :func:`start_from_model`).
+
+The start is recorded in the sampler (``sampler.start_record``, :func:`describe_start`), once, before step 1: it
+is kept through checkpoints and resumes and written into the stored schedule (``start``).
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
+
+from .data_statistics import DataStatistics
 
 __all__ = [
     "START_CHOICES",
@@ -39,6 +46,9 @@ __all__ = [
     "stratified_levels",
     "start_from_model",
     "batch_size_of",
+    "clean_data_of",
+    "describe_start",
+    "X0_BATCH_KEYS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -137,14 +147,16 @@ def apply_start(
     progress: bool = True,
 ) -> dict:
     """Start ``sampler`` as ``start`` says, before step 1: nothing for ``"base"``, its
-    ``load_schedule(start.payload)`` for ``"stored"``, :func:`start_from_model` (``loss_fn``, ``batches``,
-    ``samples_per_bin``) for ``"profile"``. Returns a description for the log (``{"start", ...}``).
+    ``load_schedule(start.payload, source=start.source)`` for ``"stored"``, :func:`start_from_model` (``loss_fn``,
+    ``batches``, ``samples_per_bin``) for ``"profile"``. An adaptive sampler records the start
+    (``sampler.start_record``; :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.record_start`).
+    Returns a description for the log (``{"start", ...}``).
 
     Raises:
-        ValueError: a ``"profile"`` start without ``loss_fn`` and ``batches``.
+        ValueError: a ``"profile"`` start without ``loss_fn`` and ``batches``; see :func:`start_from_model`.
     """
     if start.choice == "stored":
-        sampler.load_schedule(start.payload)
+        sampler.load_schedule(start.payload, source=start.source)
         info = {"start": "stored", "source": start.source, "adapted": sampler.is_adapted}
     elif start.choice == "profile":
         if loss_fn is None or batches is None:
@@ -152,8 +164,35 @@ def apply_start(
         info = {"start": "profile", **start_from_model(sampler, loss_fn, batches, samples_per_bin=samples_per_bin, progress=progress)}
     else:
         info = {"start": "base"}
+        if hasattr(sampler, "record_start"):
+            sampler.record_start({"choice": "base"})
     logger.info(f"noise sampler start: {start.reason}; " + ", ".join(f"{k} {v}" for k, v in info.items() if k != "start"))
     return info
+
+
+def describe_start(record: dict | None, *, with_choice: bool = True) -> str:
+    """One line, in words, of a recorded start (``sampler.start_record``, or a stored schedule's ``start``): what
+    ``infonoise show`` and the model cards say of how a run began (METHOD.md §5.9), e.g. ``"profile: the pretrained
+    model's errors on 512 levels (8 a bin, 16 forward passes per process), before step 1"``; ``with_choice=False``
+    leaves out the leading ``"profile: "``."""
+    if not isinstance(record, dict) or record.get("choice") not in ("base", "stored", "profile"):
+        return "not recorded (saved before the start was recorded)"
+    choice = record["choice"]
+    if choice == "base":
+        text = "the warm-up on the base density (from scratch)"
+    elif choice == "stored":
+        steps = record.get("source_optimizer_steps")
+        learned = f", learned over {steps} optimizer steps" if steps is not None else ""
+        text = f"the schedule from {record.get('source') or 'a scheduler config'}{learned}, before step 1"
+    else:
+        data = {"batches": "; data statistics from the batches", "none": "; no training data seen"}.get(record.get("data"), "")
+        bad = record.get("nonfinite_losses") or 0
+        lost = f"; {bad} non-finite losses left out" if bad else ""
+        text = (
+            f"the pretrained model's errors on {record.get('levels', '?')} levels ({record.get('samples_per_bin', '?')} a bin, "
+            f"{record.get('forward_passes', '?')} forward passes per process){data}{lost}, before step 1"
+        )
+    return f"{choice}: {text}" if with_choice else text
 
 
 def batch_size_of(batch) -> int:
@@ -172,6 +211,28 @@ def batch_size_of(batch) -> int:
     elif isinstance(batch, (tuple, list)) and batch:
         return batch_size_of(batch[0])
     raise ValueError(f"batch: expected a tensor, a dict of tensors or a tuple starting with one, got {type(batch).__name__}")
+
+
+#: the keys of a dict batch that hold the clean data x0 a loss noises: diffusers' ``train_unconditional.py`` ("input"),
+#: cached latents ("latents", "model_input"). Not ``pixel_values``: a latent model noises the VAE's latents of them
+X0_BATCH_KEYS = ("input", "x0", "latents", "model_input")
+
+
+def clean_data_of(batch) -> torch.Tensor | None:
+    """The clean data x0 in a training batch, when it is there unambiguously: the batch itself (a floating-point
+    tensor of shape (B, ...)), the first item of a tuple/list, or the one entry of a dict under a key of
+    :data:`X0_BATCH_KEYS`; None otherwise (a dict of pixels that a latent model encodes first, of several such
+    keys, or of none)."""
+
+    def usable(t) -> bool:
+        return torch.is_tensor(t) and t.is_floating_point() and t.ndim >= 2
+
+    if isinstance(batch, dict):
+        found = [batch[k] for k in X0_BATCH_KEYS if usable(batch.get(k))]
+        return found[0] if len(found) == 1 else None
+    if isinstance(batch, (tuple, list)) and batch:
+        batch = batch[0]
+    return batch if usable(batch) else None
 
 
 def stratified_levels(sampler, samples_per_bin: int, *, generator: torch.Generator | None = None):
@@ -216,8 +277,8 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
     """The ``"profile"`` start (METHOD.md §5.9): measure the model's x0 error before step 1 and start from it.
 
     ``samples_per_bin`` levels in every bin (:func:`stratified_levels`, from the sampler's seed, the same on every
-    rank) are given to ``loss_fn(batch, levels)`` on the training ``batches`` (cycled if they run out), under
-    ``torch.no_grad``: forward passes only. ``"auto"`` (default): the estimator's ``min_count``, fewer (at least
+    rank) are given to ``loss_fn(batch, levels)`` on the training ``batches`` under ``torch.no_grad``: forward
+    passes only. ``"auto"`` (default): the estimator's ``min_count``, fewer (at least
     1) when that would cost more than :data:`PROFILE_SHARE` of the run's training compute (``num_training_steps``
     of the sampler, this batch size and world size, a step counted as one forward pass; a LoRA run at batch 1 gets
     1 a bin, 64 passes against a 1000-step run's 1000 steps). A per-sample loss is a mean over every pixel or
@@ -229,27 +290,34 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
     usual EMA. Under data parallelism every rank measures its share (the same number of batches on each) and all
     hold the identical π afterwards. Call ``model.eval()`` first if the model behaves differently in training.
 
+    ``batches``: any iterable of training batches. A DataLoader or a list is iterated again when it runs out; a
+    one-shot iterator (a generator, ``iter(loader)``) is read once, and the batches it gave are cycled when it
+    runs out (they are kept until the start ends: at most its forward passes, which the budget above bounds).
+
+    The data (METHOD.md §5.4, §5.5): a ``loss_fn`` that noises through ``sampler.add_noise`` (or calls
+    ``sampler.observe_data``) shows the sampler its x0. One that noises by hand (diffusers' flow scripts write
+    ``(1 - s) * x0 + s * noise`` themselves) shows none; then the batch itself is observed when it holds x0
+    unambiguously (:func:`clean_data_of`), and its statistics (V of the m̂ cap, the value grid of the gate) hold
+    until the run's own data replaces them at its first refresh. A start that saw no data says so (``"data"``
+    ``"none"`` and a logged warning): the gate then uses its fallback until the run's data reaches it.
+
+    Losses that are not finite (NaN/inf) are left out of the estimate, as in training, and counted: a warning
+    (``UserWarning``) names how many and at which VE σ; their bins are interpolated from the others.
+
     Returns:
-        ``{"samples_per_bin", "forward_passes", "samples", "seconds", "filled_bins", "tv_phi_rho"}`` (this
-        rank's passes and samples).
+        ``{"samples_per_bin", "forward_passes", "samples", "seconds", "filled_bins", "data", "nonfinite_losses",
+        "tv_phi_rho"}`` (this rank's passes, samples and non-finite losses; ``data``: ``"loss_fn"``, ``"batches"``
+        or ``"none"``, where the data statistics came from; ``nonfinite_sigma``: their VE σ range, when any).
+        The sampler records the start (``sampler.start_record``).
 
     Raises:
-        ValueError: ``samples_per_bin`` neither ``"auto"`` nor an int >= 1, or ``batches`` that yield nothing.
+        ValueError: ``samples_per_bin`` neither ``"auto"`` nor an int >= 1, ``batches`` that yield nothing, or a
+        model none of whose losses (on any process) is finite.
     """
     if samples_per_bin != "auto" and (isinstance(samples_per_bin, bool) or not isinstance(samples_per_bin, int) or samples_per_bin < 1):
         raise ValueError(f"samples_per_bin: must be 'auto' or an int >= 1, got {samples_per_bin!r}")
     rank, world = _world()
-
-    def cycle():
-        while True:
-            empty = True
-            for batch in batches:
-                empty = False
-                yield batch
-            if empty:
-                raise ValueError("batches: yielded no batch to measure the model on")
-
-    stream = cycle()
+    stream = _batch_stream(batches)
     first = next(stream)
     size = batch_size_of(first)
     n = samples_per_bin
@@ -270,21 +338,58 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total_batches, desc="InfoNoise profile start (forward passes)", leave=False)
+    est = sampler.estimator
+    est.merge()  # every rank: what was recorded before this start, so that the start's own count can be told apart
+    counted_before = float(est.merged_counts.sum())
+    fed = DataStatistics()  # the batches' x0, when loss_fn shows the sampler none
+    shown = False
+    nonfinite, bad_sigmas = 0, []
     done = 0
     batch = first
     for passes in range(1, total_batches + 1):
         size = batch_size_of(batch)
         lv = mine[(done + torch.arange(size)) % max(1, len(mine))]
         device = _batch_device(batch)
+        observed = sampler.num_observed
         loss = loss_fn(batch, lv.to(device) if device is not None else lv)
+        if sampler.num_observed != observed:
+            shown = True
+        elif (x0 := clean_data_of(batch)) is not None:
+            fed.observe(x0)
+        bad = (~torch.isfinite(loss.detach()) | (loss.detach() < 0)).cpu()  # one read-back a pass: not the training loop
+        if bool(bad.any()):
+            nonfinite += int(bad.sum())
+            bad_sigmas.append(lv.sigmas[bad])
         sampler.update(lv.to(loss.device), loss)
         done += size
         if bar is not None:
             bar.update(1)
         if passes < total_batches:
             batch = next(stream)
+    stream.close()
     if bar is not None:
         bar.close()
+    est.merge()
+    counted = float(est.merged_counts.sum()) - counted_before  # over every process: the same decision on every rank
+    sig = torch.cat(bad_sigmas).double() if bad_sigmas else None
+    where = f"VE sigma {float(sig.min()):.4g} to {float(sig.max()):.4g}" if sig is not None else ""
+    if counted == 0:
+        raise ValueError(
+            f"loss_fn: none of the losses of the profile start was finite on any of {world} process(es) (here {nonfinite} of "
+            f"{done} NaN/inf, at {where}): the pretrained model cannot be measured, nor trained from as it is; check its "
+            "weights and the loss (dtype, parameterization, mixed precision), or start with init 'base'"
+        )
+    fed.resolve(freeze=True)  # every rank alike (a collective under data parallelism)
+    sampler.set_provisional_data(fed.variance, fed.min_gap)
+    data = "loss_fn" if shown else "batches" if fed.variance is not None or fed.min_gap is not None else "none"
+    if nonfinite:
+        warnings.warn(
+            f"noise sampler profile start: {nonfinite} of {done} losses were not finite (NaN/inf) at {where} and were left "
+            "out: the bins there hold no measurement, and pi there is interpolated from the others (METHOD.md 5.4). The model "
+            "may be broken at those noise levels (a non-finite loss in training skips the step)",
+            UserWarning,
+            stacklevel=3,
+        )
     sampler.start_adapted()
     sampler.refresh_now(ema_decay=0.0, min_count=n, what="pi from the pretrained model's profile")
     seconds = time.perf_counter() - start
@@ -294,15 +399,56 @@ def start_from_model(sampler, loss_fn: Callable, batches: Iterable, *, samples_p
         "samples": done,
         "seconds": round(seconds, 3),
         "filled_bins": sampler.estimator.num_filled,
+        "data": data,
+        "nonfinite_losses": nonfinite,
     }
+    if sig is not None:
+        info["nonfinite_sigma"] = [float(sig.min()), float(sig.max())]
     if sampler.is_adapted:
         info["tv_phi_rho"] = round(sampler.allocation_total_variation(), 4)
+    record = {k: info[k] for k in ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses")}
+    sampler.record_start({"choice": "profile", "source": "the pretrained model", "levels": len(levels), **record})
     logger.info(
         f"noise sampler profile start: {total_batches} forward passes ({done} samples on this process, {n} a bin, "
         f"{len(levels)} levels over {world} process(es)) in {seconds:.1f} s; {info['filled_bins']} of "
-        f"{sampler.estimator.num_bins} bins filled"
+        f"{sampler.estimator.num_bins} bins filled" + (f"; {nonfinite} non-finite losses left out ({where})" if nonfinite else "")
     )
+    if data == "none":
+        logger.warning(
+            "noise sampler profile start: saw no training data: loss_fn showed none (sampler.add_noise or "
+            "sampler.observe_data) and the batches hold no tensor that is x0 unambiguously (a tensor, a tuple's first item, "
+            f"or a dict's {'/'.join(X0_BATCH_KEYS)}); the gate uses its fallback and the m_hat cap none until the run's "
+            "data (sampler.observe_data(x0) each step) reaches them at its first refresh"
+        )
     return info
+
+
+def _batch_stream(batches: Iterable):
+    """Batches without end: a re-iterable (a DataLoader, a list) is iterated again when it runs out; a one-shot iterator
+    is read once and the batches it gave are cycled (kept until the stream is closed).
+
+    Raises:
+        ValueError: ``batches`` yields no batch.
+    """
+    from collections.abc import Iterator
+
+    if isinstance(batches, Iterator):
+        kept = []
+        for batch in batches:
+            kept.append(batch)
+            yield batch
+        if not kept:
+            raise ValueError("batches: the iterator yielded no batch to measure the model on (already used up?)")
+        logger.info(f"noise sampler profile start: the batches ran out after {len(kept)} (a one-shot iterator); cycling over them")
+        while True:
+            yield from kept
+    while True:
+        empty = True
+        for batch in batches:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("batches: yielded no batch to measure the model on")
 
 
 def _batch_device(batch):

@@ -110,9 +110,10 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
         torch.distributed.destroy_process_group()
 
 
-def profile_worker(rank: int, world: int, port: int, outdir: str):
+def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bool = True):
     """A ``"profile"`` start on two ranks whose models differ (rank r's errors are (1 + r) times the exact MMSE of
-    N(0, 0.25) data): each measures its share of the stratified levels, and both end on the same π."""
+    N(0, 0.25) data): each measures its share of the stratified levels, and both end on the same π. ``shows_data``
+    False: the loss noises by hand, so the start observes the (tensor) batches itself (issue 28)."""
     from diffusers_infonoise.starts import start_from_model
 
     torch.set_num_threads(1)
@@ -126,7 +127,8 @@ def profile_worker(rank: int, world: int, port: int, outdir: str):
         batches = [0.5 * torch.randn(16, 3, generator=gen, dtype=torch.float64) for _ in range(8)]
 
         def loss_fn(x0, levels):
-            sampler.add_noise(x0, torch.zeros_like(x0), levels)
+            if shows_data:
+                sampler.add_noise(x0, torch.zeros_like(x0), levels)
             sig = levels.sigmas.double()
             return (1.0 + rank) * sig**2 * 0.25 / (sig**2 + 0.25)
 

@@ -3,6 +3,7 @@ bit-identical π, equal to one process fed the union of their losses (and data).
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -68,15 +69,21 @@ def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path):
     assert torch.equal(r0["after"][0], r0["next"]) and torch.equal(r1["after"][0], r1["next"])
 
 
-def test_a_profile_start_on_two_ranks_holds_one_pi(tmp_path):
+@pytest.mark.parametrize("shows_data", [True, False])
+def test_a_profile_start_on_two_ranks_holds_one_pi(tmp_path, shows_data):
     """Issue 22: several processes split the stratified levels (the same number of forward passes on each, which
-    DDP's forward may need) and hold the identical π afterwards, built from both ranks' errors."""
-    mp.spawn(W.profile_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    DDP's forward may need) and hold the identical π afterwards, built from both ranks' errors. The cap V is the
+    per-dimension variance of both ranks' 4 batches (by hand), whether the loss showed them (add_noise) or the start
+    observed them itself (a loss that noises by hand, issue 28)."""
+    mp.spawn(W.profile_worker, args=(2, free_port(), str(tmp_path), shows_data), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"profile{r}.pt") for r in (0, 1))
     assert r0["probs"] is not None and torch.equal(r0["probs"], r1["probs"])
     torch.testing.assert_close(r0["m_hat"], r1["m_hat"], rtol=0, atol=0, equal_nan=True)
     assert r0["info"]["forward_passes"] == r1["info"]["forward_passes"] == 4  # 32 bins x 4 levels / 2 ranks / 16
-    assert r0["cap"] == r1["cap"]
+    assert r0["info"]["data"] == r1["info"]["data"] == ("loss_fn" if shows_data else "batches")
+    gens = [torch.Generator().manual_seed(r) for r in (0, 1)]  # each rank's first 4 batches
+    seen = torch.cat([0.5 * torch.randn(16, 3, generator=g, dtype=torch.float64) for g in gens for _ in range(4)])
+    assert r0["cap"] == r1["cap"] == pytest.approx(float(seen.var(0, unbiased=False).mean()), rel=1e-12)
     # each bin's 4 levels alternate between the ranks along the stratified list (2 each): rank 0's errors are the
     # exact MMSE, rank 1's twice it, so m̂ = 1.5 x a mean of the MMSE inside the bin, between 1.5 x its values at the
     # bin's edges (the MMSE increases with sigma); one rank's errors alone would fall outside at large sigma

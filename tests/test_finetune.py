@@ -120,6 +120,34 @@ def test_a_schedule_from_another_folder_starts_a_run_from_scratch(script, unet_c
     assert scheduler_payload(out)["warmup_steps_resolved"] == 0
 
 
+def test_a_resumed_fine_tune_keeps_how_it_started(script, pretrained, tmp_path):
+    """issue 28 (8): a profile-started run resumed by a command whose own start would be 'stored' (and its warm-up
+    'auto'): the stored schedule, its settings and the model card say how the run began (profile, warm-up 0)."""
+    out = tmp_path / "resumed"
+    script.main(finetune_args(pretrained / "fixed", out, "--max_train_steps", 2, "--checkpointing_steps", 1))
+    assert scheduler_payload(out)["start"]["choice"] == "profile"
+    shared = pretrained / "infonoise" / "scheduler"
+    script.main(
+        finetune_args(
+            pretrained / "fixed",
+            out,
+            "--max_train_steps",
+            3,
+            "--resume_from_checkpoint",
+            "checkpoint-1",
+            "--infonoise_schedule_from",
+            shared,
+        )
+    )
+    payload = scheduler_payload(out)
+    assert payload["optimizer_steps"] == 3 and payload["hyperparameters"]["warmup_steps"] == 0
+    assert payload["start"]["choice"] == "profile" and payload["start"]["source"] == "the pretrained model"
+    # a 2-step run at batch 8 affords int(0.05 * 2 * 8 / 16) = 0, so 1 level a bin: 16 levels in 2 passes of 8
+    card = (out / "README.md").read_text()
+    assert "start `profile` (the pretrained model's errors on 16 levels (1 a bin, 2 forward passes per process)" in card
+    assert "`warmup_steps=0`" in card
+
+
 @pytest.mark.parametrize(
     "extra,match",
     [

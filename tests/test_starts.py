@@ -236,17 +236,248 @@ def test_the_profile_start_stays_within_its_share_of_a_short_small_batch_run():
     assert start_from_model(long, _bayes_loss(long), _batches(), progress=False)["samples_per_bin"] == 8
 
 
-def test_a_start_that_skips_the_warm_up_is_not_warned_about_a_short_run():
-    """A run shorter than its automatic warm-up is warned about, unless a stored or profile start follows: it
-    skips that warm-up (METHOD.md §5.9); an explicit warm-up is still warned about."""
+def _short_run_warnings(start: str, **kw) -> tuple[bool, bool]:
+    """``(at construction, while stepping)``: whether a 20-step run built with its length (as README's fine-tuning
+    example does) warns that pi never leaves the base density, before and after its ``start``."""
     import warnings
 
-    def warned(starts_adapted, **kw):
-        s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, **kw)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            s.set_num_training_steps(20, starts_adapted=starts_adapted)
+    def short(caught):
         return any("pi never leaves the base density" in str(w.message) for w in caught)
 
-    assert warned(False) and not warned(True)  # auto warm-up: one refresh (50 steps) against 20
-    assert warned(True, warmup_steps=30)
+    with warnings.catch_warnings(record=True) as built:
+        warnings.simplefilter("always")
+        s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, num_training_steps=20, **kw)
+    with warnings.catch_warnings(record=True) as ran:
+        warnings.simplefilter("always")
+        if start == "profile":
+            start_from_model(s, _bayes_loss(s), _batches(), progress=False)
+        elif start == "stored":
+            sched = EDMEulerScheduler()
+            trained = make_sampler("infonoise", sched, num_bins=16)
+            start_from_model(trained, _bayes_loss(trained), _batches(), progress=False)
+            trained.save_to_scheduler(sched)
+            apply_start(s, choose_start("stored", s, stored=read_schedule(sched)))
+        for _ in range(20):
+            s.step()
+    return short(built), short(ran)
+
+
+def test_a_short_run_is_warned_about_only_once_its_start_is_known():
+    """issue 28 (7): a 20-step run with the automatic warm-up (one refresh, 50 steps) never adapts from the base
+    start, and says so at its first step; a profile or stored start skips that warm-up, and nothing warns before the
+    start is applied. An explicit warm-up, which every start honours, is warned about at once."""
+    assert _short_run_warnings("base") == (False, True)
+    assert _short_run_warnings("profile") == (False, False)
+    assert _short_run_warnings("stored") == (False, False)
+    assert _short_run_warnings("profile", warmup_steps=30) == (True, False)  # warned once, when built
+
+
+A = 0.5  # two-point data x0 in {-A, +A} per dimension: the value gap is 2A = 1, so the data gate's pivot is 0.1
+
+
+def _two_point(batch=32, dim=16, seed=0):
+    return A * torch.sign(torch.randn(batch, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+
+
+def _hand_noised_flow_loss(batch, levels):
+    """diffusers' flow scripts' loss, noised by hand, ``(1 - s) * x0 + s * noise`` (no sampler.add_noise), of the
+    Bayes-optimal model of the two-point data: E[x0 | x] = A·tanh(A·(1 - s)·x / s²) (METHOD.md §2, with the VE
+    σ = s/(1 - s) of x/(1 - s)), as a velocity ``(x - x̂0)/s`` against the target ``noise - x0``."""
+    x0 = batch if torch.is_tensor(batch) else batch["pixel_values"]
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(int(1e6 * float(levels.sigmas[0]))), dtype=x0.dtype)
+    s = levels.scheduler_sigmas.double().view(-1, 1)
+    x = (1 - s) * x0 + s * noise
+    x0_hat = A * torch.tanh(A * (1 - s) * x / s**2)
+    return (((x - x0_hat) / s - (noise - x0)) ** 2).mean(1)
+
+
+def _run_two_point(start_batches=None, steps=120):
+    """The run of issue 28 (1): an optional profile start on ``start_batches``, then ``steps`` steps that show each
+    batch with observe_data and noise by hand. Returns the sampler, the start's info and the gate at step 0."""
+    s = make_sampler("infonoise", FlowMatchEulerDiscreteScheduler(), num_bins=16, num_training_steps=steps)
+    info, gate0 = None, None
+    if start_batches is not None:
+        info = start_from_model(s, _hand_noised_flow_loss, start_batches, progress=False)
+        gate0 = s.estimator.last_gate
+    for k in range(steps):
+        x0 = _two_point(seed=1000 + k)
+        s.observe_data(x0)
+        levels = s.sample(len(x0))
+        s.update(levels, _hand_noised_flow_loss(x0, levels))
+        s.step()
+    return s, info, gate0
+
+
+def test_the_gate_sees_the_data_after_a_profile_start_with_a_hand_noised_loss(caplog):
+    """issue 28 (1): data on {-0.5, +0.5} (gap 1: pivot 0.1). Without a start the gate reads 0.1. After a profile start
+    whose loss noises by hand, the start observes the (tensor) batches itself, so the gate reads 0.1 from step 0; on dict
+    batches of pixel values (which a latent model would encode first) it sees no data, says so, and the data the loop
+    shows later still reaches the gate: 0.1 again, not the 0.2 fallback for the whole run."""
+    import logging
+
+    control, _, _ = _run_two_point()
+    assert control.estimator.last_gate.source == "data" and control.estimator.last_gate.pivot == pytest.approx(0.1)
+    tensors = [_two_point(seed=k) for k in range(8)]
+    dicts = [{"pixel_values": t, "input_ids": torch.zeros(len(t), 4, dtype=torch.int64)} for t in tensors]
+    with caplog.at_level(logging.WARNING):
+        blind, blind_info, blind_gate0 = _run_two_point(dicts)
+    s, info, gate0 = _run_two_point(tensors)
+    # the data the loop shows after the start reaches the gate, whatever the start saw
+    assert blind.estimator.last_gate.source == "data" and blind.estimator.last_gate.pivot == pytest.approx(0.1)
+    assert blind.data.frozen  # frozen at the first refresh with data, on the run's data
+    assert blind_gate0.source == "fallback" and blind_gate0.pivot == pytest.approx(0.2)
+    assert blind_info["data"] == "none" and "profile start: saw no training data" in caplog.text
+    # tensor batches: the start observed them, so the gate is the data's from step 0
+    assert gate0.source == "data" and gate0.pivot == pytest.approx(0.1)
+    assert s.estimator.last_gate.source == "data" and s.estimator.last_gate.pivot == pytest.approx(0.1)
+    assert info["data"] == "batches" and s.start_record["data"] == "batches"
+
+
+def test_a_profile_start_reports_non_finite_losses_and_refuses_a_model_with_none_finite():
+    """issue 28 (2): a model that returns NaN above the edge of bin 12 of 16 (8 levels a bin, 128 in all): the 4 bins
+    above it give 32 NaN losses, warned about with the VE sigma range they lie in; they are left out and those bins
+    unfilled. A model whose every loss is NaN stops the start with one clear error, and the sampler stays on its base."""
+    s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, gate=None)
+    edge = math.exp(float(s.edges[12]))
+    good = _bayes_loss(s)
+
+    def broken(x0, levels):
+        loss = good(x0, levels)
+        return torch.where(levels.sigmas.double() > edge, torch.full_like(loss, math.nan), loss)
+
+    with pytest.warns(UserWarning, match=r"32 of 128 losses were not finite \(NaN/inf\) at VE sigma ") as caught:
+        info = start_from_model(s, broken, _batches(), progress=False)
+    lo, hi = info["nonfinite_sigma"]
+    assert info["nonfinite_losses"] == 32 and edge < lo < hi <= math.exp(float(s.edges[-1])) * (1 + 1e-6)
+    assert f"{lo:.4g} to {hi:.4g}" in str(caught[0].message)
+    assert info["filled_bins"] == 12 and bool(torch.isnan(s.estimator.m_hat[12:]).all()) and s.start_record["nonfinite_losses"] == 32
+    dead = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16)
+    with pytest.raises(ValueError, match=r"none of the losses of the profile start was finite .* \(here 128 of 128 NaN/inf"):
+        start_from_model(dead, lambda x0, lv: torch.full((len(lv),), math.nan, dtype=torch.float64), _batches(), progress=False)
+    assert not dead.is_adapted and dead.start_record is None
+
+
+def test_pi_resting_mostly_on_bins_never_measured_is_warned_about_with_the_numbers():
+    """issue 28 (3): 4 measured bins of 64 (the rest interpolated and extrapolated): the share of pi on them (summed over
+    the 4 bins by hand) is below a half, and the warning says so with the mode of pi; a pi measured in every bin is
+    silent."""
+    import warnings
+
+    s = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=1, refresh_every=1, min_count=1, gate=None)
+    bins = [40, 41, 42, 43]
+    sig = torch.exp(s.estimator.centers[bins]).repeat(4)
+    levels = s.levels_at(sig)
+    s.update(levels, torch.from_numpy(gauss_mmse(sig.numpy(), S)))
+    with pytest.warns(UserWarning, match="pi rests mostly on bins never measured: 4 of 64 bins hold a measured m_hat") as caught:
+        s.step()
+    mass = float(s.probs[bins].sum())
+    mode = int(torch.argmax(s.probs))
+    message = str(caught[0].message)
+    assert mass < 0.5 and f"carry {mass:.0%} of pi's mass" in message
+    assert f"mode is at VE sigma {math.exp(float(s.estimator.centers[mode])):.3g}" in message
+    assert s.last_refresh["measured_mass"] == pytest.approx(mass, abs=1e-12)
+    assert s.metrics()["infonoise/measured_mass"] == pytest.approx(mass, abs=1e-12)
+    full = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, gate=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        start_from_model(full, _bayes_loss(full), _batches(), progress=False)  # every bin measured
+    assert full.last_refresh["measured_mass"] == pytest.approx(1.0)
+
+
+def test_a_one_shot_iterator_of_batches_is_cycled_like_a_list():
+    """issue 28 (4): a generator that yields 2 batches serves the 4 passes of a 16-bin start by cycling them, exactly as a
+    list of the same 2 batches (re-iterated) does; an empty generator is one clear error."""
+    two = _batches(n=2)
+    a = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, gate=None)
+    b = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, gate=None)
+    info = start_from_model(a, _bayes_loss(a), (x for x in two), progress=False)
+    start_from_model(b, _bayes_loss(b), two, progress=False)
+    assert info["forward_passes"] == 4 and a.estimator.num_filled == 16 and torch.equal(a.probs, b.probs)
+    with pytest.raises(ValueError, match="batches: the iterator yielded no batch"):
+        start_from_model(make_sampler("infonoise", EDMEulerScheduler(), num_bins=16), _bayes_loss(b), iter([]), progress=False)
+
+
+def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
+    """issue 28 (8): the profile start is recorded at step 0 (choice, source, levels, passes); a later start is not; a
+    resumed sampler built by a resume command (warm-up "auto", no start applied) takes the run's record and its warm-up
+    setting (0) from the checkpoint, and the stored schedule and ``infonoise show`` say how the run began."""
+    from diffusers_infonoise.cli import main
+    from diffusers_infonoise.schedule_io import load_sampler_state, save_sampler_state
+
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, num_bins=16, refresh_every=2)
+    start_from_model(s, _bayes_loss(s), _batches(), progress=False)
+    want = {
+        "choice": "profile",
+        "source": "the pretrained model",
+        "levels": 128,
+        "samples_per_bin": 8,
+        "forward_passes": 4,
+        "filled_bins": 16,
+        "data": "loss_fn",
+        "nonfinite_losses": 0,
+        "optimizer_step": 0,
+    }
+    assert s.start_record == want and s.hyperparameters["warmup_steps"] == 0
+    for _ in range(3):
+        s.step()
+    apply_start(s, choose_start("base", s))  # after step 1: not the run's start
+    assert s.start_record == want
+    save_sampler_state(s, tmp_path / "ckpt")
+    s.save_to_scheduler(sched)
+    # a resume command's sampler (its start is not applied on a resume: the checkpoint's state is loaded instead)
+    resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, use_stored_schedule=False, num_bins=16, refresh_every=2)
+    assert resumed.start_record is None and resumed.hyperparameters["warmup_steps"] == "auto"
+    assert load_sampler_state(resumed, tmp_path / "ckpt")
+    assert resumed.start_record == want and resumed.hyperparameters["warmup_steps"] == 0
+    out = EDMEulerScheduler()
+    resumed.save_to_scheduler(out)
+    payload = read_schedule(out)
+    assert payload["start"] == want and payload["hyperparameters"]["warmup_steps"] == 0
+    out.save_pretrained(tmp_path / "sched")
+    assert main(["show", str(tmp_path / "sched")]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("start")]
+    want_line = "profile: the pretrained model's errors on 128 levels (8 a bin, 4 forward passes per process), before step 1"
+    assert line == ["  start            " + want_line]
+    # a run without a start records the base at its first step
+    base = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16)
+    base.step()
+    assert base.start_record == {"choice": "base", "optimizer_step": 0}
+
+
+def test_a_schedule_and_a_state_written_before_the_start_was_recorded_still_load(tmp_path):
+    """issue 28 (8): a payload without ``start`` loads bit for bit (the same pi), and shows as not recorded; a state without
+    ``start`` or ``warmup_setting`` loads with no record and the sampler's own warm-up setting."""
+    from diffusers_infonoise.starts import describe_start
+
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, num_bins=16)
+    start_from_model(s, _bayes_loss(s), _batches(), progress=False)
+    s.save_to_scheduler(sched)
+    old = dict(sched.config[CONFIG_KEY])
+    del old["start"]
+    sched.register_to_config(**{CONFIG_KEY: old})
+    again = InfoNoiseTrainingTimestepSampler.from_scheduler(sched)
+    assert torch.equal(again.probs, s.probs) and describe_start(read_schedule(sched).get("start")).startswith("not recorded")
+    state = s.state_dict()
+    del state["start"], state["warmup_setting"]
+    fresh = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, warmup_steps=7)
+    fresh.load_state_dict(state)
+    assert fresh.start_record is None and fresh.hyperparameters["warmup_steps"] == 7 and torch.equal(fresh.probs, s.probs)
+    with pytest.raises(ScheduleError, match="start must be null or an object"):
+        sched.register_to_config(**{CONFIG_KEY: {**old, "start": "profile"}})
+        read_schedule(sched)
+
+
+def test_a_stored_schedule_with_other_settings_names_what_differs(caplog):
+    """issue 28 (10): the log names each setting that differs, stored -> this sampler's."""
+    import logging
+
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, num_bins=16)
+    start_from_model(s, _bayes_loss(s), _batches(), progress=False)
+    s.save_to_scheduler(sched)
+    other = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, floor=0.1, smoothing=0.5)
+    with caplog.at_level(logging.INFO):
+        other.load_schedule(read_schedule(sched))
+    assert "stored schedule: settings differ (stored -> this sampler's): floor: 0.05 -> 0.1; smoothing: 1.0 -> 0.5;" in caplog.text

@@ -53,6 +53,7 @@ def _cmd_show(args) -> int:
     from .. import densities
     from ..diagnostics import allocation, load_learned_sampler, normalize_density, total_variation, window_mass
     from ..schedule_io import read_schedule
+    from ..starts import describe_start
 
     config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
     from ..schedule_io import FORMAT
@@ -89,6 +90,7 @@ def _cmd_show(args) -> int:
         + (f", snr_gamma={payload['snr_gamma']}" if payload.get("snr_gamma") is not None else ""),
         f"  training         {payload['optimizer_steps']} optimizer steps, {payload.get('num_updates', '?')} schedule updates, "
         f"adapted: {'yes' if payload.get('adapted', True) else 'no (still the base density)'}",
+        f"  start            {describe_start(payload.get('start'))}",
         f"  gate             pivot {_fmt(gate.get('pivot'))} "
         f"({gate.get('source', '?')}{': ' + gate['reason'] if gate.get('reason') else ''})",
         "  hyperparameters  " + ", ".join(f"{k}={v}" for k, v in hyper.items()),

@@ -224,7 +224,8 @@ class NonFiniteSteps:
             raise RuntimeError(
                 f"step {step}: {self.in_a_row} optimizer steps in a row had a non-finite loss or gradient and none was "
                 "applied; the weights are those of the last finite step. Likely causes: a loss weight that is infinite "
-                "at some noise level, --sigma_data <= 0, an fp16 overflow (try --mixed_precision bf16 or no), or a "
+                "at some noise level, a (pretrained) model whose output is not finite at some noise levels (a profile start "
+                "warns where), --sigma_data <= 0, an fp16 overflow (try --mixed_precision bf16 or no), or a "
                 "learning rate that is too high"
             )
 
@@ -254,13 +255,12 @@ def finish_micro_batch(
     return True
 
 
-def size_warmup_to_run(sampler, max_steps: int, start: SamplerStart | None = None) -> None:
-    """Tell an adaptive sampler the run's length (its ``"auto"`` warm-up is sized to it); before a resume,
-    which restores the warm-up the run started with. A stored or profile ``start`` skips the automatic
-    warm-up, so a run shorter than it is not warned about."""
+def size_warmup_to_run(sampler, max_steps: int) -> None:
+    """Tell an adaptive sampler the run's length (its ``"auto"`` warm-up is sized to it); before the start and a
+    resume, which may skip that warm-up or restore the one the run started with: a run shorter than its automatic
+    warm-up is warned about at the first step, once they are known."""
     if hasattr(sampler, "set_num_training_steps"):
-        adapted = start is not None and start.choice in ("stored", "profile")
-        sampler.set_num_training_steps(int(max_steps), starts_adapted=adapted)
+        sampler.set_num_training_steps(int(max_steps))
 
 
 def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
@@ -319,7 +319,7 @@ def run_training_loop(
     from tqdm.auto import tqdm
 
     _, max_steps, num_epochs = training_length(run, dataloader)
-    size_warmup_to_run(sampler, max_steps, start)
+    size_warmup_to_run(sampler, max_steps)
     global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
     if global_step > max_steps:
         raise ValueError(

@@ -26,6 +26,7 @@ __all__ = [
     "model_card_templates",
     "push_output_dir",
     "store_learned_schedule",
+    "recorded_start",
 ]
 
 
@@ -112,6 +113,16 @@ def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) ->
     if noise_scheduler.config.get(CONFIG_KEY) is not None:
         noise_scheduler.register_to_config(**{CONFIG_KEY: None})
     return False
+
+
+def recorded_start(sampler: TrainingTimestepSampler) -> tuple[str | None, str]:
+    """``(choice, what it saw in words)`` of how the run began (METHOD.md §5.9): the sampler's recorded start, kept through
+    resumes (not the start a resume command would choose), for the model card; ``(None, ...)`` when the
+    sampler has none (a fixed density) or it was not recorded."""
+    from ..starts import describe_start
+
+    record = getattr(sampler, "start_record", None)
+    return (record or {}).get("choice"), describe_start(record, with_choice=False)
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,9 @@ def save_unconditional_outputs(
     save_samples(images, os.path.join(output_dir, "samples"), alphabet=alphabet)
     desc = sampler.describe()
     repo_id = hub.repo_id or os.path.basename(os.path.abspath(output_dir))
+    # how the run began, as the sampler recorded it at step 0 (kept through resumes), not a resume command's start
+    start, start_text = recorded_start(sampler)
+    card = {**card, "start": start, "start_text": start_text}
     render_model_card(
         "unconditional.md.j2",
         os.path.join(output_dir, "README.md"),

@@ -25,7 +25,15 @@ from .loop import (
 )
 from .lora import add_lora_adapter, lora_layers
 from .monitor import show_noise_schedule
-from .outputs import HubTarget, check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
+from .outputs import (
+    HubTarget,
+    check_finite_weights,
+    push_output_dir,
+    recorded_start,
+    render_model_card,
+    save_image_grid,
+    store_learned_schedule,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -259,9 +267,9 @@ class TextToImageRun:
         self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None, validation_kwargs: dict | None = None
     ) -> dict:
         """:func:`finish_text_to_image_run`; returns ``result`` with the sampler. The card's details say where
-        the sampler started (METHOD.md §5.9)."""
+        the sampler started (METHOD.md §5.9): its record from step 0, kept through resumes."""
         if self.start is not None and hasattr(self.sampler, "load_schedule"):
-            card = {**card, "details": {**card.get("details", {}), "InfoNoise start": self.start.choice}}
+            card = {**card, "details": {**card.get("details", {}), "InfoNoise start": "{}: {}".format(*recorded_start(self.sampler))}}
         finish_text_to_image_run(
             self.accelerator,
             self.cfg,
