@@ -26,6 +26,10 @@ __all__ = [
 
 
 _DEFAULT_WARMUP_STEPS = 500  # when the run's length is unknown (METHOD.md §5.2)
+#: the automatic memory (docs/METHOD.md §5.10): an eighth of the run, at least the steps that bring
+#: ``min_count`` samples a bin on average, at least one refresh, at most 500 steps (the former EMA's memory)
+MEMORY_FRACTION = 1 / 8
+MAX_MEMORY_STEPS = 500
 
 
 #: every hyperparameter an adaptive sampler takes (the settings above plus how statistics are collected)
@@ -34,6 +38,7 @@ _ADAPTIVE_KEYS = frozenset(SCHEDULE_SETTINGS) | {
     "num_training_steps",
     "refresh_every",
     "ema_decay",
+    "memory",
     "min_count",
     "base",
 }
@@ -69,7 +74,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         warmup_steps: int | str = "auto",
         num_training_steps: int | None = None,
         refresh_every: int = 50,
-        ema_decay: float = 0.9,
+        ema_decay: float | None = None,
+        memory: int | float | str = "auto",
         min_count: int = 8,
         smoothing: float = 1.0,
         floor: float = 0.05,
@@ -79,6 +85,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         gate_fallback: float = 0.2,
         mmse_cap: float | str | None = None,
         temperature: float = 1.0,
+        clean_end_bound: bool = True,
     ):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
         for arg, value, ok, accepted in (
@@ -96,6 +103,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "None or an int >= 1",
             ),
             ("refresh_every", refresh_every, _is_int(refresh_every) and refresh_every >= 1, "an int >= 1"),
+            (
+                "memory",
+                memory,
+                memory == "auto"
+                or (isinstance(memory, (int, float)) and not isinstance(memory, bool) and math.isfinite(memory) and memory > 0),
+                "'auto' (sized to the run, docs/METHOD.md 5.10) or a finite number of optimizer steps > 0",
+            ),
             (
                 "temperature",
                 temperature,
@@ -125,11 +139,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.estimator = ProfileEstimator(
             edges,
             ema_decay=ema_decay,
+            memory=MAX_MEMORY_STEPS if memory == "auto" else float(memory),
             min_count=min_count,
             smoothing=smoothing,
             gate=gate,
             gate_fallback=gate_fallback,
             mmse_cap=None if mmse_cap in (None, "auto") else float(mmse_cap),
+            clean_end_bound=clean_end_bound,
         )
         self.refresh_every, self.floor, self.floor_space = refresh_every, float(floor), floor_space
         self.temperature = float(temperature)
@@ -143,6 +159,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "warmup_steps": warmup_steps,
             "refresh_every": refresh_every,
             "ema_decay": ema_decay,
+            "memory": memory,
             "min_count": min_count,
             "smoothing": smoothing,
             "floor": floor,
@@ -151,7 +168,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "gate_fallback": gate_fallback,
             "mmse_cap": mmse_cap if mmse_cap in (None, "auto") else float(mmse_cap),
             "temperature": float(temperature),
+            "clean_end_bound": clean_end_bound,
         }
+        self._memory_setting = memory
+        self.samples_trained = 0.0  # samples (all processes) folded in by the refreshes of training steps
         self.warmup_steps = self._resolved_warmup()
         self._warned: set[str] = set()
         self._warmup_checked = False  # the short-run check of the first step() (_check_warmup_fits)
@@ -171,6 +191,20 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if self._warmup_setting == "auto":
             return default_warmup_steps(self.num_training_steps, self.refresh_every)
         return int(self._warmup_setting)
+
+    def memory_steps(self) -> float:
+        """H, the memory of the estimate in optimizer steps (docs/METHOD.md §5.10): an explicit ``memory``, or
+        ``"auto"``: an eighth of ``num_training_steps``, raised to the steps that bring ``K·min_count`` samples at
+        the rate measured so far (samples a step, all processes), kept between ``refresh_every`` and 500 steps
+        (500 when the run's length is unknown: the former EMA's memory, β = 0.9 a refresh every 50 steps)."""
+        if self._memory_setting != "auto":
+            return float(self._memory_setting)
+        steps = self.num_training_steps
+        horizon = float(MAX_MEMORY_STEPS) if steps is None else steps * MEMORY_FRACTION
+        if self.samples_trained > 0 and self.optimizer_step > 0:
+            rate = self.samples_trained / self.optimizer_step
+            horizon = max(horizon, self.estimator.num_bins * self.estimator.min_count / rate)
+        return float(min(MAX_MEMORY_STEPS, max(self.refresh_every, horizon)))
 
     def set_num_training_steps(self, num_training_steps: int) -> None:
         """Tell the sampler how many optimizer steps the run has: an ``"auto"`` warm-up is sized to it
@@ -361,7 +395,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.data.merge()
             return
         self._resolve_data_statistics()
-        self.estimator.refresh()
+        self.estimator.refresh(self.optimizer_step, memory=self.memory_steps())
+        self.samples_trained += self.estimator.last_window_count
         if self.estimator.num_outside:
             lo, hi = (math.exp(float(e)) for e in (self.edges[0], self.edges[-1]))
             self._warn_once(
@@ -435,7 +470,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         est.ema_decay = old[0] if ema_decay is None else float(ema_decay)
         est.min_count = old[1] if min_count is None else int(min_count)
         try:
-            est.refresh()
+            est.refresh(self.optimizer_step, memory=self.memory_steps())
         finally:
             est.ema_decay, est.min_count = old
         if not self.estimator.is_ready or self.optimizer_step < self.warmup_steps:
@@ -488,6 +523,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 # the warm-up setting as saved (0 after a start that skipped the automatic one): not the resume command's
                 "warmup_setting": self.hyperparameters["warmup_steps"],
                 "start": None if self.start_record is None else dict(self.start_record),
+                "samples_trained": self.samples_trained,
                 "data": {
                     **self.data.state_dict(),
                     "mmse_cap": self.estimator.mmse_cap,
@@ -535,6 +571,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         # how the run started, not how this (resume) command would have: None in states written before it was recorded
         start = state.get("start")
         self.start_record = dict(start) if isinstance(start, dict) else None
+        # states written before the discounted mean (§5.10) have no count of training samples: every sample then
+        self.samples_trained = float(state.get("samples_trained", float(self.estimator.total_counts.sum())))
         data = state.get("data")
         if isinstance(data, dict):  # states written before the data statistics have none
             self.data.load_state_dict(data)

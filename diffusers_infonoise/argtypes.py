@@ -17,6 +17,9 @@ __all__ = [
     "gate_arg",
     "mmse_cap_arg",
     "warmup_arg",
+    "memory_arg",
+    "ema_decay_arg",
+    "bool_arg",
 ]
 
 
@@ -96,3 +99,36 @@ def warmup_arg(value: str):
     if v < 0:
         raise argparse.ArgumentTypeError(f"accepted values: 'auto' or an int >= 0, got {value!r}")
     return v
+
+
+def memory_arg(value: str):
+    """``--infonoise_memory``: ``auto`` or a number of optimizer steps > 0."""
+    if value == "auto":
+        return value
+    try:
+        return positive_float(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number of optimizer steps > 0, got {value!r}") from None
+
+
+def ema_decay_arg(value: str):
+    """``--infonoise_ema_decay``: ``none`` (the discounted mean) or a float in [0, 1)."""
+    if value.lower() == "none":
+        return None
+    try:
+        beta = float(value)
+    except ValueError:
+        beta = math.nan
+    if not 0.0 <= beta < 1.0:
+        raise argparse.ArgumentTypeError(f"must be 'none' or a float in [0, 1), got {value!r}")
+    return beta
+
+
+def bool_arg(value: str) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``)."""
+    v = value.lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be true or false, got {value!r}")

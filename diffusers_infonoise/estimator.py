@@ -6,14 +6,19 @@ x0-space error ``e`` the training loop already computes. At each refresh it
 1. takes the bin statistics :meth:`ProfileEstimator.merge` summed across all processes
    (``torch.distributed`` when initialised; merged at every optimizer step, where every rank meets,
    so that the state any one rank holds is complete),
-2. updates ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count`` new samples
-   (β = ``ema_decay`` is the weight on the old value; a bin's first value is taken as is); a bin
-   with fewer keeps its sums and counts open into the next refresh (§5.4 carry-over: no sample is
-   thrown away, which is what lets a batch-1 run adapt),
+2. folds them into m̂ with a memory measured in optimizer steps (docs/METHOD.md §5.10, the default):
+   every sample is weighted by ``exp(−age/H)``, so ``m̂_k`` is the time-discounted mean of bin k's
+   errors with horizon H (``memory``), weighted by how many samples each refresh brought; a bin is
+   first filled once it holds ``min_count`` samples and keeps them open until then (§5.4 carry-over:
+   no sample is thrown away, which is what lets a batch-1 run adapt). With ``ema_decay`` β given,
+   the former rule instead: ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count``
+   new samples (a bin's first value taken as is),
 3. interpolates bins never filled (linearly in log σ, on log m̂; see ``filled_m_hat`` for the
    ends) and smooths log m̂ with a
    Gaussian kernel of ``smoothing`` bins (both ours),
-4. forms ``q_k = m̂_k/σ_k²``, the entropy rate per unit log σ (I-MMSE: ``dH/dσ = mmse/σ³``),
+4. bounds m̂ by the Bayes MMSE's bounds, ``min(m̂, σ², V)`` (the identity predictor and the constant
+   predictor, docs/METHOD.md §5.10 and §5.4), and forms ``q_k = m̂_k/σ_k²``, the entropy rate per unit
+   log σ (I-MMSE: ``dH/dσ = mmse/σ³``), at most 1 at the clean end,
 5. gates the clean end, ``r = q·σⁿ/(σⁿ + cⁿ)`` with n = 3, c pinned, from the data's value grid,
    or from the profile (§5.5; :meth:`ProfileEstimator.resolve_gate`),
 6. returns ``ρ̂ = r/∫r`` per unit log σ.
@@ -61,14 +66,20 @@ __all__ = [
 
 
 class ProfileEstimator:
-    """Binned EMA estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
+    """Binned, time-discounted estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
 
     Args:
         edges: (K+1,) increasing bin edges in log σ (VE σ). Samples outside them are left out and
             counted (``num_outside``), except σ = +inf with ``top_includes_inf`` (a zero-terminal-SNR
             VP step, clamped into the top bin, METHOD.md §5.1).
-        ema_decay: β, the weight on the old value in ``m̂ ← β·m̂ + (1 − β)·mean`` (METHOD.md §5.4).
-        min_count: bins with fewer new samples keep their value at a refresh.
+        ema_decay: ``None`` (default): the discounted mean with horizon ``memory`` (docs/METHOD.md §5.10). A
+            float β in [0, 1): the former rule, ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (METHOD.md §5.4).
+        memory: H, the horizon of the discounted mean in optimizer steps (a sample ``a`` steps old weighs
+            ``exp(−a/H)``); the default for :meth:`refresh` calls that do not give their own.
+        min_count: samples a bin needs before its first value; until then they stay open (carry-over).
+        clean_end_bound: the clean end of docs/METHOD.md §5.10: bound m̂ by ``σ²`` per element (VE σ), the
+            error of the identity predictor ``x̂0 = x_σ``, so q = m̂/σ² ≤ 1 (assumes the per-sample loss is a
+            mean over elements, as the ``V`` cap does). ``False``: the former profile (comparison only).
         smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
         gate: the clean-end gate of METHOD.md §5.5: a float pivot c (VE σ), ``None`` for no gate, or
             a rule: ``"data"``: c = a tenth of the smallest gap between the data's values
@@ -88,12 +99,14 @@ class ProfileEstimator:
         self,
         edges: torch.Tensor,
         *,
-        ema_decay: float = 0.9,
+        ema_decay: float | None = None,
+        memory: float = 500.0,
         min_count: int = 8,
         smoothing: float = 1.0,
         gate: str | float | None = "auto",
         gate_fallback: float = 0.2,
         mmse_cap: float | None = None,
+        clean_end_bound: bool = True,
     ):
         edges = torch.as_tensor(edges, dtype=torch.float64).flatten()
         if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
@@ -102,8 +115,14 @@ class ProfileEstimator:
         def real(x) -> bool:  # a finite int/float, not a bool or a string
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-        if not (real(ema_decay) and 0.0 <= ema_decay < 1.0):
-            raise ValueError(f"ema_decay: must be a float in [0, 1), got {ema_decay!r}")
+        if not (ema_decay is None or (real(ema_decay) and 0.0 <= ema_decay < 1.0)):
+            raise ValueError(
+                f"ema_decay: must be None (the discounted mean of docs/METHOD.md 5.10) or a float in [0, 1), got {ema_decay!r}"
+            )
+        if not (real(memory) and memory > 0):
+            raise ValueError(f"memory: must be a finite float > 0 (optimizer steps), got {memory!r}")
+        if not isinstance(clean_end_bound, bool):
+            raise ValueError(f"clean_end_bound: must be True or False, got {clean_end_bound!r}")
         if not (isinstance(min_count, int) and not isinstance(min_count, bool) and min_count >= 1):
             raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
         if not (real(smoothing) and 0 <= smoothing <= 64):
@@ -119,7 +138,9 @@ class ProfileEstimator:
             raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {mmse_cap!r}")
         self.mmse_cap = None if mmse_cap is None else float(mmse_cap)
         self.edges = edges
-        self.ema_decay = float(ema_decay)
+        self.ema_decay = None if ema_decay is None else float(ema_decay)
+        self.memory = float(memory)
+        self.clean_end_bound = clean_end_bound
         self.min_count = int(min_count)
         self.smoothing = float(smoothing)
         self.gate = gate if gate is None or isinstance(gate, str) else float(gate)
@@ -143,6 +164,10 @@ class ProfileEstimator:
         self.carry_sums = torch.zeros(k, dtype=torch.float64)
         self.carry_counts = torch.zeros(k, dtype=torch.float64)
         self.m_hat = torch.full((k,), math.nan, dtype=torch.float64)  # NaN = never filled
+        # the discounted sample count behind each m̂_k (Σ exp(−age/H) over its samples; §5.10)
+        self.m_weight = torch.zeros(k, dtype=torch.float64)
+        self.last_refresh_step = 0  # the optimizer step of the last refresh (ages are counted from it)
+        self.last_window_count = 0.0  # samples (all processes) the last refresh folded in
         self.total_counts = torch.zeros(k, dtype=torch.float64)
         self.num_nonfinite = 0
         self.num_outside = 0
@@ -243,13 +268,21 @@ class ProfileEstimator:
         self.counts = torch.zeros_like(self.counts)
 
     # -- refresh ----------------------------------------------------------------------------
-    def refresh(self) -> torch.Tensor:
+    def refresh(self, step: int | None = None, *, memory: float | None = None) -> torch.Tensor:
         """Fold the bin statistics of every process into ``m̂`` (:meth:`merge` first: a collective).
 
-        Bins with at least ``min_count`` samples (this window's plus those carried over) update m̂
-        and are reset; the others keep their summed statistics open into the next refresh, so no
-        sample is ever thrown away (METHOD.md §5.4). The carried sums are already summed over
-        processes and are not reduced again.
+        Discounted mean (``ema_decay=None``, docs/METHOD.md §5.10): the weights behind every filled bin
+        decay by ``γ = exp(−(step − last_step)/H)`` (H = ``memory``, else :attr:`memory`), then each filled
+        bin with new samples takes ``m̂ ← (γ·W·m̂ + Σe)/(γ·W + n)``, ``W ← γ·W + n``; a bin not filled yet
+        takes its first value once it holds ``min_count`` samples (this window's plus those carried over),
+        and keeps them open until then, so no sample is ever thrown away (METHOD.md §5.4). Without a
+        ``step`` nothing decays (a plain running mean). With ``ema_decay`` β: bins with at least
+        ``min_count`` samples take ``m̂ ← β·m̂ + (1 − β)·mean`` (the first value as is), the others carry
+        their samples over. The carried sums are already summed over processes and are not reduced again.
+
+        Args:
+            step: the optimizer step of this refresh (ages are counted in optimizer steps).
+            memory: H for this refresh (optimizer steps); default :attr:`memory`.
 
         Returns:
             (K,) bool mask of the bins that were updated.
@@ -261,15 +294,30 @@ class ProfileEstimator:
         self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
         self._nonfinite_open, self._outside_open = self._nonfinite_open.cpu(), self._outside_open.cpu()
         self.total_counts += window_counts
+        self.last_window_count = float(window_counts.sum())
         sums, counts = window_sums + self.carry_sums, window_counts + self.carry_counts
         means = sums / counts.clamp_min(1)
-        update = (counts >= self.min_count) & (counts > 0)
-        first = update & torch.isnan(self.m_hat)
-        ema = update & ~first
+        filled = ~torch.isnan(self.m_hat)
+        first = ~filled & (counts >= self.min_count) & (counts > 0)
+        if self.ema_decay is None:
+            horizon = self.memory if memory is None else float(memory)
+            age = 0 if step is None else max(0, int(step) - self.last_refresh_step)
+            self.m_weight = self.m_weight * math.exp(-age / horizon)
+            ema = filled & (counts > 0)
+            weight = self.m_weight[ema] + counts[ema]
+            self.m_hat[ema] = (self.m_weight[ema] * self.m_hat[ema] + sums[ema]) / weight
+            self.m_weight[ema] = weight
+        else:  # the former rule: one EMA step a refresh, in bins with min_count new samples
+            ema = filled & (counts >= self.min_count) & (counts > 0)
+            self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
+            self.m_weight[ema] = counts[ema]
         self.m_hat[first] = means[first]
-        self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
+        self.m_weight[first] = counts[first]
+        update = first | ema
         self.carry_sums = torch.where(update, torch.zeros_like(sums), sums)
         self.carry_counts = torch.where(update, torch.zeros_like(counts), counts)
+        if step is not None:
+            self.last_refresh_step = int(step)
         self.num_refreshes += 1
         return update
 
@@ -278,8 +326,9 @@ class ProfileEstimator:
 
         On this estimator's grid it is taken as it is (NaN = a bin never filled); on another grid (another
         K or σ range, or another path's, all on VE log σ) ln m̂ of the filled bins is interpolated linearly
-        in log σ onto this grid's bin centres, flat beyond its ends. Open and carried statistics are
-        cleared; the EMA continues from this m̂.
+        in log σ onto this grid's bin centres between its first and last filled centre; bins beyond stay
+        unfilled (docs/METHOD.md §5.10). Open and carried statistics are
+        cleared; the estimate continues from this m̂, which weighs as ``min_count`` samples a bin.
 
         Args:
             edges: (K'+1,) increasing log-σ edges (VE σ) of the stored grid. m_hat: (K',) x0-space errors.
@@ -307,12 +356,18 @@ class ProfileEstimator:
                     f"{float(self.edges[-1]):.4g}]: nothing to start from"
                 )
             y = torch.log(m_hat[filled].clamp_min(1e-300))
-            new = torch.exp(_interp_flat(self.centers, centres, y))
+            # beyond the stored estimate's ends nothing was measured: those bins stay unfilled and are treated as
+            # any bin never filled (filled_m_hat, profile), not extended flat (a flat m̂ makes q grow as 1/σ²)
+            inside = (self.centers >= centres[0]) & (self.centers <= centres[-1])
+            new = torch.where(inside, torch.exp(_interp_flat(self.centers, centres, y)), torch.full_like(self.centers, math.nan))
         self.m_hat = new
         k = self.num_bins
         zeros = lambda: torch.zeros(k, dtype=torch.float64)  # noqa: E731
         self.sums, self.counts, self.merged_sums, self.merged_counts = zeros(), zeros(), zeros(), zeros()
         self.carry_sums, self.carry_counts, self.total_counts = zeros(), zeros(), zeros()
+        # a stored estimate weighs as a bin just filled (min_count samples): this run's losses replace it at
+        # the rate they arrive, within about one memory (docs/METHOD.md §5.10)
+        self.m_weight = torch.where(torch.isnan(new), zeros(), torch.full((k,), float(self.min_count), dtype=torch.float64))
         self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
         return not same
 
@@ -340,7 +395,11 @@ class ProfileEstimator:
         return int((~torch.isnan(self.m_hat)).sum()) >= 2
 
     def filled_m_hat(self) -> torch.Tensor:
-        """(K,) ``m̂`` with unfilled bins interpolated linearly in log σ on log m̂, then smoothed.
+        """(K,) ``m̂`` with unfilled bins filled: interpolated linearly in log σ on log m̂ between the lowest and
+        the highest filled bin, that range smoothed, then extended beyond it from its smoothed ends by the limits
+        of METHOD.md §2 (below: m̂ ∝ σ², q = m̂/σ² constant, the continuous-data limit, which the gate trims for
+        discrete data; above: m̂ constant, → Var(x0) as σ → ∞). Smoothing before extending keeps every bin
+        beyond the measured range at or below what its nearest measured bin reads (docs/METHOD.md §5.10).
 
         Raises:
             RuntimeError: before two bins hold an estimate.
@@ -349,23 +408,25 @@ class ProfileEstimator:
             raise RuntimeError("the profile has fewer than two filled bins; call refresh() after update()s first")
         x = self.centers
         known = ~torch.isnan(self.m_hat)
-        y = torch.log(self.m_hat.clamp_min(1e-300))
-        xk, yk = x[known], y[known]
-        # Linear interpolation inside the filled range. Outside it, the limits of METHOD.md §2:
-        # below, m̂ ∝ σ² (q = m̂/σ² constant, the continuous-data limit; the gate trims it for
-        # discrete data); above, m̂ constant (→ Var(x0) as σ → ∞).
-        j = torch.searchsorted(xk, x).clamp(1, xk.numel() - 1)
-        t = ((x - xk[j - 1]) / (xk[j] - xk[j - 1])).clamp(0, 1)
-        inner = yk[j - 1] + t * (yk[j] - yk[j - 1])
-        inner = torch.where(x < xk[0], yk[0] + 2.0 * (x - xk[0]), inner)
-        y = torch.where(known, y, inner)
-        if self.smoothing > 0:
-            y = _gaussian_smooth(y, self.smoothing)
+        idx = torch.nonzero(known).flatten()
+        lo, hi = int(idx[0]), int(idx[-1])
+        xk, yk = x[known], torch.log(self.m_hat[known].clamp_min(1e-300))
+        inner = x[lo : hi + 1]
+        j = torch.searchsorted(xk, inner).clamp(1, xk.numel() - 1)
+        t = ((inner - xk[j - 1]) / (xk[j] - xk[j - 1])).clamp(0, 1)
+        y_in = yk[j - 1] + t * (yk[j] - yk[j - 1])
+        if self.smoothing > 0 and y_in.numel() > 1:
+            y_in = _gaussian_smooth(y_in, self.smoothing)
+        y = torch.empty_like(x)
+        y[lo : hi + 1] = y_in
+        y[:lo] = y_in[0] + 2.0 * (x[:lo] - x[lo])
+        y[hi + 1 :] = y_in[-1]
         return torch.exp(y)
 
     def profile(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(rho_hat, q)``: the gated, normalised entropy-rate density per unit log σ and the ungated
-        ``q = m̂/σ²`` (both (K,), on the bin centres). Records the gate decision in ``last_gate``.
+        ``q = min(m̂, V, σ²)/σ²`` (both (K,), on the bin centres; V with ``mmse_cap``, σ² with ``clean_end_bound``).
+        Records the gate decision in ``last_gate``.
         """
         m = self.filled_m_hat()
         if self.mmse_cap is not None:
@@ -373,6 +434,10 @@ class ProfileEstimator:
             # it); an ε- or v-model's residual error times the σ² conversion can (METHOD.md §2, §3)
             m = m.clamp(max=self.mmse_cap)
         sig = torch.exp(self.centers)
+        if self.clean_end_bound:
+            # nor the identity predictor's error σ² per element (docs/METHOD.md §5.10): above it is model
+            # error or a guess in bins never measured, and q = m̂/σ² would grow as 1/σ² toward σ_min
+            m = torch.minimum(m, sig**2)
         q = m / sig**2
         self.last_gate = self.resolve_gate(sig, m)
         r = gated_shape(sig, q, self.last_gate.pivot)
@@ -419,6 +484,8 @@ class ProfileEstimator:
             "carry_sums": self.carry_sums.clone(),
             "carry_counts": self.carry_counts.clone(),
             "m_hat": self.m_hat.clone(),
+            "m_weight": self.m_weight.clone(),
+            "last_refresh_step": self.last_refresh_step,
             "total_counts": self.total_counts.clone(),
             "num_nonfinite": self.num_nonfinite,
             "num_outside": self.num_outside,
@@ -428,9 +495,17 @@ class ProfileEstimator:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` output, on every rank alike: its open sums become the merged
         ones (they are already summed over processes and are not reduced again). States written
-        before the carry-over (§5.4) have no ``carry_*`` entries and load with nothing carried."""
-        state = {"carry_sums": torch.zeros(self.num_bins), "carry_counts": torch.zeros(self.num_bins), **state}
-        for key in ("sums", "counts", "carry_sums", "carry_counts", "m_hat", "total_counts"):
+        before the carry-over (§5.4) have no ``carry_*`` entries and load with nothing carried; states written
+        before the discounted mean (§5.10) have no ``m_weight``: each filled bin then weighs ``min_count``."""
+        m_hat = torch.as_tensor(state["m_hat"], dtype=torch.float64)
+        legacy_weight = torch.where(torch.isnan(m_hat), 0.0, float(self.min_count)) if m_hat.ndim == 1 else m_hat
+        state = {
+            "carry_sums": torch.zeros(self.num_bins),
+            "carry_counts": torch.zeros(self.num_bins),
+            "m_weight": legacy_weight,
+            **state,
+        }
+        for key in ("sums", "counts", "carry_sums", "carry_counts", "m_hat", "m_weight", "total_counts"):
             value = torch.as_tensor(state[key], dtype=torch.float64)
             if value.shape != (self.num_bins,):
                 raise ValueError(f"state_dict[{key!r}]: expected shape ({self.num_bins},), got {tuple(value.shape)}")
@@ -446,6 +521,7 @@ class ProfileEstimator:
         self.num_nonfinite = int(state["num_nonfinite"])
         self.num_outside = int(state.get("num_outside", 0))
         self.num_refreshes = int(state["num_refreshes"])
+        self.last_refresh_step = int(state.get("last_refresh_step", 0))
 
 
 #: levels this far outside the grid (in log σ) still count as inside: float32 rounding of the edges

@@ -73,9 +73,15 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             is unknown (:func:`default_warmup_steps`).
         num_training_steps: the run's optimizer steps, if known (also :meth:`set_num_training_steps`).
         refresh_every: optimizer steps between refreshes (default 50).
-        ema_decay: β, weight on the old bin value (default 0.9).
-        min_count: samples a bin needs to be updated at a refresh (default 8); a bin with fewer keeps
-            them open into the next refresh (§5.4).
+        memory: H, the memory of the estimate in optimizer steps: a loss ``a`` steps old weighs
+            ``exp(−a/H)`` in its bin's mean (docs/METHOD.md §5.10). ``"auto"`` (default): an eighth of
+            ``num_training_steps``, at least the steps that bring ``num_bins·min_count`` samples at the
+            measured rate, between ``refresh_every`` and 500 (500 when the run's length is unknown);
+            :meth:`memory_steps` gives the value in force.
+        ema_decay: ``None`` (default): the memory above. A float β in [0, 1): the former rule instead,
+            ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (0.9 was the default before 0.3; kept to compare with).
+        min_count: samples a bin needs before its first value (default 8); until then they stay open
+            into the next refresh (§5.4).
         smoothing: Gaussian kernel width in bins on log m̂ (default 1.0; 0 disables).
         gate: the clean-end gate (§5.5): ``"auto"`` (default; the pivot is a tenth of the smallest gap
             between the values of the data given to :meth:`add_noise`/:meth:`observe_data`: 0.2 for
@@ -94,6 +100,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             0.53 on binarized digits, DDPM-ε), and ``π ∝ ρ̂/w`` with ``w = 1/σ²`` then puts >90% of
             the draws at σ > 30 (§5.4).
         floor: η, the floor's share of the effective allocation (default 0.05, §5.7).
+        clean_end_bound: bound m̂ by σ² per element (VE σ), the identity predictor's x0 error, so that
+            q = m̂/σ² ≤ 1 at the clean end (default True, docs/METHOD.md §5.10; assumes a per-sample loss
+            that is a mean over elements). ``False``: the former profile (comparison only).
         temperature: τ of a tempered target, ``φ ∝ ρ̂^τ`` (default 1: the entropy rate itself, the method; τ < 1
             widens the allocation, a variant of the margin study of issue 24, docs/METHOD.md §5).
         floor_space: ``"phi"`` (default): ``φ ← (1 − η)·ρ̂ + η·φ_base``, then ``π ∝ φ/w``; ``"pi"``:
@@ -264,7 +273,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 schedule's (with its ``snr_gamma``) when there is one, else
                 :func:`default_loss_weighting` (``"edm"`` on EDM schedulers, ``"none"`` elsewhere).
             snr_gamma, **kwargs: see the class docstring. With a stored schedule, every setting of
-                :data:`SCHEDULE_SETTINGS` (and the base, ``refresh_every``, ``ema_decay``,
+                :data:`SCHEDULE_SETTINGS` (and the base, ``refresh_every``, ``ema_decay``, ``memory``,
                 ``min_count``) not given here is the stored one, so that ``from_scheduler(scheduler)``
                 reproduces the stored π exactly; an explicit argument is the only way to change one.
             mu: dynamic-shift ``mu`` for flow schedulers with ``use_dynamic_shifting=True``.

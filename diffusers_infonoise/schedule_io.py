@@ -201,17 +201,27 @@ def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
 #: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
 #: schedule rebuilds its sampler with them (:func:`stored_settings`) and a sampler with other values
 #: rebuilds π from the stored m̂ (:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`).
-SCHEDULE_SETTINGS = ("num_bins", "smoothing", "floor", "floor_space", "gate", "gate_fallback", "mmse_cap", "temperature")
+SCHEDULE_SETTINGS = (
+    "num_bins",
+    "smoothing",
+    "floor",
+    "floor_space",
+    "gate",
+    "gate_fallback",
+    "mmse_cap",
+    "temperature",
+    "clean_end_bound",
+)
 #: what a payload written before a setting existed had: its value then
-_SETTING_BEFORE = {"temperature": 1.0}
+_SETTING_BEFORE = {"temperature": 1.0, "clean_end_bound": False}
 
 
 def stored_settings(payload: dict) -> dict:
     """The keyword arguments that rebuild the sampler of a (validated) payload: every
-    :data:`SCHEDULE_SETTINGS` entry, the statistics settings (``refresh_every``, ``ema_decay``,
-    ``min_count``) and the base density it records."""
-    hp = payload.get("hyperparameters") or {}
-    out = {k: hp[k] for k in (*SCHEDULE_SETTINGS, "refresh_every", "ema_decay", "min_count") if k in hp}
+    :data:`SCHEDULE_SETTINGS` entry (a setting the payload predates: its value then), the statistics settings
+    (``refresh_every``, ``ema_decay``, ``memory``, ``min_count``) and the base density it records."""
+    hp = {**_SETTING_BEFORE, **(payload.get("hyperparameters") or {})}
+    out = {k: hp[k] for k in (*SCHEDULE_SETTINGS, "refresh_every", "ema_decay", "memory", "min_count") if k in hp}
     out["num_bins"] = len(payload["pi"])
     base = payload.get("base")
     if isinstance(base, dict) and isinstance(base.get("name"), str):

@@ -262,7 +262,8 @@ def test_ema_weight_on_old_value_two_refreshes_by_hand():
 
 
 def test_sampler_pi_is_q_over_w_after_ema_by_hand():
-    """Whole chain on exact bin centres: m̂ = β·m1 + (1 − β)·m2, q = m̂/σ², π ∝ q/w (no gate, floor 0)."""
+    """Whole chain on exact bin centres: m̂ = β·m1 + (1 − β)·m2, q = m̂/σ², π ∝ q/w (no gate, floor 0; m2 = σ³
+    exceeds the clean-end bound σ² above σ = 1, so the bound is off here and tested on its own)."""
     beta = 0.6
     for pred, weighting in (("sample", "none"), ("epsilon", "none"), ("sample", "edm")):
         sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
@@ -277,6 +278,7 @@ def test_sampler_pi_is_q_over_w_after_ema_by_hand():
             smoothing=0.0,
             gate=None,
             floor=0.0,
+            clean_end_bound=False,
         )
         edges = np.linspace(math.log(0.002), math.log(80.0), 17)
         sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
@@ -453,9 +455,10 @@ def test_paper_gate_at_or_above_mode_falls_back(profile):
 
 
 def test_paper_gate_accepted_below_the_mode():
-    # continuous clean end (q → D) plus a dominant bump at σ ≈ 20: m̂/σ³ falls below p between them
+    # continuous clean end (q → D) plus a dominant bump at σ ≈ 20: m̂/σ³ falls below p between them (scaled so
+    # that q ≤ 1, the clean-end bound of METHOD.md §5.10; the rule is scale-free)
     x = np.log(SIG)
-    q = 1.0 + 6.0 * np.exp(-0.5 * ((x - math.log(20.0)) / 0.3) ** 2)
+    q = (1.0 + 6.0 * np.exp(-0.5 * ((x - math.log(20.0)) / 0.3) ** 2)) / 7.0
     m = q * SIG**2
     per = m / SIG**3
     c_hand = SIG[np.nonzero(per / per.max() >= 0.002)[0].max()]
@@ -546,3 +549,116 @@ def test_pinned_gate_far_above_the_grid_normalises_in_log_space():
     np.testing.assert_allclose(rho.numpy(), r / (r * float(GRID[1] - GRID[0])).sum(), rtol=1e-8)
     # an ordinary pinned pivot gives the hand formula exactly as before
     np.testing.assert_allclose(_estimator_with(m, gate=0.3).profile()[0].numpy(), _hand_rho(m, 0.3), rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tracking the model a run trains (docs/METHOD.md §5.10)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_discounted_mean_by_hand():
+    """m̂ is the mean of a bin's errors weighted by exp(−age/H), age in optimizer steps: two refreshes, by hand."""
+    edges = torch.linspace(0.0, 3.0, 4, dtype=F64)
+    est = ProfileEstimator(edges, min_count=2, smoothing=0.0, gate=None, memory=20.0)
+    est.accumulate(torch.tensor([0.5] * 4 + [1.5] * 3, dtype=F64), torch.tensor([1.0, 2.0, 3.0, 2.0, 5.0, 5.0, 5.0], dtype=F64))
+    est.refresh(10)  # bin 0: mean 2 of 4 samples; bin 1: mean 5 of 3
+    est.accumulate(torch.tensor([0.5, 0.5, 2.5], dtype=F64), torch.tensor([8.0, 6.0, 1.0], dtype=F64))
+    updated = est.refresh(30)  # 20 steps later: the first refresh's samples weigh e^-1
+    g = math.exp(-1.0)
+    assert est.m_hat[0].item() == pytest.approx((g * 4 * 2.0 + 8.0 + 6.0) / (g * 4 + 2), rel=1e-12)
+    assert est.m_weight[0].item() == pytest.approx(g * 4 + 2, rel=1e-12)
+    # bin 1 got nothing: its value stays, its weight decays; bin 2 holds 1 < min_count sample: carried, not filled
+    assert est.m_hat[1].item() == 5.0 and est.m_weight[1].item() == pytest.approx(3 * g, rel=1e-12)
+    assert math.isnan(est.m_hat[2].item()) and est.carry_counts[2].item() == 1.0
+    assert updated.tolist() == [True, False, False]
+
+
+def test_automatic_memory_is_sized_to_the_run_and_to_the_samples_by_hand():
+    """H = an eighth of the run, at least the steps that bring K·min_count samples, between refresh_every and 500."""
+
+    def memory(num_training_steps, batch, steps=50):
+        s = InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler(), num_training_steps=num_training_steps)
+        for _ in range(steps):
+            lv = s.sample(batch)
+            s.update(lv, torch.full((batch,), 0.1))
+            s.step()
+        return s.memory_steps()
+
+    assert memory(400, 64) == 50.0  # 400/8 = 50 > 64·8/64 = 8
+    assert memory(4000, 64) == 500.0  # 4000/8 = 500
+    assert memory(400, 2) == 256.0  # 64·8/2 = 256 samples' worth > 400/8
+    assert memory(1000, 1) == 500.0  # 64·8/1 = 512, capped at 500
+    assert memory(None, 64) == 500.0  # unknown length: the former EMA's memory
+    assert memory(80, 64) == 50.0  # at least one refresh (80/8 = 10 < refresh_every)
+
+
+@pytest.mark.parametrize("scale", [0.25, 4.0])
+def test_the_estimate_follows_a_model_whose_window_moves(scale):
+    """A fine-tune onto data of another scale, with Bayes-optimal errors: two-point data ±1 for 100 steps, then ±a
+    (mmse_a(σ) = a²·mmse_1(σ/a), METHOD.md §2) for 300. Each per-sample error scatters around its MMSE (exponential
+    with mean 1). At the end of the 400-step run the discounted estimate (H = 50) is within TV 0.06 of the analytic ρ of
+    the new data, while the former EMA (β = 0.9 a refresh) still describes the old data more than the new."""
+
+    def final_rho(**kw):
+        s = InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler(), gate=None, num_training_steps=400, **kw)
+        s.manual_seed(0)
+        rng = np.random.default_rng(0)
+        for step in range(1, 401):
+            a = 1.0 if step <= 100 else scale
+            lv = s.sample(64)
+            sig = lv.sigmas.double().numpy()
+            s.update(lv, torch.from_numpy(a**2 * two_point_mmse(sig / a) * rng.exponential(1.0, 64)))
+            s.step()
+        rho, _ = s.estimator.profile()
+        return (rho * s.estimator.widths).numpy(), torch.exp(s.estimator.centers).numpy()
+
+    rho, c = final_rho()
+    new = scale**2 * two_point_mmse(c / scale) / c**2
+    old = two_point_mmse(c) / c**2
+    new, old = new / new.sum(), old / old.sum()
+    assert total_variation(rho, new) <= 0.06
+    legacy, _ = final_rho(ema_decay=0.9, clean_end_bound=False)
+    assert total_variation(legacy, new) > 0.3 and total_variation(legacy, new) > 2 * total_variation(rho, new)
+
+
+def test_the_clean_end_bound_by_hand():
+    """A model worse than the identity predictor at the clean end (x0 error 4σ² per element) reads q = m̂/σ² = 1 there,
+    the bound min(m̂, σ²)/σ² of docs/METHOD.md §5.10 (by hand: min(4σ², σ²)/σ² = 1); without it, 4."""
+    m = np.minimum(4 * SIG**2, 0.25)  # the error saturates at V = 0.25 from σ = 0.25 on
+    # by hand: with the bound q = min(4σ², 0.25, σ²)/σ² = 1 below σ = 0.5 (where σ² < 0.25), 0.25/σ² above
+    bounded = np.where(SIG < 0.5, 1.0, 0.25 / SIG**2)
+    for bound, want in ((True, bounded), (False, m / SIG**2)):
+        est = ProfileEstimator(GRID, min_count=1, smoothing=0.0, gate=None, clean_end_bound=bound)
+        est.accumulate(CENTRES, torch.from_numpy(m))
+        est.refresh()
+        _, q = est.profile()
+        np.testing.assert_allclose(q.numpy(), want, rtol=1e-12)
+    assert (m / SIG**2)[SIG < 0.25].min() == pytest.approx(4.0)  # unbounded: 4 at the clean end
+
+
+@pytest.mark.parametrize("prediction_type", ["sample", "flow"])
+def test_a_lora_sized_run_never_puts_pi_above_its_measured_bins_at_the_clean_end(prediction_type):
+    """Batch 2 on the flow path from its base (logit-normal draws fill a few middle bins), with a model worse than the
+    identity predictor at the clean end (x0 error 4σ²/(1+σ)² per element, V = 1; SD3-like: ``sample`` is the
+    preconditioned x0 loss, w = 1; ``flow`` the velocity, w = ((1+σ)/σ)²). Bins below the lowest measured one read
+    at most what it reads (q = min(m̂, σ²)/σ² = 1 there, the bound by hand), so no unmeasured bin holds more π than
+    the largest measured one: a measured bin is always among π's modes."""
+    s = InfoNoiseTrainingTimestepSampler.from_scheduler(
+        FlowMatchEulerDiscreteScheduler(), prediction_type=prediction_type, gate=None, num_training_steps=1000
+    ).manual_seed(0)
+    for _ in range(100):
+        lv = s.sample(2)
+        sig = lv.sigmas.double()
+        e = 4 * sig**2 / (1 + sig) ** 2  # x0-space error, ≤ V = 4 at σ → ∞
+        factor = (sig / (1 + sig)) ** 2 if prediction_type == "flow" else torch.ones_like(sig)  # §3: e = s²·‖v̂ − v‖²
+        s.update(lv, e / factor)
+        s.step()
+    assert s.is_adapted
+    measured = ~torch.isnan(s.estimator.m_hat)
+    assert 2 <= int(measured.sum()) < 32  # a LoRA-sized run: most bins never measured
+    lowest = int(torch.nonzero(measured)[0])
+    _, q = s.estimator.profile()
+    sig = torch.exp(s.estimator.centers)
+    np.testing.assert_allclose(q[sig < 0.3].numpy(), 1.0, rtol=1e-9)  # 4σ²/(1+σ)² > σ² for σ < 1: the bound binds
+    assert float(q[:lowest].max()) <= float(q[lowest]) * (1 + 1e-12)
+    assert float(s.probs[~measured].max()) <= float(s.probs[measured].max()) * (1 + 1e-9)

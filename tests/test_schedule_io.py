@@ -203,7 +203,8 @@ def test_write_schedule_rejects_other_path():
 
 def test_stored_schedule_on_another_grid_is_interpolated_in_log_m_hat():
     """Another bin count is interpolated, not refused (issue 22; METHOD.md 5.9): ln m̂ of the stored filled bins,
-    linear in log σ at the new bin centres, flat beyond the ends; π is rebuilt from it for the new grid."""
+    linear in log σ at the new bin centres between the stored ends, unfilled beyond them (§5.10: not extended
+    flat); π is rebuilt from it for the new grid."""
     sched = EDMEulerScheduler()
     stored = _adapted(sched)
     stored.save_to_scheduler(sched)
@@ -214,6 +215,9 @@ def test_stored_schedule_on_another_grid_is_interpolated_in_log_m_hat():
     centres_old = 0.5 * (e[1:] + e[:-1])
     centres_new = other.estimator.centers.numpy()
     want = np.exp(np.interp(centres_new, centres_old[ok], np.log(m[ok])))
+    beyond = (centres_new < centres_old[ok][0]) | (centres_new > centres_old[ok][-1])
+    want[beyond] = np.nan
+    assert beyond.any()  # the coarser grid's end centres lie beyond the finer grid's
     np.testing.assert_allclose(other.estimator.m_hat.numpy(), want, rtol=1e-12)
     assert other.is_adapted and other.estimator.num_bins == 32 and other.warmup_steps == 0
     assert other.allocation_total_variation() <= other.floor + 0.02

@@ -10,7 +10,10 @@ import argparse
 import logging
 
 from ..argtypes import (
+    bool_arg,
+    ema_decay_arg,
     gate_arg,
+    memory_arg,
     mmse_cap_arg,
     nonnegative_float,
     nonnegative_int,
@@ -61,7 +64,26 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.",
     )
     g.add_argument("--infonoise_refresh_every", type=positive_int, default=50, help="Optimizer steps between refreshes of pi.")
-    g.add_argument("--infonoise_ema_decay", type=float, default=0.9, help="Weight on the old bin value at a refresh.")
+    g.add_argument(
+        "--infonoise_memory",
+        type=memory_arg,
+        default="auto",
+        help="Memory of the estimate in optimizer steps (a loss a steps old weighs exp(-a/memory)); 'auto': an "
+        "eighth of the run, at least the steps that bring min_count samples a bin, at most 500 (docs/METHOD.md 5.10).",
+    )
+    g.add_argument(
+        "--infonoise_ema_decay",
+        type=ema_decay_arg,
+        default=None,
+        help="The former estimate instead of --infonoise_memory: weight on the old bin value at each refresh (0.9 was "
+        "the default before 0.3). Default: none.",
+    )
+    g.add_argument(
+        "--infonoise_clean_end_bound",
+        type=bool_arg,
+        default=True,
+        help="Bound the estimated x0 error by sigma^2, the identity predictor's (docs/METHOD.md 5.10). Default: true.",
+    )
     g.add_argument(
         "--infonoise_min_count",
         type=positive_int,
@@ -251,6 +273,7 @@ def build_noise_sampler(
             "warmup_steps": args.infonoise_warmup_steps,
             "refresh_every": args.infonoise_refresh_every,
             "ema_decay": args.infonoise_ema_decay,
+            "memory": args.infonoise_memory,
             "min_count": args.infonoise_min_count,
             "smoothing": args.infonoise_smoothing,
             "floor": args.infonoise_floor,
@@ -259,7 +282,7 @@ def build_noise_sampler(
         if args.infonoise_temperature != 1.0:  # InfoNoise's tempered target (a variant); Kingma & Gao have none
             kw["temperature"] = args.infonoise_temperature
         if name == "infonoise":
-            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback)
+            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback, clean_end_bound=args.infonoise_clean_end_bound)
             cap = getattr(args, "infonoise_mmse_cap", None)
             if cap is not None:  # unset: the library's default (auto for ε and v)
                 kw["mmse_cap"] = None if cap == "none" else cap
