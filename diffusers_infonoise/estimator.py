@@ -79,7 +79,8 @@ class ProfileEstimator:
         min_count: samples a bin needs before its first value; until then they stay open (carry-over).
         clean_end_bound: the clean end of docs/METHOD.md §5.10: bound m̂ by ``σ²`` per element (VE σ), the
             error of the identity predictor ``x̂0 = x_σ``, so q = m̂/σ² ≤ 1 (assumes the per-sample loss is a
-            mean over elements, as the ``V`` cap does). ``False``: the former profile (comparison only).
+            mean over elements, as the ``V`` cap does), and smooth the measured range before extending its ends
+            (:meth:`filled_m_hat`). ``False``: the former profile (comparison, and payloads written before 0.3).
         smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
         gate: the clean-end gate of METHOD.md §5.5: a float pivot c (VE σ), ``None`` for no gate, or
             a rule: ``"data"``: c = a tenth of the smallest gap between the data's values
@@ -399,7 +400,8 @@ class ProfileEstimator:
         the highest filled bin, that range smoothed, then extended beyond it from its smoothed ends by the limits
         of METHOD.md §2 (below: m̂ ∝ σ², q = m̂/σ² constant, the continuous-data limit, which the gate trims for
         discrete data; above: m̂ constant, → Var(x0) as σ → ∞). Smoothing before extending keeps every bin
-        beyond the measured range at or below what its nearest measured bin reads (docs/METHOD.md §5.10).
+        beyond the measured range at or below what its nearest measured bin reads (docs/METHOD.md §5.10; with
+        ``clean_end_bound=False`` the former order: extended first, then smoothed).
 
         Raises:
             RuntimeError: before two bins hold an estimate.
@@ -415,9 +417,14 @@ class ProfileEstimator:
         j = torch.searchsorted(xk, inner).clamp(1, xk.numel() - 1)
         t = ((inner - xk[j - 1]) / (xk[j] - xk[j - 1])).clamp(0, 1)
         y_in = yk[j - 1] + t * (yk[j] - yk[j - 1])
+        y = torch.empty_like(x)
+        if not self.clean_end_bound:  # the former profile (clean_end_bound=False): extend first, then smooth it all
+            y[lo : hi + 1] = y_in
+            y[:lo] = y_in[0] + 2.0 * (x[:lo] - x[lo])
+            y[hi + 1 :] = y_in[-1]
+            return torch.exp(_gaussian_smooth(y, self.smoothing) if self.smoothing > 0 else y)
         if self.smoothing > 0 and y_in.numel() > 1:
             y_in = _gaussian_smooth(y_in, self.smoothing)
-        y = torch.empty_like(x)
         y[lo : hi + 1] = y_in
         y[:lo] = y_in[0] + 2.0 * (x[:lo] - x[lo])
         y[hi + 1 :] = y_in[-1]

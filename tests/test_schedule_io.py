@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -421,3 +422,22 @@ def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
     with pytest.raises(ScheduleError, match=pattern) as info:
         load_sampler_state(b, tmp_path)
     assert str(tmp_path) in str(info.value)  # the error names the file or folder
+
+
+def test_schedules_written_by_0_2_0_load_bit_for_bit():
+    """Payloads saved by diffusers-infonoise 0.2.0 (b9feb75: EDM and DDPM-ε runs with bins left unfilled beyond the
+    measured range, tests/data/schedules_0_2_0.json) rebuild the sampler they were saved from: the settings they
+    predate take their former values (the unbounded clean end, the EMA), so the stored π is accepted and used as it
+    is, and the same settings rebuild it exactly from the stored m̂."""
+    from diffusers import DDPMScheduler
+
+    configs = json.loads((Path(__file__).parent / "data" / "schedules_0_2_0.json").read_text())
+    for name, cls in (("edm", EDMEulerScheduler), ("ddpm", DDPMScheduler)):
+        config = configs[name]
+        scheduler = cls.from_config(config)
+        payload = read_schedule(scheduler)
+        assert payload["version"] == VERSION and int(np.isnan(np.array(payload["m_hat"], dtype=float)).sum()) > 0
+        sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(scheduler)
+        assert sampler.estimator.clean_end_bound is False and sampler.estimator.ema_decay == 0.9
+        assert torch.equal(sampler.probs, torch.tensor(payload["pi"], dtype=torch.float64))
+        assert torch.equal(sampler._build_probs(), sampler.probs)  # the former profile, bit for bit
