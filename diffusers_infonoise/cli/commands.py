@@ -459,7 +459,7 @@ def _cmd_recommend(args) -> int:
     if args.model is not None:
         if args.dataset is None:
             raise CLIError("--dataset: a profile of --model needs data: a built-in data set name or a datasets.save_to_disk directory")
-        source, scheduler = _measure_profile(args)[:3:2]
+        source, _, scheduler, *_ = _measure_profile(args)
         what = f"profile of {args.model} on {args.dataset}"
     else:
         source, scheduler, what = _recommend_source(args)
