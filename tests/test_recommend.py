@@ -61,9 +61,15 @@ def edm_w(sig, sd=0.5):
     return (sig**2 + sd**2) / (sig * sd) ** 2  # METHOD.md §4: EDM's λ(σ)
 
 
+def errors_for(sig, rho_shape):
+    """x0 errors whose ``m̂/σ²`` is proportional to ``rho_shape``, scaled so that ``m̂ ≤ σ²`` (the Bayes bound of
+    METHOD.md §5.10: no predictor is worse than the identity's σ²); ρ̂ is normalised, so the scale does not change it."""
+    return sig**2 * rho_shape / rho_shape.max()
+
+
 def stored_schedule(scheduler, pi_of_log_sigma, w_of_sigma, *, prediction_type, loss_weighting, num_bins=64):
     """A schedule stored the way a run stores it, whose measured x0 errors make ρ̂ = m̂/σ² (no gate, no
-    smoothing) equal to ``π·w`` at the bin centres: its target allocation φ ∝ ρ̂ is π's."""
+    smoothing) proportional to ``π·w`` at the bin centres: its target allocation φ ∝ ρ̂ is π's."""
     s = make_sampler(
         "infonoise",
         scheduler,
@@ -77,7 +83,7 @@ def stored_schedule(scheduler, pi_of_log_sigma, w_of_sigma, *, prediction_type, 
     )
     x = s.estimator.centers
     sig = torch.exp(x)
-    s.estimator.accumulate(x, sig**2 * pi_of_log_sigma(x) * w_of_sigma(sig))
+    s.estimator.accumulate(x, errors_for(sig, pi_of_log_sigma(x) * w_of_sigma(sig)))
     assert s.refresh_now(ema_decay=0.0, min_count=1)
     s.save_to_scheduler(scheduler)
     return read_schedule(scheduler), float(x[1] - x[0])
@@ -128,7 +134,7 @@ def test_diffusers_logit_mean_reproduces_the_fitted_density_through_diffusers_ow
     path = path_from_scheduler(FlowMatchEulerDiscreteScheduler(shift=3.0))
     x = log_sigma_grid(path, 64)
     target = target_from_profile(
-        profile_from_errors(torch.exp(x), torch.exp(x) ** 2 * normal_pdf(x, m, sd) * flow_velocity_w(torch.exp(x)), gate=None),
+        profile_from_errors(torch.exp(x), errors_for(torch.exp(x), normal_pdf(x, m, sd) * flow_velocity_w(torch.exp(x))), gate=None),
         FlowMatchEulerDiscreteScheduler(shift=3.0),
         prediction_type="flow",
         loss_weighting="none",
@@ -156,7 +162,9 @@ def test_a_flow_shift_on_uniform_sampling_is_given_back():
     }
     h = float(x[1] - x[0])
     for family, (k, pdf) in cases.items():
-        prof = profile_from_errors(sig, sig**2 * pdf(x, math.log(k)) * flow_velocity_w(sig), gate=None, meta={"path": path.config()})
+        prof = profile_from_errors(
+            sig, errors_for(sig, pdf(x, math.log(k)) * flow_velocity_w(sig)), gate=None, meta={"path": path.config()}
+        )
         fit = recommend_parameters(prof, prediction_type="flow", loss_weighting="none", families=[family])[family]
         assert abs(math.log(fit["params"]["shift"]) - math.log(k)) < location_tol(h), (family, fit)
         assert fit["tv"] < h**2 / 12  # what is left is the point-value/cell-average mismatch, O(h²)
@@ -193,7 +201,7 @@ def test_a_timestep_range_is_given_back_exactly(kind):
     x = log_sigma_grid(path, 64)
     edges = torch.linspace(*path.log_sigma_range, 65, dtype=torch.float64)
     cell_pi = densities.bin_masses(dens, edges) / (edges[1:] - edges[:-1])
-    prof = profile_from_errors(torch.exp(x), torch.exp(x) ** 2 * cell_pi * w(torch.exp(x)), gate=None)
+    prof = profile_from_errors(torch.exp(x), errors_for(torch.exp(x), cell_pi * w(torch.exp(x))), gate=None)
     rec = recommend_fixed_density(prof, sched, prediction_type=pt, loss_weighting="none")
     fit = rec.families["timestep_range"]
     assert fit.params == pytest.approx(truth) and fit.tv < 1e-9
@@ -223,7 +231,9 @@ def test_allocation_tv_is_total_variation_on_cell_masses():
     path = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
     x = log_sigma_grid(path, 40)
     sig = torch.exp(x)
-    target = target_from_profile(profile_from_errors(sig, sig**2 * normal_pdf(x, 1.0, 0.5), gate=None), FlowMatchEulerDiscreteScheduler())
+    target = target_from_profile(
+        profile_from_errors(sig, errors_for(sig, normal_pdf(x, 1.0, 0.5)), gate=None), FlowMatchEulerDiscreteScheduler()
+    )
     dens = densities.Normal(-0.3, 1.4)
     masses = densities.bin_masses(dens, target.edges)
     widths = target.widths
@@ -250,7 +260,7 @@ def test_every_setting_is_at_least_as_close_as_the_trainer_default(scheduler, pr
     x = log_sigma_grid(path, 48)
     sig = torch.exp(x)
     target = target_from_profile(
-        profile_from_errors(sig, sig**2 * normal_pdf(x, -2.5, 0.6), gate=None), scheduler, prediction_type=prediction_type
+        profile_from_errors(sig, errors_for(sig, normal_pdf(x, -2.5, 0.6)), gate=None), scheduler, prediction_type=prediction_type
     )
     rec = recommend_fixed_density(target)
     supported = [r for r in rec.trainers if "unsupported" not in r]
@@ -272,7 +282,9 @@ def test_under_the_velocity_loss_a_family_may_not_reach_a_default_but_the_best_s
     path = path_from_scheduler(scheduler)
     x = log_sigma_grid(path, 48)
     sig = torch.exp(x)
-    rec = recommend_fixed_density(target_from_profile(profile_from_errors(sig, sig**2 * normal_pdf(x, -2.5, 0.6), gate=None), scheduler))
+    rec = recommend_fixed_density(
+        target_from_profile(profile_from_errors(sig, errors_for(sig, normal_pdf(x, -2.5, 0.6)), gate=None), scheduler)
+    )
     assert rec.target.objective["prediction_type"] == "flow"
     for row in rec.trainers:
         assert min(s["tv"] for s in row["settings"]) <= row["default"]["tv"] + 1e-12, row
