@@ -10,6 +10,9 @@ Subcommands (``infonoise SUBCOMMAND --help`` for each):
   writes ``profile.png`` and ``profile.json``.
 * ``dataset-profile --dataset NAME_OR_PATH``: the optimal-empirical-denoiser profile of a data set.
 * ``compare --samplers a,b --scheduler PATH``: effective allocations side by side, no data needed.
+* ``recommend SOURCE`` (or ``--model PATH --dataset NAME``): the fixed density of each family a trainer offers
+  (logit-normal, flow shift, EDM log-normal, timestep range) closest to ρ̂ under the training's weighting, with the
+  flags of diffusers' scripts, kohya-ss/sd-scripts, SimpleTuner, OneTrainer and ai-toolkit (METHOD.md §6.1).
 
 All noise levels are VE σ (METHOD.md §1). Errors a user can fix (a path without a learned schedule,
 an unknown sampler name, a model that does not fit the data or scheduler, an uncached Hub repo while
@@ -24,7 +27,7 @@ import sys
 
 from ..argtypes import gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
-from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_show
+from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_recommend, _cmd_show
 from .loading import _DEFAULT_SAMPLERS, CLIError, _one_line
 
 __all__ = ["main", "CLIError"]
@@ -73,6 +76,35 @@ def _add_objective_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_measure_args(p: argparse.ArgumentParser, *, required: bool) -> None:
+    """What measuring a profile of a saved pipeline's model on data takes (``profile``, ``recommend``)."""
+    p.add_argument("--model", required=required, metavar="PATH", help="pipeline directory saved with save_pretrained (unet/ + scheduler/)")
+    p.add_argument("--model-subfolder", default=None, help="model subfolder (default: unet or transformer, whichever exists)")
+    p.add_argument(
+        "--dataset", required=required, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory"
+    )
+    p.add_argument("--split", default="test", help="data split (default: test)")
+    p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
+    p.add_argument("--num-samples", type=positive_int, default=256, help="probe samples (default 256)")
+    p.add_argument(
+        "--num-levels", type=positive_int, default=32, help="grid points in log sigma (default 32; a stored schedule's bins when present)"
+    )
+    p.add_argument("--num-noise-draws", type=positive_int, default=2, help="noise draws per probe sample and level (default 2)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="model batch size (default 128)")
+    p.add_argument("--device", type=_device_arg, default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
+    p.add_argument(
+        "--edm-timestep-scale",
+        type=positive_float,
+        default=EDM_TIMESTEP_SCALE,
+        help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
+        f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
+        "1 for models trained on raw c_noise)",
+    )
+    p.add_argument("--gate", type=gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def _add_hub_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) for a repo id")
     p.add_argument("--cache-dir", default=None, help="Hugging Face cache directory (default: the hub's own)")
@@ -111,36 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         "entropy-rate profile rho_hat and overlay the effective allocations phi = pi*w of named schedules. "
         "Writes OUTPUT/profile.png and OUTPUT/profile.json. Probe images are scaled to [-1, 1].",
     )
-    p.add_argument("--model", required=True, metavar="PATH", help="pipeline directory saved with save_pretrained (unet/ + scheduler/)")
-    p.add_argument("--model-subfolder", default=None, help="model subfolder (default: unet or transformer, whichever exists)")
+    _add_measure_args(p, required=True)
     p.add_argument("--scheduler", default=None, metavar="PATH", help="scheduler config to use instead of the pipeline's")
-    p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
-    p.add_argument("--split", default="test", help="data split (default: test)")
-    p.add_argument("--image-column", default="image", help="image column of a local data set (default: image)")
-    p.add_argument("--num-samples", type=positive_int, default=256, help="probe samples (default 256)")
     p.add_argument(
         "--samplers",
         default=_DEFAULT_SAMPLERS,
         help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)",
     )
     p.add_argument("--output", default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)")
-    p.add_argument(
-        "--num-levels", type=positive_int, default=32, help="grid points in log sigma (default 32; a stored schedule's bins when present)"
-    )
-    p.add_argument("--num-noise-draws", type=positive_int, default=2, help="noise draws per probe sample and level (default 2)")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="model batch size (default 128)")
-    p.add_argument("--device", type=_device_arg, default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the probe subset and the noise (default 0)")
-    p.add_argument(
-        "--edm-timestep-scale",
-        type=positive_float,
-        default=EDM_TIMESTEP_SCALE,
-        help="EDM only: factor on c_noise = 0.25*ln(sigma) before the model; must match the training script's "
-        f"scaling (METHOD.md section 7; default {EDM_TIMESTEP_SCALE:g}, what this package's scripts use; "
-        "1 for models trained on raw c_noise)",
-    )
-    p.add_argument("--gate", type=gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (VE sigma) (default auto)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_objective_args(p)
     p.set_defaults(func=_cmd_profile)
 
@@ -193,6 +203,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_objective_args(p)
     _add_hub_args(p)
     p.set_defaults(func=_cmd_compare)
+
+    from ..diagnostics.recommend import TRAINER_NAMES
+
+    p = sub.add_parser(
+        "recommend",
+        help="the fixed density of each family your trainer offers that fits your data, with the flags to paste",
+        description="Fit, for each family of fixed training densities a trainer offers (logit-normal, a flow shift on "
+        "uniform or logit-normal(0, 1) sampling, EDM log-normal, a timestep range), the parameters whose effective "
+        "allocation phi = pi*w is closest to rho_hat in total variation (docs/METHOD.md section 6.1), and print each "
+        "trainer's flags with TV(phi, rho_hat) beside its default's. rho_hat comes from a stored schedule, a "
+        "profile.json of 'infonoise profile', or a profile measured here (--model and --dataset, forward passes only).",
+    )
+    p.add_argument(
+        "source",
+        nargs="?",
+        metavar="SOURCE",
+        help="a stored schedule (pipeline or scheduler directory, scheduler or payload JSON, Hub repo id, as "
+        "--infonoise_schedule_from reads) or a profile.json of 'infonoise profile'; omit it with --model and --dataset",
+    )
+    _add_measure_args(p, required=False)
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="PATH",
+        help="the scheduler of the training you will run (its path: pipeline or scheduler directory, scheduler JSON, Hub "
+        "repo id, or edm / ddpm / flow for the default configs); default: the source's (with --model: the pipeline's, "
+        "which the profile is measured through)",
+    )
+    p.add_argument("--trainer", default="all", choices=("all",) + TRAINER_NAMES, help="whose flags to print (default: all)")
+    p.add_argument("--plot", metavar="FILE", default=None, help="draw rho_hat with the fitted allocations to FILE")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the fits and every trainer's flags to FILE")
+    _add_objective_args(p)
+    _add_hub_args(p)
+    p.set_defaults(func=_cmd_recommend)
 
     from ..inference_grid import DEFAULT_GRID_DENSITY, GRID_DENSITIES
 

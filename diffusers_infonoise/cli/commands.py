@@ -246,18 +246,15 @@ def _print_profile(prof, title: str) -> None:
         )
 
 
-def _cmd_profile(args) -> int:
+def _measure_profile(args):
+    """The profile of ``--model`` on ``--dataset`` (forward passes only; METHOD.md §6), for ``profile`` and
+    ``recommend``: ``(profile, model, scheduler, where, subfolder, x0, (prediction_type, loss_weighting, snr_gamma),
+    stored payload or None)``."""
     import torch
 
-    from ..diagnostics import (
-        allocation,
-        compare_allocations,
-        plot_profile,
-        profile_from_model,
-    )
+    from ..diagnostics import profile_from_model
     from ..paths import scheduler_kind
 
-    names = _parse_samplers(args.samplers)
     model, scheduler, where, subfolder = _load_pipeline_parts(args.model, args.model_subfolder, args.scheduler)
     try:
         scheduler_kind(scheduler)
@@ -312,6 +309,14 @@ def _cmd_profile(args) -> int:
         )
     except RuntimeError as err:
         raise CLIError(f"model/scheduler mismatch: the model failed on a probe batch: {_one_line(err)}") from None
+    return prof, model, scheduler, where, subfolder, x0, (pt, lw, sg), stored
+
+
+def _cmd_profile(args) -> int:
+    from ..diagnostics import allocation, compare_allocations, plot_profile
+
+    names = _parse_samplers(args.samplers)
+    prof, model, scheduler, where, subfolder, x0, (pt, lw, sg), stored = _measure_profile(args)
     if stored is not None and "infonoise" not in names:
         names.append("infonoise")
     allocs = []
@@ -414,4 +419,105 @@ def _cmd_grid(args) -> int:
         fig.savefig(args.plot, dpi=100)
         plt.close(fig)
         print(f"wrote {args.plot}")
+    return 0
+
+
+def _recommend_source(args):
+    """``(source, scheduler or None, description)`` of ``recommend``'s SOURCE: a profile JSON's dict, or a stored
+    schedule's payload with the scheduler it is stored in (None when ``--scheduler`` replaces it)."""
+    from ..schedule_io import FORMAT, ScheduleSourceError, read_schedule_from
+
+    p = Path(args.source).expanduser()
+    if p.is_file() and p.suffix == ".json":
+        data = _read_json(p)
+        if "profile" in data or ("log_sigma" in data and "rho_hat" in data):
+            return data, None, f"profile {p}"
+    config, where = _load_config(args.source, revision=args.revision, cache_dir=args.cache_dir)
+    try:
+        payload, _ = read_schedule_from(config)
+    except ScheduleSourceError:
+        raise CLIError(
+            f"SOURCE: {where} holds no stored InfoNoise schedule (no '_infonoise_schedule' in its scheduler config) and is "
+            "not a profile JSON; give a pipeline or schedule saved by an InfoNoise run, a profile.json of 'infonoise "
+            "profile', or --model with --dataset to measure a profile"
+        ) from None
+    # a bare payload's path is rebuilt by the library, which names --scheduler where it cannot be (VP)
+    scheduler = None if args.scheduler or config.get("format") == FORMAT else _scheduler_from_config(config, where)
+    return payload, scheduler, f"stored schedule {where}"
+
+
+def _cmd_recommend(args) -> int:
+    from ..diagnostics import plot_allocations, profile_window, recommend_fixed_density
+
+    if args.source is None and args.model is None:
+        raise CLIError(
+            "SOURCE: give a stored schedule (pipeline, scheduler folder, JSON or Hub repo), a profile.json of 'infonoise "
+            "profile', or --model with --dataset to measure a profile"
+        )
+    if args.source is not None and args.model is not None:
+        raise CLIError("SOURCE, --model: give one source of rho_hat, a stored schedule or profile JSON, or a model to profile")
+    if args.model is not None:
+        if args.dataset is None:
+            raise CLIError("--dataset: a profile of --model needs data: a built-in data set name or a datasets.save_to_disk directory")
+        source, _, scheduler, *_ = _measure_profile(args)
+        what = f"profile of {args.model} on {args.dataset}"
+    else:
+        source, scheduler, what = _recommend_source(args)
+        if args.scheduler:
+            scheduler, _ = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
+    try:
+        rec = recommend_fixed_density(
+            source,
+            scheduler,
+            prediction_type=args.prediction_type,
+            loss_weighting=None if args.loss_weighting == "auto" else args.loss_weighting,
+            snr_gamma=args.snr_gamma,
+            mu=args.mu,
+            trainers=args.trainer,
+        )
+    except ValueError as err:
+        msg = _one_line(err)
+        for name, flag in (("noise_scheduler:", "--scheduler:"), ("trainer:", "--trainer:"), ("mu:", "--mu:")):
+            if msg.startswith(name):
+                msg = flag + msg[len(name) :]
+        raise CLIError(msg) from None
+    t = rec.target
+    path, obj, x = t.path.config(), t.objective, t.log_sigma
+    lo, hi = profile_window(t.rho_hat, x)
+    print(
+        f"rho_hat: {what}; {x.numel()} points, VE sigma {math.exp(float(x[0])):.3g}..{math.exp(float(x[-1])):.3g}, "
+        f"mode {_mode_sigma(t.rho_hat, x):.3g}, central 90% window {math.exp(lo):.3g}..{math.exp(hi):.3g}"
+    )
+    print(
+        f"training: {path['kind']} path"
+        + (f" (shift {path['shift']:.4g})" if "shift" in path else "")
+        + f", prediction_type={obj['prediction_type']}, loss_weighting={obj['loss_weighting']}"
+        + (f", snr_gamma={obj['snr_gamma']}" if obj.get("snr_gamma") is not None else "")
+        + " (the fit depends on w: pass the loss your trainer trains with --prediction-type, --loss-weighting)"
+    )
+    print("fitted families, TV(phi, rho_hat) with phi = pi*w normalised on the grid (docs/METHOD.md 6.1; 0 is what InfoNoise aims at):")
+    for name, fit in rec.families.items():
+        params = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fit.params.items())
+        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}")
+    for row in rec.trainers:
+        if "unsupported" in row:
+            print(f"{row['trainer']}: nothing for a {path['kind']} path: {row['unsupported']}")
+            continue
+        print(f"{row['trainer']} {row['scripts']} ({row['source'].split(':')[0]}); its loss: {row['loss']}")
+        print(f"  {'default':<20} TV {row['default']['tv']:.3f}  {row['default']['flags']}")
+        for s in row["settings"]:
+            print(f"  {s['family'] or 'choice':<20} TV {s['tv']:.3f}  {s['flags']}")
+    if args.plot:
+        plot_allocations(
+            rec.allocations(),
+            args.plot,
+            rho=t.rho_hat,
+            rho_label="ρ̂ (target)",
+            title=f"fixed densities closest to rho_hat · {path['kind']} path · {obj['prediction_type']}, {obj['loss_weighting']}",
+        )
+        print(f"wrote {args.plot}")
+    if args.json:
+        settings = {k: v for k, v in vars(args).items() if k != "func"}
+        _write_json(Path(args.json), {**rec.to_dict(), "settings": settings})
+        print(f"wrote {args.json}")
     return 0

@@ -165,10 +165,18 @@ def plot_level_histogram(
     return _save(fig, path)
 
 
-def plot_allocations(allocations: Sequence[Allocation], path=None, *, rho=None, title: str | None = None, central: float = 0.9):
+def plot_allocations(
+    allocations: Sequence[Allocation],
+    path=None,
+    *,
+    rho=None,
+    title: str | None = None,
+    central: float = 0.9,
+    rho_label: str = "ρ̂ (stored profile)",
+):
     """Effective allocations φ of several schedules on one log-σ axis (VE σ), optionally against a
-    profile ``rho`` (a (K,) density on the first allocation's grid), labelled with their share of
-    mass inside ρ's central window when given.
+    profile ``rho`` (a (K,) density on the first allocation's grid, drawn as ``rho_label``), labelled with
+    their share of mass inside ρ's central window when given.
 
     Returns:
         :class:`matplotlib.figure.Figure`.
@@ -182,7 +190,7 @@ def plot_allocations(allocations: Sequence[Allocation], path=None, *, rho=None, 
     x0 = allocations[0].log_sigma
     if rho is not None:
         rho = normalize_density(rho, x0)
-        ax.plot(x0.numpy(), rho.numpy(), color="k", lw=2.5, label="ρ̂ (stored profile)")
+        ax.plot(x0.numpy(), rho.numpy(), color="k", lw=2.5, label=rho_label)
         lo, hi = profile_window(rho, x0, central)
         ax.axvspan(lo, hi, color="C7", alpha=0.12, label=f"ρ̂ central {central:.0%} window")
     for i, a in enumerate(allocations):

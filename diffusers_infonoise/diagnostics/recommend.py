@@ -1,0 +1,863 @@
+"""The fixed training density closest to a profile, and the flags that set it in the trainer you use
+(METHOD.md §6.1).
+
+A trainer that will not run an adaptive sampler still offers a family of fixed densities: logit-normal
+``(mean, std)`` on the flow noise level, a flow ``shift`` on uniform or on logit-normal(0, 1) sampling, EDM's
+log-normal ``(P_mean, P_std)``, a timestep range. Given the entropy-rate profile ρ̂ of your model on your data
+(a stored schedule, or a profile measured by forward passes) and the training you will run (its path,
+prediction type and loss weighting, hence ``w(σ)``, METHOD.md §4), :func:`fit_families` finds in each family
+the parameters θ whose effective allocation ``φ_θ = π_θ·w`` (normalised) is closest to ρ̂ in total variation on
+the profile's grid, and :func:`recommend_fixed_density` turns them into each trainer's flags, beside the TV of the trainer's
+default. Everything is on VE ``log σ`` (natural log); a family's density is truncated to the training path's
+σ range, as the trainers' draws are.
+
+* :func:`target_from_schedule`, :func:`target_from_profile`: the :class:`RecommendTarget` (grid, ρ̂, w, path).
+* :func:`fit_families` (plain data, for tools and benchmarks) and :func:`recommend_fixed_density` (with the trainers' flags).
+* :data:`FAMILIES`, :data:`TRAINERS`, :data:`TRAINER_SOURCES`.
+
+Sources of every trainer flag below (read in the repository snapshot named; the flag names, their defaults and
+how each script turns them into a noise level):
+
+==================== ======================================== ===============================================================
+trainer              repository @ commit (version)            files read
+==================== ======================================== ===============================================================
+diffusers            huggingface/diffusers @ 58eb52c0         examples/dreambooth/train_dreambooth_lora_sd3.py, _flux.py (and
+                     (0.40.0.dev0)                            the other flow scripts), examples/text_to_image/
+                                                              train_text_to_image_sdxl.py, src/diffusers/training_utils.py
+kohya                kohya-ss/sd-scripts @ 48d368fa           library/train_util.py, library/sd3_train_utils.py,
+                     (v0.10.1-5)                              library/flux_train_utils.py, sd3_train_network.py,
+                                                              flux_train_network.py
+simpletuner          bghira/SimpleTuner @ bc8e6ab7 (4.8.0)    simpletuner/helpers/models/common.py (sample_flow_sigmas),
+                                                              helpers/training/custom_schedule.py, field_registry/
+                                                              sections/advanced.py, documentation/OPTIONS.md
+onetrainer           Nerogar/OneTrainer @ 23df3832            modules/util/config/TrainConfig.py, modules/modelSetup/mixin/
+                                                              ModelSetupNoiseMixin.py, ModelSetupFlowMatchingMixin.py
+ai-toolkit           ostris/ai-toolkit @ 27a03a91 (0.12.26)   toolkit/config_modules.py, jobs/process/BaseSDTrainProcess.py,
+                                                              toolkit/samplers/custom_flowmatch_sampler.py
+diffusers-infonoise  this package                             diffusers_infonoise/training/args.py (--noise_sampler ...)
+==================== ======================================== ===============================================================
+
+Sign conventions (METHOD.md §1): diffusers' flow scripts draw ``u`` and index the scheduler's descending table,
+so their noise level is ``s ≈ shift(1 − u)`` with the scheduler's own ``shift`` and a positive ``--logit_mean``
+means *less* noise; kohya's SD3 ``--weighting_scheme`` and its FLUX.1 ``--timestep_sampling shift``, SimpleTuner
+and OneTrainer draw the noise level itself (the SD3 paper's convention: positive = more noise) and then apply
+their own shift flag.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .. import densities
+from ..paths import PATH_CLASSES, NoisePath, path_from_scheduler
+from ..weighting import validate_loss_weighting, validate_prediction_type, x0_loss_weight
+from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, normalize_density
+
+__all__ = [
+    "FAMILIES",
+    "TRAINERS",
+    "TRAINER_SOURCES",
+    "RecommendTarget",
+    "FamilyFit",
+    "Recommendation",
+    "target_from_schedule",
+    "target_from_profile",
+    "family_density",
+    "allocation_tv",
+    "fit_family",
+    "fit_families",
+    "recommend_parameters",
+    "recommend_fixed_density",
+    "TRAINER_NAMES",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# The target: ρ̂ and the training's w on one grid
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RecommendTarget:
+    """What a fixed density is fitted to (METHOD.md §6.1).
+
+    Attributes:
+        log_sigma: (K,) float64 grid, VE log σ, increasing (cell centres; cells between midpoints).
+        rho_hat: (K,) float64 ρ̂ per unit log σ, normalised on the grid (the target φ ∝ ρ̂, METHOD.md §4).
+        w: (K,) float64 x0-space loss weight ``w(σ)`` of the training the user will run (METHOD.md §4), > 0.
+        path: the training's :class:`~diffusers_infonoise.paths.NoisePath` (its σ range truncates every family).
+        objective: ``{"prediction_type", "loss_weighting", "snr_gamma"}`` of that training.
+        source: where ρ̂ came from, in words.
+
+    Derived on construction: ``edges`` ((K+1,) cell edges clipped to the path's σ range), ``widths`` ((K,) cell
+    widths) and ``rho_mass`` ((K,) ρ̂'s cell masses, summing to 1).
+    """
+
+    log_sigma: torch.Tensor
+    rho_hat: torch.Tensor
+    w: torch.Tensor
+    path: NoisePath
+    objective: dict
+    source: str = ""
+
+    def __post_init__(self):
+        lo, hi = self.path.log_sigma_range
+        # a trainer draws nothing outside the path's range: cells are clipped to it
+        self.edges = grid_edges(self.log_sigma).clamp(lo, hi)
+        self.widths = _widths(self.log_sigma)
+        self.rho_mass = self.rho_hat * self.widths / float((self.rho_hat * self.widths).sum())
+
+    def to_dict(self) -> dict:
+        return {
+            "log_sigma": self.log_sigma.tolist(),
+            "rho_hat": self.rho_hat.tolist(),
+            "w": self.w.tolist(),
+            "path": self.path.config(),
+            "objective": {k: ("custom" if callable(v) else v) for k, v in self.objective.items()},
+            "source": self.source,
+        }
+
+
+def _training_scheduler(noise_scheduler, path_config: dict | None, what: str):
+    """The training's scheduler: the given one, else the one a recorded path config determines."""
+    if noise_scheduler is not None:
+        return noise_scheduler
+    if not isinstance(path_config, dict) or path_config.get("kind") not in PATH_CLASSES:
+        raise ValueError(f"noise_scheduler: {what} does not record its path; pass the scheduler of the training you will run")
+    try:
+        return PATH_CLASSES[path_config["kind"]].scheduler_from_config(path_config)
+    except ValueError as err:
+        raise ValueError(f"noise_scheduler: {err}") from None
+
+
+def _objective(noise_scheduler, same_path_objective, prediction_type, loss_weighting, snr_gamma) -> dict:
+    """The training's ``{"prediction_type", "loss_weighting", "snr_gamma"}``: those given, else the source's when it
+    is of the training's path kind, else the path's conventions (:func:`~diffusers_infonoise.diagnostics.default_objective`)."""
+    from .profiles import default_objective
+
+    d_pred, d_weight, d_gamma = same_path_objective or default_objective(noise_scheduler)
+    pt = prediction_type if prediction_type is not None else d_pred
+    if loss_weighting is None:
+        lw, sg = d_weight, (d_gamma if snr_gamma is None else snr_gamma)
+    else:
+        lw, sg = loss_weighting, snr_gamma
+    validate_prediction_type(pt)
+    validate_loss_weighting(lw, sg)
+    return {"prediction_type": pt, "loss_weighting": lw, "snr_gamma": sg}
+
+
+def target_from_schedule(
+    payload: dict,
+    noise_scheduler=None,
+    *,
+    prediction_type: str | None = None,
+    loss_weighting=None,
+    snr_gamma: float | None = None,
+    mu: float | None = None,
+    source: str = "stored schedule",
+) -> RecommendTarget:
+    """The target of a stored schedule (a validated payload, :func:`~diffusers_infonoise.schedule_io.read_schedule_from`)
+    for a training on ``noise_scheduler``'s path.
+
+    The stored m̂ is an x0-space error, independent of w; it is rebuilt into ρ̂ exactly as a run that starts from the
+    schedule rebuilds it (METHOD.md §5.9 'stored': :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`
+    with the payload's own settings, gate and data statistics; onto another path or grid through VE σ). The grid is
+    the training sampler's bin centres (the payload's number of bins over the training path's range).
+
+    Args:
+        payload: the stored schedule.
+        noise_scheduler: the training's diffusers scheduler (VP, EDM or flow); default: the payload's own path's
+            (a VP payload needs its scheduler: the ᾱ table is not stored).
+        prediction_type, loss_weighting, snr_gamma: the training's loss (METHOD.md §3-4); default: the payload's when
+            the training is on the payload's path kind, else the path's conventions.
+        mu: dynamic-shift ``mu`` of a flow scheduler with ``use_dynamic_shifting`` (default: the stored shift).
+        source: a description for the output.
+
+    Raises:
+        ValueError: a schedule saved before it adapted (it holds no ρ̂), a VP payload without its scheduler, or a bad
+            objective (each naming the argument). ScheduleError: a corrupted payload.
+    """
+    from ..samplers import InfoNoiseTrainingTimestepSampler
+    from ..schedule_io import stored_mu, stored_settings
+
+    scheduler = _training_scheduler(noise_scheduler, payload.get("path"), "the schedule")
+    mu = stored_mu(scheduler, payload) if mu is None else mu
+    path = path_from_scheduler(scheduler, mu=mu)
+    stored = (payload["prediction_type"], payload["loss_weighting"], payload.get("snr_gamma"))
+    same = stored if path.kind == payload["path"]["kind"] and payload["loss_weighting"] != "custom" else None
+    obj = _objective(scheduler, same, prediction_type, loss_weighting, snr_gamma)
+    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
+        scheduler, **obj, mu=mu, use_stored_schedule=False, **stored_settings(payload)
+    )
+    sampler.load_schedule(payload)
+    if payload.get("adapted") is False or not sampler.estimator.is_ready:
+        raise ValueError(f"{source}: the stored schedule was saved before it adapted; it holds no estimate of rho_hat to fit")
+    prof = sampler.profile()
+    return RecommendTarget(
+        log_sigma=prof["log_sigma"].clone(),
+        rho_hat=normalize_density(prof["rho_hat"], prof["log_sigma"]),
+        w=prof["w"].to(_F64),
+        path=path,
+        objective=obj,
+        source=source,
+    )
+
+
+def target_from_profile(
+    profile,
+    noise_scheduler=None,
+    *,
+    prediction_type: str | None = None,
+    loss_weighting=None,
+    snr_gamma: float | None = None,
+    mu: float | None = None,
+    source: str = "profile",
+) -> RecommendTarget:
+    """The target of a measured profile (a :class:`~diffusers_infonoise.diagnostics.Profile` of
+    :func:`~diffusers_infonoise.diagnostics.profile_from_model`, or its ``to_dict()``: the ``"profile"`` of
+    ``infonoise profile``'s JSON) for a training on ``noise_scheduler``'s path, on the profile's own grid.
+
+    Args:
+        profile: the profile (its ``rho_hat`` on its ``log_sigma``, VE; gated as measured).
+        noise_scheduler: the training's scheduler; default: the one the profile's recorded path determines
+            (``meta["path"]``; a VP path needs its scheduler).
+        prediction_type, loss_weighting, snr_gamma: the training's loss; default: the profile's (its ``meta``) when
+            the training is on the profile's path kind, else the path's conventions.
+        mu: dynamic-shift ``mu`` of a flow scheduler with ``use_dynamic_shifting``.
+        source: a description for the output.
+
+    Raises:
+        ValueError: a profile without ``log_sigma``/``rho_hat``, one that does not record its path and no scheduler,
+            or a weight ``w`` that is not finite and > 0 on the grid.
+    """
+    if isinstance(profile, Profile):
+        x, rho, meta = profile.log_sigma, profile.rho_hat, profile.meta
+    elif isinstance(profile, dict):
+        data = profile.get("profile", profile)
+        if not isinstance(data, dict) or "log_sigma" not in data or "rho_hat" not in data:
+            raise ValueError("profile: expected a Profile or its to_dict() with 'log_sigma' and 'rho_hat'")
+        if any(v is None for v in data["rho_hat"]):
+            raise ValueError("profile: rho_hat holds null values")
+        x, rho, meta = _as_grid(data["log_sigma"]), torch.as_tensor(data["rho_hat"], dtype=_F64), data.get("meta") or {}
+    else:
+        raise TypeError(f"profile: expected a Profile or a dict, got {type(profile).__name__}")
+    scheduler = _training_scheduler(noise_scheduler, meta.get("path"), "the profile")
+    path = path_from_scheduler(scheduler, mu=mu)
+    recorded = meta.get("path") or {}
+    same = None
+    if recorded.get("kind") == path.kind and meta.get("prediction_type") and meta.get("loss_weighting") not in (None, "custom"):
+        same = (meta["prediction_type"], meta["loss_weighting"], meta.get("snr_gamma"))
+    obj = _objective(scheduler, same, prediction_type, loss_weighting, snr_gamma)
+    w = x0_loss_weight(
+        obj["loss_weighting"], obj["prediction_type"], torch.exp(x), snr_gamma=obj["snr_gamma"], sigma_data=path.data_scale or 0.5
+    )
+    if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
+        raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the profile's grid")
+    return RecommendTarget(
+        log_sigma=x.clone(),
+        rho_hat=normalize_density(rho, x),
+        w=w,
+        path=path,
+        objective=obj,
+        source=source,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The families, in VE log σ (METHOD.md §6.1)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Family:
+    kinds: tuple[str, ...]
+    params: tuple[str, ...]
+    meaning: str
+
+
+#: the fixed-density families a trainer offers, by name: path kinds, parameters and their meaning
+FAMILIES: dict[str, _Family] = {
+    "logit_normal": _Family(
+        ("flow",),
+        ("mean", "std"),
+        "flow noise level s = sigmoid(z), z ~ N(mean, std^2) (SD3 paper's convention: mean > 0 is more noise); "
+        "ln sigma = logit(s) = z, a normal in ln sigma",
+    ),
+    "shift_uniform": _Family(("flow",), ("shift",), "uniform s, then s -> shift*s/(1+(shift-1)*s): logistic in ln sigma at ln(shift)"),
+    "shift_logit_normal": _Family(("flow",), ("shift",), "logit-normal(0, 1) s, then the shift: N(ln shift, 1) in ln sigma"),
+    "edm_lognormal": _Family(("ve",), ("P_mean", "P_std"), "ln sigma ~ N(P_mean, P_std^2) (Karras et al. 2022)"),
+    "timestep_range": _Family(
+        ("vp", "flow"),
+        ("t_min", "t_max", "s_min", "s_max"),
+        "uniform within a range: VP integer t in [t_min, t_max] (inclusive); flow unshifted s in [s_min, s_max]",
+    ),
+}
+
+
+def family_density(name: str, params: dict, path: NoisePath) -> densities.Density:
+    """The density per unit log σ (VE) of family ``name`` with ``params`` on ``path`` (METHOD.md §6.1).
+
+    ``logit_normal``: ``Normal(mean, std)`` (ln σ = logit(s) on the flow path, METHOD.md §1); ``edm_lognormal``:
+    ``Normal(P_mean, P_std)``; ``shift_uniform``: ``Logistic(ln shift)``; ``shift_logit_normal``:
+    ``Normal(ln shift, 1)``; ``timestep_range``: on VP uniform mass over the cells of the integer steps
+    ``t_min..t_max`` (METHOD.md §5.8), on flow the logistic (uniform s) restricted to ``[logit s_min, logit s_max]``.
+
+    Raises:
+        ValueError: an unknown family, one not defined on the path's kind, or parameters out of range.
+    """
+    if name not in FAMILIES:
+        raise ValueError(f"family: unknown {name!r}; accepted: {', '.join(FAMILIES)}")
+    if path.kind not in FAMILIES[name].kinds:
+        raise ValueError(f"family: {name!r} is defined on {'/'.join(FAMILIES[name].kinds)} paths, not on a {path.kind} path")
+    if name == "logit_normal":
+        return densities.Normal(params["mean"], params["std"])
+    if name == "edm_lognormal":
+        return densities.Normal(params["P_mean"], params["P_std"])
+    if name in ("shift_uniform", "shift_logit_normal"):
+        if not params["shift"] > 0:
+            raise ValueError(f"shift: must be > 0, got {params['shift']}")
+        loc = math.log(params["shift"])
+        return densities.Logistic(loc) if name == "shift_uniform" else densities.Normal(loc, 1.0)
+    if path.kind == "vp":
+        lo, hi = int(params["t_min"]), int(params["t_max"])
+        if not 0 <= lo <= hi < path.num_train_timesteps:
+            raise ValueError(f"t_min, t_max: need 0 <= t_min <= t_max < {path.num_train_timesteps}, got {lo}, {hi}")
+        probs = torch.zeros(path.num_train_timesteps, dtype=_F64)
+        probs[lo : hi + 1] = 1.0
+        return densities.Piecewise(path.cell_edges(), probs)
+    s_lo, s_hi = float(params["s_min"]), float(params["s_max"])
+    if not 0.0 <= s_lo < s_hi <= 1.0:
+        raise ValueError(f"s_min, s_max: need 0 <= s_min < s_max <= 1, got {s_lo}, {s_hi}")
+    return densities.Truncated(densities.Logistic(0.0), _logit(s_lo), _logit(s_hi))
+
+
+def _logit(s: float) -> float:
+    return -math.inf if s <= 0 else math.inf if s >= 1 else math.log(s / (1 - s))
+
+
+def _cell_masses(density: densities.Density, target: RecommendTarget) -> torch.Tensor:
+    return densities.bin_masses(density, target.edges)
+
+
+def allocation_tv(density: densities.Density, target: RecommendTarget) -> float:
+    """``TV(φ, ρ̂)`` of a training density on the target's grid, φ = π·w normalised (METHOD.md §6.1): π on a cell is
+    the density's mass there (inside the path's σ range) over the cell's width. 1.0 when it has no mass on the grid.
+
+    The value of :func:`~diffusers_infonoise.diagnostics.total_variation` on the cell masses (½ Σ_k |φ_k − ρ̂_k|, each
+    normalised to sum 1), computed from masses the target holds so that a solver can call it thousands of times.
+    """
+    phi = _cell_masses(density, target) * target.w
+    z = float(phi.sum())
+    if not z > 0:
+        return 1.0
+    return float(0.5 * (phi / z - target.rho_mass).abs().sum())
+
+
+def _allocation(name: str, density: densities.Density, target: RecommendTarget) -> Allocation:
+    x = target.log_sigma
+    pi = normalize_density(_cell_masses(density, target) / target.widths, x)
+    return Allocation(name, x, pi, target.w, normalize_density(pi * target.w, x), {"density": density.describe()})
+
+
+@dataclass
+class FamilyFit:
+    """The member of a family closest to ρ̂: ``params`` (plain floats/ints), ``tv`` = TV(φ_fit, ρ̂), its density."""
+
+    name: str
+    params: dict
+    tv: float
+    density: densities.Density = field(repr=False)
+
+    def to_dict(self) -> dict:
+        return {"params": dict(self.params), "tv": self.tv}
+
+
+def _round(v: float, digits: int = 4) -> float:
+    """``v`` to ``digits`` significant digits: what the flags print, so the reported TV is the flags' own."""
+    return float(f"{v:.{digits}g}")
+
+
+def _fit_normal(target: RecommendTarget, names: tuple[str, str]) -> dict:
+    """2-D: grid search over (mean at the cell centres) × (24 log-spaced std), then bounded Nelder-Mead on (mean, ln std)."""
+    from scipy.optimize import minimize
+
+    e = target.edges
+    lo, hi = float(e[0]), float(e[-1])
+    h = float(target.widths.median())
+    bounds = [(lo, hi), (math.log(h / 4), math.log(hi - lo))]
+
+    def tv(p):
+        return allocation_tv(densities.Normal(float(p[0]), math.exp(float(p[1]))), target)
+
+    starts = [(float(m), math.log(s)) for m in target.log_sigma.clamp(lo, hi) for s in np.geomspace(h / 2, hi - lo, 24)]
+    best = np.array(min(starts, key=tv))
+    # a simplex of one cell in the mean and 0.1 in ln std, inside the bounds
+    step = np.array([h if best[0] + h <= hi else -h, 0.1 if best[1] + 0.1 <= bounds[1][1] else -0.1])
+    simplex = np.array([best, best + [step[0], 0.0], best + [0.0, step[1]]])
+    opts = {"xatol": 1e-5, "fatol": 1e-9, "maxiter": 800, "initial_simplex": simplex}
+    res = minimize(tv, best, method="Nelder-Mead", bounds=bounds, options=opts)
+    p = res.x if res.fun <= tv(best) else best
+    return {names[0]: _round(p[0]), names[1]: _round(math.exp(p[1]))}
+
+
+def _fit_shift(target: RecommendTarget, make: Callable[[float], densities.Density]) -> dict:
+    """1-D in ln shift: a grid of 4K points over the grid's span, then bounded Brent between the best point's neighbours."""
+    from scipy.optimize import minimize_scalar
+
+    e = target.edges
+    grid = np.linspace(float(e[0]), float(e[-1]), 4 * target.log_sigma.numel() + 1)
+
+    def tv(loc):
+        return allocation_tv(make(float(loc)), target)
+
+    k = int(np.argmin([tv(v) for v in grid]))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
+    res = minimize_scalar(tv, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
+    loc = float(res.x) if res.fun <= tv(grid[k]) else float(grid[k])
+    return {"shift": _round(math.exp(loc))}
+
+
+def _fit_range(target: RecommendTarget) -> dict:
+    """Exhaustive over every range a trainer's integer flags can express (METHOD.md §6.1): ``N(N+1)/2`` intervals
+    ``[i/N, j/N]`` in the CDF coordinate of uniform sampling (VP: uniform t, each step 1/N; flow: unshifted s), whose
+    mass in each grid cell is the overlap with the cell's CDF interval, in closed form."""
+    path = target.path
+    n = int(path.num_train_timesteps)
+    base = path.uniform_density() if path.kind == "vp" else densities.Logistic(0.0)
+    g = base.cdf(target.edges).numpy()
+    w = target.w.numpy()
+    r = target.rho_mass.numpy()
+    p = np.arange(n + 1) / n
+    best_tv, best = math.inf, (0, n)
+    for i in range(n):
+        q = p[i + 1 :, None]
+        m = np.clip(np.minimum(q, g[None, 1:]) - np.maximum(p[i], g[None, :-1]), 0.0, None)
+        phi = m * w
+        z = phi.sum(1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tv = np.where(z[:, 0] > 0, 0.5 * np.abs(phi / z - r).sum(1), np.inf)
+        j = int(np.argmin(tv))
+        if tv[j] < best_tv:
+            best_tv, best = float(tv[j]), (i, i + 1 + j)
+    i, j = best
+    if path.kind == "vp":
+        return {"t_min": i, "t_max": j - 1}
+    return {"s_min": i / n, "s_max": j / n}
+
+
+def fit_family(target: RecommendTarget, name: str) -> FamilyFit:
+    """The member of family ``name`` (:data:`FAMILIES`) whose effective allocation is closest to ρ̂ in TV on the
+    target's grid (METHOD.md §6.1). Continuous parameters are rounded to 4 significant digits (what the flags
+    print) and the TV is that of the rounded parameters.
+
+    Raises:
+        ValueError: an unknown family or one not defined on the target's path kind. ImportError: no scipy.
+    """
+    if name not in FAMILIES:
+        raise ValueError(f"family: unknown {name!r}; accepted: {', '.join(FAMILIES)}")
+    if target.path.kind not in FAMILIES[name].kinds:
+        raise ValueError(f"family: {name!r} is defined on {'/'.join(FAMILIES[name].kinds)} paths, not on a {target.path.kind} path")
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError as err:  # optional dependency
+        raise ImportError("recommend needs scipy: pip install scipy (or the 'benchmarks' extra)") from err
+    if name == "logit_normal":
+        params = _fit_normal(target, ("mean", "std"))
+    elif name == "edm_lognormal":
+        params = _fit_normal(target, ("P_mean", "P_std"))
+    elif name == "shift_uniform":
+        params = _fit_shift(target, densities.Logistic)
+    elif name == "shift_logit_normal":
+        params = _fit_shift(target, lambda loc: densities.Normal(loc, 1.0))
+    else:
+        params = _fit_range(target)
+    density = family_density(name, params, target.path)
+    return FamilyFit(name, params, allocation_tv(density, target), density)
+
+
+def fit_families(target: RecommendTarget, families=None) -> dict[str, FamilyFit]:
+    """:func:`fit_family` for each family of ``families`` (default: every family defined on the target's path kind)."""
+    names = [n for n, f in FAMILIES.items() if target.path.kind in f.kinds] if families is None else list(families)
+    return {n: fit_family(target, n) for n in names}
+
+
+def _target(source, noise_scheduler, training: dict) -> RecommendTarget:
+    from ..schedule_io import FORMAT
+
+    if isinstance(source, RecommendTarget):
+        if training or noise_scheduler is not None:
+            raise ValueError("source: a RecommendTarget already holds its training; pass no scheduler or loss with it")
+        return source
+    if isinstance(source, dict) and source.get("format") == FORMAT:
+        return target_from_schedule(source, noise_scheduler, **training)
+    return target_from_profile(source, noise_scheduler, **training)
+
+
+def recommend_parameters(source, noise_scheduler=None, *, families=None, **training) -> dict:
+    """The fitted parameters per family as plain data, for tools and benchmarks:
+    ``{family: {"params": {...}, "tv": float}}`` (METHOD.md §6.1).
+
+    Args:
+        source: a stored schedule payload (``format`` = the schedule format), a measured
+            :class:`~diffusers_infonoise.diagnostics.Profile` or its ``to_dict()``, or a :class:`RecommendTarget`.
+        noise_scheduler: the training's scheduler (its path), as :func:`target_from_schedule` /
+            :func:`target_from_profile` take it.
+        families: names of :data:`FAMILIES` (default: those of the training's path kind).
+        **training: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` of the training (defaults there).
+    """
+    target = _target(source, noise_scheduler, training)
+    return {n: f.to_dict() for n, f in fit_families(target, families).items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# The trainers: which families each offers on which path, and the flags that set them
+# ----------------------------------------------------------------------------------------------
+
+
+def _flag_values(family: str, params: dict, path: NoisePath) -> dict:
+    """What a trainer's flag template may name, from a family's fitted parameters: the parameters (4 significant
+    digits) and the conversions the trainers' conventions need (METHOD.md §1, §6.1)."""
+    g = {k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in params.items()}
+    if family == "logit_normal":
+        m, s = params["mean"], params["std"]
+        # diffusers indexes the descending table that carries the scheduler's shift: ln sigma = ln(shift) - logit_mean
+        g.update(diffusers_mean=f"{path.log_shift - m:.4g}", exp_mean=f"{math.exp(m):.4g}", std_minus_1=f"{s - 1.0:.4g}")
+    elif family == "timestep_range" and path.kind == "flow":
+        lo, hi = params["s_min"], params["s_max"]
+        # kohya SD3: s = t/1000 with t in [min, max); ai-toolkit: index i of linspace(1000, 1) is s = 1 - i/1000, i in [min, max)
+        g.update(t_lo=round(1000 * lo), t_hi=round(1000 * hi), i_lo=round(1000 * (1 - hi)), i_hi=min(999, round(1000 * (1 - lo)) + 1))
+    elif family == "timestep_range":
+        n, lo, hi = path.num_train_timesteps, params["t_min"], params["t_max"]
+        # OneTrainer picks int(N*strength): half a step inside, no rounding can miss the step
+        g.update(t_end=hi + 1, strength_lo=f"{(lo + 0.5) / n:.6g}", strength_hi=f"{min(1.0, (hi + 1.5) / n):.6g}")
+    return g
+
+
+def _range_bias(params: dict, path: NoisePath) -> tuple[str, densities.Density]:
+    """diffusers' train_text_to_image_sdxl.py and SimpleTuner: weights 1 everywhere, ``multiplier`` on
+    ``weights[begin:end]`` (end exclusive, as their code slices). The multiplier is the smallest integer that puts
+    99% of the draws inside the range; the TV reported is this mixture's."""
+    n, lo, hi = path.num_train_timesteps, params["t_min"], params["t_max"]
+    inside = hi - lo + 1
+    mult = max(1, math.ceil(99 * (n - inside) / inside))
+    probs = torch.ones(n, dtype=_F64)
+    probs[lo : hi + 1] = mult
+    flags = f"--timestep_bias_strategy range --timestep_bias_begin {lo} --timestep_bias_end {hi + 1} --timestep_bias_multiplier {mult}"
+    return flags, densities.Piecewise(path.cell_edges(), probs)
+
+
+@dataclass(frozen=True)
+class TrainerSetting:
+    """One way a trainer sets its density. ``family``: a family of :data:`FAMILIES` whose fit fills ``flags`` (a
+    template of :func:`_flag_values`' names, or a function of the parameters and the path returning the flags and
+    the density they realise), or ``None`` for a fixed choice whose density on a path is ``density``."""
+
+    family: str | None
+    flags: str | Callable[[dict, NoisePath], tuple[str, densities.Density]]
+    density: Callable[[NoisePath], densities.Density] | None = None
+
+
+@dataclass(frozen=True)
+class TrainerScripts:
+    """A trainer's scripts for one path kind: its default (flags and density), the settings it offers, and the loss
+    it trains by default in this package's terms (what to pass as the training's objective: the fit depends on w)."""
+
+    trainer: str
+    kind: str
+    scripts: str
+    default_flags: str
+    default_density: Callable[[NoisePath], densities.Density]
+    settings: tuple[TrainerSetting, ...]
+    source: str
+    loss: str = "flow velocity (noise - latents): prediction_type flow"
+
+
+_DIFFUSERS = "huggingface/diffusers@58eb52c0"
+_KOHYA = "kohya-ss/sd-scripts@48d368fa"
+_SIMPLETUNER = "bghira/SimpleTuner@bc8e6ab7"
+_ONETRAINER = "Nerogar/OneTrainer@23df3832"
+_AI_TOOLKIT = "ostris/ai-toolkit@27a03a91"
+
+#: the trainers (``--trainer``) and where their flags were read
+TRAINER_SOURCES = {
+    "diffusers": _DIFFUSERS,
+    "kohya": _KOHYA,
+    "simpletuner": _SIMPLETUNER,
+    "onetrainer": _ONETRAINER,
+    "ai-toolkit": _AI_TOOLKIT,
+    "diffusers-infonoise": "this package's training scripts",
+}
+TRAINER_NAMES = tuple(TRAINER_SOURCES)
+
+
+def _uniform_t(path: NoisePath) -> densities.Density:
+    return path.uniform_density()
+
+
+def _table_normal(path: NoisePath) -> densities.Density:
+    return densities.Normal(path.log_shift, 1.0)  # logit-normal(0, 1) on a table that carries the scheduler's shift
+
+
+_DIFFUSERS_LN = TrainerSetting("logit_normal", "--weighting_scheme logit_normal --logit_mean {diffusers_mean} --logit_std {std}")
+_KOHYA_SD3 = "--weighting_scheme {} --training_shift {}"
+_ONETRAINER_LN = '"timestep_distribution": "LOGIT_NORMAL", "noising_bias": {}, "noising_weight": {}, "timestep_shift": {}'
+
+#: every trainer's scripts per path kind: default and settings, as read in :data:`TRAINER_SOURCES`
+TRAINERS: tuple[TrainerScripts, ...] = (
+    TrainerScripts(
+        "diffusers",
+        "flow",
+        "train_dreambooth_lora_sd3.py, train_dreambooth_sd3.py",
+        "--weighting_scheme logit_normal --logit_mean 0 --logit_std 1 (on the scheduler's shifted table)",
+        _table_normal,
+        (_DIFFUSERS_LN,),
+        f"{_DIFFUSERS}: examples/dreambooth/train_dreambooth_lora_sd3.py, src/diffusers/training_utils.py",
+        "x0 loss of the preconditioned output with --precondition_outputs 1 (its default): prediction_type sample; 0: flow",
+    ),
+    TrainerScripts(
+        "diffusers",
+        "flow",
+        "train_dreambooth_lora_flux.py, train_dreambooth_flux.py and the other flow scripts (sana, lumina2, hidream, qwen_image, ...)",
+        "--weighting_scheme none (uniform on the scheduler's table)",
+        lambda path: densities.Logistic(path.log_shift),
+        (_DIFFUSERS_LN,),
+        f"{_DIFFUSERS}: examples/dreambooth/train_dreambooth_lora_flux.py",
+    ),
+    TrainerScripts(
+        "diffusers",
+        "vp",
+        "train_text_to_image_sdxl.py (the other VP scripts draw t uniformly and take no flag for it)",
+        "--timestep_bias_strategy none (uniform t)",
+        _uniform_t,
+        (TrainerSetting("timestep_range", _range_bias),),
+        f"{_DIFFUSERS}: examples/text_to_image/train_text_to_image_sdxl.py (generate_timestep_weights)",
+        "the scheduler's prediction_type; --snr_gamma is loss_weighting min_snr",
+    ),
+    TrainerScripts(
+        "kohya",
+        "vp",
+        "train_network.py, sdxl_train_network.py, train_db.py, fine_tune.py, sdxl_train.py",
+        "no --min_timestep/--max_timestep (uniform t in 0..999)",
+        _uniform_t,
+        (TrainerSetting("timestep_range", "--min_timestep {t_min} --max_timestep {t_end}"),),
+        f"{_KOHYA}: library/train_util.py (get_timesteps: randint(min_timestep, max_timestep))",
+        "epsilon (v_prediction with --v_parameterization); --min_snr_gamma is loss_weighting min_snr",
+    ),
+    TrainerScripts(
+        "kohya",
+        "flow",
+        "sd3_train.py, sd3_train_network.py",
+        _KOHYA_SD3.format("uniform", "1.0"),
+        lambda path: densities.Logistic(0.0),
+        (
+            TrainerSetting("logit_normal", _KOHYA_SD3.format("logit_normal --logit_mean {mean} --logit_std {std}", "1.0")),
+            TrainerSetting("shift_uniform", _KOHYA_SD3.format("uniform", "{shift}")),
+            TrainerSetting("shift_logit_normal", _KOHYA_SD3.format("logit_normal --logit_mean 0 --logit_std 1", "{shift}")),
+            TrainerSetting("timestep_range", _KOHYA_SD3.format("uniform", "1.0") + " --min_timestep {t_lo} --max_timestep {t_hi}"),
+        ),
+        f"{_KOHYA}: library/sd3_train_utils.py (get_noisy_model_input_and_timesteps: s = shift(u), t in [min, max)/1000)",
+        "x0 loss (the output times -s plus x_s, against the latents): prediction_type sample",
+    ),
+    TrainerScripts(
+        "kohya",
+        "flow",
+        "flux_train.py, flux_train_network.py",
+        "--timestep_sampling sigma --weighting_scheme uniform --discrete_flow_shift 3.0",
+        lambda path: densities.Logistic(math.log(3.0)),
+        (
+            TrainerSetting("logit_normal", "--timestep_sampling shift --sigmoid_scale {std} --discrete_flow_shift {exp_mean}"),
+            TrainerSetting("shift_uniform", "--timestep_sampling sigma --weighting_scheme uniform --discrete_flow_shift {shift}"),
+            TrainerSetting("shift_logit_normal", "--timestep_sampling shift --sigmoid_scale 1.0 --discrete_flow_shift {shift}"),
+        ),
+        f"{_KOHYA}: library/flux_train_utils.py (get_noisy_model_input_and_timesteps; FLUX.1 takes no min/max_timestep)",
+        "flow velocity with --model_prediction_type raw (prediction_type flow); the default sigma_scaled compares an x0 "
+        "estimate with the velocity target, which no w of METHOD.md section 4 describes",
+    ),
+    TrainerScripts(
+        "simpletuner",
+        "flow",
+        "every flow-matching model (--flow_schedule_auto_shift off)",
+        "--flow_sigmoid_scale 1.0 --flow_schedule_shift 3 (documented defaults; some model classes set their own shift)",
+        lambda path: densities.Normal(math.log(3.0), 1.0),
+        (
+            TrainerSetting("logit_normal", "--flow_sigmoid_scale {std} --flow_schedule_shift {exp_mean}"),
+            TrainerSetting("shift_uniform", "--flow_use_uniform_schedule --flow_schedule_shift {shift}"),
+            TrainerSetting("shift_logit_normal", "--flow_sigmoid_scale 1.0 --flow_schedule_shift {shift}"),
+        ),
+        f"{_SIMPLETUNER}: simpletuner/helpers/models/common.py (sample_flow_sigmas), helpers/training/custom_schedule.py",
+    ),
+    TrainerScripts(
+        "simpletuner",
+        "vp",
+        "SD 1.x/2.x, SDXL and the other DDPM models",
+        "--timestep_bias_strategy none (uniform t)",
+        _uniform_t,
+        (TrainerSetting("timestep_range", _range_bias),),
+        f"{_SIMPLETUNER}: simpletuner/helpers/training/custom_schedule.py (generate_timestep_weights)",
+        "the model's prediction_type (epsilon or v_prediction)",
+    ),
+    TrainerScripts(
+        "onetrainer",
+        "flow",
+        "every flow-matching model (training config keys; dynamic_timestep_shifting false)",
+        '"timestep_distribution": "UNIFORM", "timestep_shift": 1.0',
+        lambda path: densities.Logistic(0.0),
+        (
+            TrainerSetting("logit_normal", _ONETRAINER_LN.format("{mean}", "{std_minus_1}", "1.0")),
+            TrainerSetting("shift_uniform", '"timestep_distribution": "UNIFORM", "timestep_shift": {shift}'),
+            TrainerSetting("shift_logit_normal", _ONETRAINER_LN.format("0.0", "0.0", "{shift}")),
+            TrainerSetting(
+                "timestep_range",
+                '"timestep_distribution": "UNIFORM", "min_noising_strength": {s_min}, "max_noising_strength": {s_max}, '
+                '"timestep_shift": 1.0',
+            ),
+        ),
+        f"{_ONETRAINER}: modules/modelSetup/mixin/ModelSetupNoiseMixin.py (_get_timestep_discrete; LOGIT_NORMAL: N(bias, weight + 1))",
+    ),
+    TrainerScripts(
+        "onetrainer",
+        "vp",
+        "SD 1.x/2.x, SDXL (training config keys)",
+        '"timestep_distribution": "UNIFORM", "min_noising_strength": 0.0, "max_noising_strength": 1.0',
+        _uniform_t,
+        (
+            TrainerSetting(
+                "timestep_range",
+                '"timestep_distribution": "UNIFORM", "min_noising_strength": {strength_lo}, "max_noising_strength": {strength_hi}',
+            ),
+        ),
+        f"{_ONETRAINER}: modules/modelSetup/mixin/ModelSetupNoiseMixin.py (_get_timestep_discrete)",
+        "the model's prediction_type (epsilon or v_prediction)",
+    ),
+    TrainerScripts(
+        "ai-toolkit",
+        "flow",
+        "flow-matching models (noise_scheduler: flowmatch; content_or_style: balanced; YAML keys under train:)",
+        "timestep_type: sigmoid",
+        lambda path: densities.Normal(0.0, 1.0),
+        (
+            TrainerSetting(None, "timestep_type: sigmoid", lambda path: densities.Normal(0.0, 1.0)),
+            TrainerSetting(None, "timestep_type: linear", lambda path: densities.Logistic(0.0)),
+            TrainerSetting("timestep_range", "timestep_type: linear, min_denoising_steps: {i_lo}, max_denoising_steps: {i_hi}"),
+        ),
+        f"{_AI_TOOLKIT}: jobs/process/BaseSDTrainProcess.py, toolkit/samplers/custom_flowmatch_sampler.py (set_train_timesteps)",
+    ),
+    TrainerScripts(
+        "diffusers-infonoise",
+        "ve",
+        "train_unconditional.py (--noise_sampler edm_lognormal)",
+        "--noise_sampler edm_lognormal --edm_p_mean -1.2 --edm_p_std 1.2",
+        lambda path: densities.Normal(-1.2, 1.2),
+        (TrainerSetting("edm_lognormal", "--noise_sampler edm_lognormal --edm_p_mean {P_mean} --edm_p_std {P_std}"),),
+        "diffusers_infonoise/training/args.py",
+        "the EDM recipe: prediction_type sample, loss_weighting edm",
+    ),
+    TrainerScripts(
+        "diffusers-infonoise",
+        "flow",
+        "train_unconditional.py, train_text_to_image_sd3.py, train_text_to_image_flux.py (--noise_sampler logit_normal)",
+        "--noise_sampler logit_normal --logit_mean 0 --logit_std 1",
+        _table_normal,
+        (TrainerSetting("logit_normal", "--noise_sampler logit_normal --logit_mean {diffusers_mean} --logit_std {std}"),),
+        "diffusers_infonoise/training/args.py (--logit_mean in diffusers' meaning, on the scheduler's shift)",
+        "flow velocity: prediction_type flow",
+    ),
+)
+
+#: (trainer, path kind) combinations without a setting, and why (the one line printed for them)
+UNSUPPORTED: dict[tuple[str, str], str] = {
+    ("diffusers", "ve"): "no example script samples EDM's log-normal; train_dreambooth_lora_sdxl.py --do_edm_style_training draws "
+    "uniform indices of the EDM scheduler's table and has no P_mean/P_std flag",
+    ("kohya", "ve"): "no EDM (VE) path: its scripts train VP (SD 1.x/2.x, SDXL) and flow (SD3, FLUX.1, Lumina) models",
+    ("simpletuner", "ve"): "no EDM (VE) path with a log-normal flag",
+    ("onetrainer", "ve"): "no EDM (VE) path with a log-normal setting",
+    ("ai-toolkit", "ve"): "no EDM (VE) path with a log-normal setting",
+    ("ai-toolkit", "vp"): "min_denoising_steps/max_denoising_steps index the scheduler's own inference table, whose order and "
+    "offset (timestep_spacing, steps_offset) the model's scheduler config decides; not converted here",
+    ("diffusers-infonoise", "vp"): "its fixed VP samplers have no parameters (uniform, log_uniform, cosine); "
+    "train with --noise_sampler infonoise",
+}
+
+
+def _setting_row(setting: TrainerSetting, target: RecommendTarget, fits: dict[str, FamilyFit]) -> dict:
+    path = target.path
+    if setting.family is None:
+        return {"family": None, "flags": setting.flags, "tv": allocation_tv(setting.density(path), target)}
+    fit = fits.get(setting.family) or fit_family(target, setting.family)
+    if callable(setting.flags):  # flags that realise another density than the family's (a mixture)
+        flags, density = setting.flags(fit.params, path)
+        return {"family": setting.family, "flags": flags, "tv": allocation_tv(density, target)}
+    return {"family": setting.family, "flags": setting.flags.format(**_flag_values(setting.family, fit.params, path)), "tv": fit.tv}
+
+
+def _trainer_rows(target: RecommendTarget, fits: dict[str, FamilyFit], trainer: str) -> list[dict]:
+    rows = [
+        {
+            "trainer": trainer,
+            "scripts": t.scripts,
+            "source": t.source,
+            "loss": t.loss,
+            "default": {"flags": t.default_flags, "tv": allocation_tv(t.default_density(target.path), target)},
+            "settings": [_setting_row(s, target, fits) for s in t.settings],
+        }
+        for t in TRAINERS
+        if t.trainer == trainer and t.kind == target.path.kind
+    ]
+    kind = target.path.kind
+    return rows or [{"trainer": trainer, "unsupported": UNSUPPORTED.get((trainer, kind), f"no setting for a {kind} path")}]
+
+
+@dataclass
+class Recommendation:
+    """The result of :func:`recommend_fixed_density`: the target, the fit of every family of its path kind, and per trainer the
+    flags of each setting with ``TV(φ, ρ̂)`` beside the trainer default's (``trainers``: plain dicts; an entry with
+    ``"unsupported"`` says why a trainer has no setting for the path)."""
+
+    target: RecommendTarget
+    families: dict[str, FamilyFit]
+    trainers: list[dict]
+
+    def allocations(self) -> list[Allocation]:
+        """The fitted families' effective allocations φ on the target's grid (to draw with
+        :func:`~diffusers_infonoise.diagnostics.plot_allocations`)."""
+        return [_allocation(n, f.density, self.target) for n, f in self.families.items()]
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target.to_dict(),
+            "criterion": "TV(phi, rho_hat) on the target's grid, phi = pi*w normalised (docs/METHOD.md 6.1)",
+            "families": {n: f.to_dict() for n, f in self.families.items()},
+            "trainers": self.trainers,
+        }
+
+
+def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **training) -> Recommendation:
+    """Fit every family of the training's path kind to ρ̂ and give each trainer's flags (METHOD.md §6.1).
+
+    Args:
+        source, noise_scheduler, **training: as :func:`recommend_parameters` (the stored payload, Profile or its dict,
+            or RecommendTarget; the training's scheduler, ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu``).
+        trainers: ``"all"``, a name of :data:`TRAINER_SOURCES` or a list of them.
+
+    Raises:
+        ValueError: an unknown trainer name; a single trainer (not ``"all"``) without a setting for the path kind
+            (the message names ``trainer`` and says why).
+    """
+    names = list(TRAINER_NAMES) if trainers == "all" else [trainers] if isinstance(trainers, str) else list(trainers)
+    unknown = [n for n in names if n not in TRAINER_NAMES]
+    if unknown:
+        raise ValueError(f"trainer: unknown {', '.join(unknown)}; accepted: all, {', '.join(TRAINER_NAMES)}")
+    target = _target(source, noise_scheduler, training)
+    if trainers != "all":
+        for n in names:
+            if not any(t.trainer == n and t.kind == target.path.kind for t in TRAINERS):
+                why = UNSUPPORTED.get((n, target.path.kind), "no setting")
+                raise ValueError(f"trainer: {n} does not support a {target.path.kind} path: {why}")
+    fits = fit_families(target)
+    rows = [row for n in names for row in _trainer_rows(target, fits, n)]
+    return Recommendation(target, fits, rows)
