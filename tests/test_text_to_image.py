@@ -32,7 +32,7 @@ from _text_to_image import (
     _tensorboard_tags,
 )
 from _tiny_pipelines import RESOLUTION, save_tiny_sd_pipeline, write_captioned_image_folder
-from conftest import free_port, load_training_script
+from conftest import assert_option_error, free_port, load_training_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +51,22 @@ def sd_model(tmp_path_factory):
 # ----------------------------------------------------------------------------------------------
 # Stable Diffusion (VP)
 # ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train_text_to_image", "train_text_to_image_sdxl", "train_text_to_image_sd3", "train_text_to_image_flux"])
+def test_source_and_start_mistakes_end_in_one_line(name, sd_model, tmp_path, capsys, monkeypatch):
+    """Issue 28: a mistyped model folder that looks like owner/name was tried on the Hub, and a start that does not
+    apply ended in a traceback. Both end as argparse ends a bad option: one line, exit status 2, nothing written."""
+    script = sd_script if name == "train_text_to_image" else load_training_script(name, f"{name}_options")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    out = ["--output_dir", str(tmp_path / "out"), "--max_train_steps", "1"]
+    want = r"--pretrained_model_name_or_path: no such file or folder: runs/zA \(tried as a local path because \./runs exists\)"
+    assert_option_error(capsys, want, script.main, ["--pretrained_model_name_or_path", "runs/zA", *out])
+    if name == "train_text_to_image":  # a start for a fixed density, found once the scheduler is read
+        argv = ["--pretrained_model_name_or_path", sd_model, "--noise_sampler", "uniform", "--infonoise_init", "profile", *out]
+        assert_option_error(capsys, r"--infonoise_init profile: starts an InfoNoise sampler", script.main, argv)
+    assert not (tmp_path / "out").exists()
 
 
 def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):

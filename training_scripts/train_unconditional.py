@@ -32,6 +32,7 @@ from diffusers_infonoise.training import (
     add_noise_sampler_args,
     batch_loader,
     build_noise_sampler,
+    check_sources,
     check_unet_config,
     data_config,
     default_unet,
@@ -40,6 +41,7 @@ from diffusers_infonoise.training import (
     log_images,
     make_optimizer_and_lr_scheduler,
     optimizer_config,
+    option_errors,
     per_sample_mse,
     register_model_checkpointing,
     register_sampler_checkpointing,
@@ -156,6 +158,7 @@ def parse_args(argv=None):
         parser.error("--dataset_name and --train_data_dir: give one of them")
     if args.sequence_column and not args.dataset_name:
         parser.error("--sequence_column needs --dataset_name (a Hub data set or save_to_disk folder with that column)")
+    check_sources(parser, args, "--pretrained_model_name_or_path", "--infonoise_schedule_from")
     return args
 
 
@@ -265,11 +268,12 @@ def build_unet(args, channels: int, length: int | None = None):
 
 def main(argv=None):
     args = parse_args(argv)
-    noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
-    sampler = build_noise_sampler(
-        args, noise_scheduler, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=args.snr_gamma
-    )
-    start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
+    with option_errors():  # a mistake in the options ends in one line, as argparse's do
+        noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
+        sampler = build_noise_sampler(
+            args, noise_scheduler, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=args.snr_gamma
+        )
+        start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
     if args.show_noise_schedule:
         if start.choice == "stored":
             apply_start(sampler, start)

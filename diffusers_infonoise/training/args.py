@@ -7,7 +7,10 @@ these two modules reads or changes ``args``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import sys
 
 from ..argtypes import (
     gate_arg,
@@ -39,6 +42,8 @@ __all__ = [
     "baseline_density_params",
     "build_noise_sampler",
     "sampler_start",
+    "check_sources",
+    "option_errors",
 ]
 
 
@@ -306,6 +311,37 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
             init, sampler, stored=stored, source="the pretrained scheduler" if stored else None, pretrained_model=pretrained_model
         )
     return start  # logged by the training loop when it applies the start (logging is configured by then)
+
+
+def check_sources(parser: argparse.ArgumentParser, args, *flags: str) -> None:
+    """``parser.error`` (one line, exit status 2) for a source option naming a local path that is not there, a link
+    loop or a device: ``--pretrained_model_name_or_path runs/zA`` beside a folder ``runs`` is a mistyped run folder,
+    not the Hub repo ``runs/zA`` (:func:`~diffusers_infonoise.schedule_io.local_or_hub`). Runs at parse time, before
+    diffusers would spend a minute retrying the Hub offline; reads nothing from the network."""
+    from ..schedule_io import ScheduleSourceError, local_or_hub
+
+    for flag in flags:
+        spec = getattr(args, flag.lstrip("-"), None)
+        if spec:
+            try:
+                local_or_hub(spec)
+            except ScheduleSourceError as err:
+                parser.error(f"{flag}: {err}")
+
+
+@contextlib.contextmanager
+def option_errors():
+    """Around what a script resolves from its options before anything is trained (the pretrained scheduler, the
+    sampler, its start, a stored schedule's source): a ``ValueError`` or ``OSError`` there is a mistake in the options
+    (a start that does not apply, a source without a schedule, a model folder without a scheduler) and ends the run
+    as argparse ends one, with ``<script>: error: <message>`` in one line on stderr and exit status 2, not a
+    traceback."""
+    try:
+        yield
+    except (ValueError, OSError) as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
+        raise SystemExit(2) from None
 
 
 def run_config(args) -> RunConfig:
