@@ -18,15 +18,16 @@ Without this package installed the import fails with a message that names the in
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import torch
 from diffusers import DiffusionPipeline, ImagePipelineOutput
 
+from .logs import get_logger
+
 __all__ = ["InfoNoiseUnconditionalPipeline", "LOADER_MODULE"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: the module file a saved folder carries for ``DiffusionPipeline.from_pretrained``
 LOADER_MODULE = "pipeline_infonoise"

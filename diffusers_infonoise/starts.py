@@ -22,13 +22,14 @@ call ``sampler.observe_data`` on it, so that the m̂ cap and the gate see the da
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
+
+from .logs import get_logger
 
 __all__ = [
     "START_CHOICES",
@@ -41,7 +42,7 @@ __all__ = [
     "batch_size_of",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: the values of ``--infonoise_init`` (METHOD.md §5.9)
 START_CHOICES = ("auto", "base", "stored", "profile")

@@ -71,3 +71,14 @@ def assert_option_error(capsys, match: str, main, argv) -> str:
     assert info.value.code == 2 and "Traceback" not in err, err
     assert len(lines) == 1 and ": error: " in lines[0] and re.search(match, lines[0]), err
     return lines[0]
+
+
+def refreshes_in_log(log: str, processes: int) -> dict[int, str]:
+    """``{step: pi hash}`` of the refresh lines in a multi-process run's log. Each refresh is logged once, by the main
+    process (issue 28: the package's INFO lines came once per rank), saying that all ``processes`` hold that π (the
+    monitor gathers π from every rank and stops the run if they differ)."""
+    lines = re.findall(r"step (\d+): pi refreshed \(hash ([0-9a-f]+), the same on all (\d+) process", log)
+    steps = [int(step) for step, _, _ in lines]
+    assert len(steps) == len(set(steps)), f"a refresh logged more than once (once per rank?): {steps}"
+    assert {int(n) for _, _, n in lines} <= {processes}, lines
+    return {int(step): h for step, h, _ in lines}

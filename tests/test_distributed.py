@@ -86,3 +86,17 @@ def test_a_profile_start_on_two_ranks_holds_one_pi(tmp_path):
     mmse = edges**2 * 0.25 / (edges**2 + 0.25)
     m = r0["m_hat"]
     assert bool((m >= 1.5 * mmse[:-1] * (1 - 1e-9)).all()) and bool((m <= 1.5 * mmse[1:] * (1 + 1e-9)).all())
+
+
+def test_the_package_logs_info_on_the_main_process_only(tmp_path):
+    """Issue 28: the package's INFO lines (a profile start, each refresh of π) came once per rank, where diffusers logs
+    on the main process only. Rank 0 logs them; rank 1 logs none; a warning, which may differ by rank, comes from both."""
+    import json
+
+    mp.spawn(W.logging_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    logs = [json.loads((tmp_path / f"log{r}.json").read_text()) for r in (0, 1)]
+    infos = [[msg for level, name, msg in log if level == "INFO" and name.startswith("diffusers_infonoise")] for log in logs]
+    assert any("profile start" in m for m in infos[0]) and sum("pi refreshed" in m for m in infos[0]) >= 2, infos[0]
+    assert infos[1] == []
+    for rank, log in enumerate(logs):
+        assert ["WARNING", "diffusers_infonoise.adaptive", f"rank {rank}'s own warning"] in log

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from _text_to_image import (
     _tensorboard_tags,
 )
 from _tiny_pipelines import RESOLUTION, save_tiny_sd_pipeline, write_captioned_image_folder
-from conftest import assert_option_error, free_port, load_training_script
+from conftest import assert_option_error, free_port, load_training_script, refreshes_in_log
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -314,10 +313,7 @@ def test_sd_two_processes_share_pi(sd_model, tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
-    hashes = {0: {}, 1: {}}
-    for rank, step, h in re.findall(r"\[rank (\d)\] step (\d+): pi refreshed \(hash ([0-9a-f]+)", log):
-        hashes[int(rank)][int(step)] = h
-    assert sorted(hashes[0]) == [1, 2, 3] and hashes[0] == hashes[1], log[-5000:]
+    assert sorted(refreshes_in_log(log, 2)) == [1, 2, 3], log[-5000:]
     ckpt = out / "checkpoint-3" / "noise_sampler"
     (t0, v0), (t1, v1) = _sampler_state(ckpt / "rank_0"), _sampler_state(ckpt / "rank_1")
     # one π and one stream position on both ranks (each rank's draws differ: its rank seeds them)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 
@@ -22,13 +21,14 @@ from ..argtypes import (
     positive_int,
     warmup_arg,
 )
+from ..logs import get_logger
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
 from ..starts import START_CHOICES, SamplerStart, choose_start
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "tracker_config",

@@ -3,7 +3,6 @@ by (seed, epoch, index), captioned data and the epoch-seeded batch order."""
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -11,7 +10,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-logger = logging.getLogger(__name__)
+from ..logs import get_logger
+
+logger = get_logger(__name__)
 
 __all__ = [
     "DataConfig",

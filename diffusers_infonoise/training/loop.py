@@ -11,13 +11,14 @@ from typing import Callable, Iterable
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import NoiseLevels, TrainingTimestepSampler
 from ..starts import SamplerStart, apply_start, batch_size_of
 from ..weighting import per_sample_mse
 from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
 from .monitor import ScheduleMonitor
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "RunConfig",

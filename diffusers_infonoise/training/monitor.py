@@ -4,15 +4,15 @@ the π check across ranks; ``--show_noise_schedule``."""
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import NoiseLevels, TrainingTimestepSampler
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "describe_noise_schedule",
@@ -121,11 +121,10 @@ class ScheduleMonitor:
         gathered = accelerator.gather(probs.unsqueeze(0))
         if not bool((gathered == gathered[0:1]).all()):
             raise RuntimeError("noise sampler: ranks hold different schedules after a refresh (statistics were not reduced)")
-        # Every rank logs its own hash (a plain ``logging`` logger, not accelerate's main-only one), tagged
-        # with its rank, so that a multi-process log shows the schedules agree.
+        # the gather above checked that every rank holds this π: the main process says so, once
         logger.info(
-            f"[rank {accelerator.process_index}] step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, "
-            f"gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
+            f"step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, the same on all {accelerator.num_processes} "
+            f"process(es); gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
         )
         refresh = getattr(self.sampler, "last_refresh", {}) or {}
         gate = self.sampler.estimator.last_gate

@@ -3,13 +3,13 @@ run's setup, validation images and the saved pipeline."""
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import TrainingTimestepSampler
 from ..starts import SamplerStart, apply_start
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
@@ -27,7 +27,7 @@ from .lora import add_lora_adapter, lora_layers
 from .monitor import show_noise_schedule
 from .outputs import HubTarget, check_finite_weights, push_output_dir, render_model_card, save_image_grid, store_learned_schedule
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "TextToImageConfig",
