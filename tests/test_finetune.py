@@ -63,6 +63,34 @@ def test_auto_takes_the_stored_schedule_and_the_ema_starts_from_the_pretrained_w
     assert f"base_model: {pretrained / 'infonoise'}" in card and "start `stored`" in card
 
 
+def test_show_noise_schedule_shows_the_profile_start_the_run_takes(script, pretrained, tmp_path, capsys):
+    """Issue 28: ``--show_noise_schedule`` with a profile start showed the base density without saying so. It now
+    measures the start on the data as the run does, says what it shows, and the π it shows is the one a run of the
+    same options starts from (stored after one step, before any refresh); the base start's is another."""
+    import hashlib
+    import re
+
+    shown = tmp_path / "show"
+    capsys.readouterr()
+    script.main(finetune_args(pretrained / "fixed", shown, "--max_train_steps", 1, "--infonoise_init", "profile", "--show_noise_schedule"))
+    text = capsys.readouterr().out
+    assert "shown: the profile start: the pretrained model's errors on the training data" in text, text
+    assert "16 of 16 bins measured" in text
+    assert sorted(p.name for p in shown.iterdir()) == ["noise_schedule.png"]  # measured, not trained: no model, no logs
+    run = tmp_path / "run"
+    script.main(finetune_args(pretrained / "fixed", run, "--max_train_steps", 1, "--infonoise_init", "profile"))
+    payload = scheduler_payload(run)
+    assert payload["num_updates"] == 1 and payload["optimizer_steps"] == 1  # the start's π, no refresh since
+    started = hashlib.sha256(torch.tensor(payload["pi"], dtype=torch.float64).numpy().tobytes()).hexdigest()[:16]
+    assert re.search(r"^pi hash: ([0-9a-f]+)$", text, re.M).group(1) == started
+    capsys.readouterr()
+    script.main(finetune_args(pretrained / "fixed", tmp_path / "base", "--infonoise_init", "base", "--show_noise_schedule"))
+    base = capsys.readouterr().out
+    assert "shown: the base density (the warm-up's" in base and "pi hash" not in base
+    row = re.compile(r"^pi:.*$", re.M)
+    assert row.search(base).group(0) != row.search(text).group(0)
+
+
 def test_stored_with_other_bins_is_interpolated_and_an_explicit_warmup_is_kept(script, pretrained, tmp_path, caplog):
     """issue 22: another --infonoise_num_bins stopped the run, and --infonoise_warmup_steps 50 was saved as 0."""
     out = tmp_path / "bins"

@@ -98,14 +98,19 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
 
 
 def test_sd_show_noise_schedule(sd_model, tmp_path, capsys):
+    """A fine-tune starts from the model's profile (auto): --show_noise_schedule measures it on the data as the run
+    would and shows it, saying so (issue 28: it showed the base density without a word), and trains nothing."""
     out = tmp_path / "show"
-    result = sd_script.main(
-        ["--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--snr_gamma", "5", "--show_noise_schedule", *INFONOISE]
-    )
-    assert result["sampler"].name == "infonoise"
+    argv = ["--pretrained_model_name_or_path", sd_model, "--output_dir", str(out), "--snr_gamma", "5", "--show_noise_schedule"]
+    small = [*FAST, "--max_train_steps", "4", "--max_train_samples", "8"]
+    result = sd_script.main([*argv, *small, *INFONOISE, "--infonoise_warmup_steps", "0"])
+    assert result["sampler"].name == "infonoise" and result["sampler"].is_adapted and result["global_step"] == 0
     printed = capsys.readouterr().out
     assert "infonoise" in printed and "min_snr" in printed and "vp" in printed
-    assert (out / "noise_schedule.png").stat().st_size > 0
+    assert "shown: the profile start: the pretrained model's errors on the training data" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["noise_schedule.png"] and (out / "noise_schedule.png").stat().st_size > 0
+    sd_script.main([*argv, *INFONOISE, "--infonoise_init", "base", "--output_dir", str(tmp_path / "base")])
+    assert "shown: the base density (the warm-up's" in capsys.readouterr().out
 
 
 @pytest.mark.slow

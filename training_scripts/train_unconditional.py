@@ -274,10 +274,10 @@ def main(argv=None):
             args, noise_scheduler, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=args.snr_gamma
         )
         start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
-    if args.show_noise_schedule:
+    if args.show_noise_schedule and start.choice != "profile":  # nothing to measure: shown before anything is loaded
         if start.choice == "stored":
             apply_start(sampler, start)
-        show_noise_schedule(sampler, args.output_dir)
+        show_noise_schedule(sampler, args.output_dir, start=start)
         return
 
     accelerator = start_run(accelerator_config(args, report_to=args.logger))
@@ -315,7 +315,7 @@ def main(argv=None):
     sampler.manual_seed(args.seed or 0)
     register_sampler_checkpointing(accelerator, sampler)
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder="unet", ema=ema)
-    if accelerator.is_main_process:
+    if accelerator.is_main_process and not args.show_noise_schedule:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
     num_inference_steps = args.num_inference_steps or (
         args.ddpm_num_inference_steps if args.diffusion == "ddpm" else path_class(noise_scheduler).default_inference_steps
@@ -364,7 +364,10 @@ def main(argv=None):
         ema=ema,
         on_epoch_end=on_epoch_end,
         start=start,
+        show_schedule=args.show_noise_schedule,  # a profile start: measured on the data, then shown; nothing trained
     )
+    if args.show_noise_schedule:
+        return
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         unet = accelerator.unwrap_model(model)
