@@ -41,7 +41,9 @@ logger = get_logger(__name__, log_level="INFO")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion (text-to-image) with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Fine-tune Stable Diffusion (text-to-image) with InfoNoise.", epilog=training.script_epilog("train_text_to_image")
+    )
     training.add_text_to_image_args(
         parser, defaults={"resolution": 512, "output_dir": "sd-model-finetuned-infonoise", "validation_inference_steps": 20}
     )

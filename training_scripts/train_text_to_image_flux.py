@@ -45,7 +45,9 @@ DEFAULT_WEIGHTING_SCHEME = "none"  # diffusers' Flux scripts'
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fine-tune Flux.1 (text-to-image) with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Fine-tune Flux.1 (text-to-image) with InfoNoise.", epilog=training.script_epilog("train_text_to_image_flux")
+    )
     training.add_text_to_image_args(
         parser, defaults={"resolution": 512, "output_dir": "flux-finetuned-infonoise", "validation_inference_steps": 28}
     )

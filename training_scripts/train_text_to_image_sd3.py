@@ -46,7 +46,9 @@ DEFAULT_WEIGHTING_SCHEME = "logit_normal"  # diffusers' SD3 scripts'
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion 3 (text-to-image) with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Fine-tune Stable Diffusion 3 (text-to-image) with InfoNoise.", epilog=training.script_epilog("train_text_to_image_sd3")
+    )
     training.add_text_to_image_args(
         parser, defaults={"resolution": 1024, "output_dir": "sd3-finetuned-infonoise", "validation_inference_steps": 25}
     )

@@ -38,7 +38,10 @@ logger = get_logger(__name__, log_level="INFO")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion XL (text-to-image) with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Fine-tune Stable Diffusion XL (text-to-image) with InfoNoise.",
+        epilog=training.script_epilog("train_text_to_image_sdxl"),
+    )
     training.add_text_to_image_args(
         parser, defaults={"resolution": 1024, "output_dir": "sdxl-model-finetuned-infonoise", "validation_inference_steps": 25}
     )

@@ -8,6 +8,9 @@ In the style of diffusers' ``examples/unconditional_image_generation/train_uncon
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 --num_machines 1 \\
         --mixed_precision no --dynamo_backend no training_scripts/train_unconditional.py --dataset_name mnist ...
 
+Installed with the package it is the command ``infonoise-train-unconditional`` and the module
+``diffusers_infonoise.training_scripts.train_unconditional`` (``python -m`` or ``accelerate launch -m``).
+
 Everything shared with the text-to-image scripts lives in :mod:`diffusers_infonoise.training`.
 """
 
@@ -51,6 +54,7 @@ from diffusers_infonoise.training import (
     save_samples,
     save_unconditional_outputs,
     save_unconditional_pipeline,
+    script_epilog,
     show_noise_schedule,
     start_run,
     tracker_config,
@@ -65,7 +69,9 @@ PREDICTION_TYPES = {"ddpm": ("epsilon", "v_prediction", "sample"), "edm": ("epsi
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Train an unconditional diffusion model with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Train an unconditional diffusion model with InfoNoise.", epilog=script_epilog("train_unconditional")
+    )
     a = parser.add_argument
     a(
         "--dataset_name",

@@ -44,6 +44,8 @@ __all__ = [
     "sampler_start",
     "check_sources",
     "option_errors",
+    "script_command",
+    "script_epilog",
 ]
 
 
@@ -311,6 +313,24 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
             init, sampler, stored=stored, source="the pretrained scheduler" if stored else None, pretrained_model=pretrained_model
         )
     return start  # logged by the training loop when it applies the start (logging is configured by then)
+
+
+def script_command(module: str) -> str:
+    """The console command a training script is installed as: ``train_text_to_image_sd3`` → ``infonoise-train-text-to-image-sd3``."""
+    return "infonoise-train-" + module.removeprefix("train_").replace("_", "-")
+
+
+def script_epilog(module: str) -> str:
+    """The end of a training script's ``--help``: how it runs once installed, and where fine-tuning starts."""
+    return (
+        f"Installed with diffusers-infonoise as the command {script_command(module)}, or python -m "
+        f"diffusers_infonoise.training_scripts.{module}; on several processes: accelerate launch -m "
+        f"diffusers_infonoise.training_scripts.{module} ... (from a checkout: training_scripts/{module}.py). "
+        "Fine-tuning: give --pretrained_model_name_or_path, and the noise schedule starts where the model says "
+        "(--infonoise_init auto: the schedule stored with it, else its errors measured on your data before step 1); "
+        "--show_noise_schedule shows that start without training. diffusers' own scripts: the fine-tuning section of "
+        "docs/integration.md in the repository."
+    )
 
 
 def check_sources(parser: argparse.ArgumentParser, args, *flags: str) -> None:
