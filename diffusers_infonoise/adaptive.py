@@ -4,7 +4,6 @@ warm-up, the periodic refresh across processes, the data statistics and the exac
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import warnings
 
@@ -14,11 +13,12 @@ from . import densities
 from .baselines import _resolve_base
 from .data_statistics import DataStatistics
 from .estimator import ProfileEstimator
+from .logs import get_logger
 from .paths import NoisePath
 from .sampler_base import NoiseLevels, TrainingTimestepSampler
 from .schedule_io import SCHEDULE_SETTINGS
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "default_warmup_steps",

@@ -3,13 +3,12 @@ sampler that draws from one (:class:`FixedDensitySampler`); also the warm-up and
 
 from __future__ import annotations
 
-import logging
-
 from . import densities
+from .logs import get_logger
 from .paths import NoisePath
 from .sampler_base import TrainingTimestepSampler
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "FIXED_DENSITY_NAMES",

@@ -27,7 +27,10 @@ Two access paths:
 Binarized sets hold only the values 0 and 255. ``binarized_mnist`` is the
 discrete-image case of the paper: each pixel is 1 with probability equal to its
 MNIST intensity (``uint8 / 255``), drawn once with ``numpy.random.default_rng(0)``
-so that the data set is identical in every process and every call.
+so that the data set is identical in every process and every call. The training
+scripts' transform (:func:`diffusers_infonoise.training.image_transform`) thresholds
+them again after resizing (:func:`is_binary_dataset`), so they stay binary at every
+``--resolution``.
 
 Decoded arrays are cached in-process (:func:`functools.lru_cache`), so only the
 first call per data set pays for reading and decompressing the files.
@@ -61,7 +64,9 @@ __all__ = [
     "CLASS_NAMES",
     "SPLITS",
     "MissingAssetError",
+    "BINARY_DATASETS",
     "clear_cache",
+    "is_binary_dataset",
     "is_builtin_dataset",
     "decode_sequences",
     "load_builtin_arrays",
@@ -70,6 +75,8 @@ __all__ = [
 ]
 
 BUILTIN_DATASETS = ("mnist", "fashion_mnist", "binarized_mnist", "digits", "binarized_digits")
+#: the built-in sets whose pixels take two values (0 and 255): they stay binary at any resolution
+BINARY_DATASETS = ("binarized_mnist", "binarized_digits")
 SPLITS = ("train", "test")
 
 _DIGIT_NAMES = [str(i) for i in range(10)]
@@ -131,6 +138,13 @@ def is_builtin_dataset(name: str) -> bool:
     assets are installed.
     """
     return isinstance(name, str) and _normalize_name(name) in BUILTIN_DATASETS
+
+
+def is_binary_dataset(name: str) -> bool:
+    """Return ``True`` if ``name`` is a built-in data set of two pixel values (``BINARY_DATASETS``):
+    the training transform thresholds it again after resizing, so that it stays binary at every resolution.
+    Never raises; any other name (a Hub data set, a folder) gives ``False``."""
+    return is_builtin_dataset(name) and _normalize_name(name) in BINARY_DATASETS
 
 
 def _check_name_split(name: str, split: str) -> str:

@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from .estimator import _comm_device
+
 __all__ = ["DataStatistics", "OBSERVE_SAMPLES", "smallest_value_gap"]
 
 OBSERVE_SAMPLES = 4096  # x0 samples (over all processes) after which the statistics freeze at a refresh
@@ -28,10 +30,6 @@ _OBSERVE_VALUES = 1 << 16  # values of one batch the value grid is measured on
 
 def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
-
-
-def _comm_device(device: torch.device) -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
 
 
 def _shape_key(shape: tuple) -> float:
@@ -182,7 +180,7 @@ class DataStatistics:
             if obs is None:
                 return None
             return obs["sum"].numel(), _shape_key(obs["shape"]), not obs["mixed"], obs["sum"].device
-        device = _comm_device(obs["sum"].device if obs is not None else torch.device("cpu"))
+        device = _comm_device(obs["sum"].device if obs is not None else None)  # the data's device: the loss's
         if obs is None:
             key = torch.tensor([_NO_DATA] * 4 + [0.0], dtype=torch.float64, device=device)
         else:

@@ -174,7 +174,7 @@ class ProfileEstimator:
         self.num_outside = 0
         self._nonfinite_open = torch.zeros((), dtype=torch.int64)  # on the open sums' device
         self._outside_open = torch.zeros((), dtype=torch.int64)
-        self._open_device = torch.device("cpu")
+        self._open_device: torch.device | None = None  # where the open sums live: the errors' device, None before any
         self._inner_edges = self.edges[1:-1]
         self.num_refreshes = 0
         self.last_gate = GateResult(None, "off")
@@ -249,8 +249,10 @@ class ProfileEstimator:
     def merge(self) -> None:
         """Add this process's open sums, summed over all processes, to the merged ones, and empty them.
 
-        Under ``torch.distributed`` this is a collective (one ``all_reduce`` of 2K values on the sums'
-        device; NCCL: the current CUDA device, gloo: the CPU): every rank must call it at the same
+        Under ``torch.distributed`` this is a collective (one ``all_reduce`` of 2K values on the device of the
+        errors that were accumulated, the loss's: each rank's own GPU under NCCL, which reduces CUDA tensors
+        only; a rank that accumulated nothing since the last refresh uses the current CUDA device under NCCL,
+        the CPU otherwise): every rank must call it at the same
         points, as :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.step` does at every
         optimizer step. Afterwards every rank holds the same merged sums, so a checkpoint that any
         one rank writes (:meth:`state_dict`, which makes no collective call) is complete. On one
@@ -258,7 +260,7 @@ class ProfileEstimator:
         """
         sums, counts = self.sums, self.counts
         if _distributed():
-            device = _comm_device(sums.device)
+            device = _comm_device(self._open_device)
             buf = torch.cat([sums, counts]).to(device, torch.float64)
             torch.distributed.all_reduce(buf)
             buf = buf.to(sums.device, sums.dtype)
@@ -292,7 +294,7 @@ class ProfileEstimator:
         window_sums, window_counts = self._host_open()
         self.sums, self.counts = torch.zeros_like(window_sums), torch.zeros_like(window_counts)
         self.merged_sums, self.merged_counts = torch.zeros_like(window_sums), torch.zeros_like(window_counts)
-        self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
+        self._open_device, self._inner_edges = None, self.edges[1:-1]
         self._nonfinite_open, self._outside_open = self._nonfinite_open.cpu(), self._outside_open.cpu()
         self.total_counts += window_counts
         self.last_window_count = float(window_counts.sum())
@@ -369,7 +371,7 @@ class ProfileEstimator:
         # a stored estimate weighs as a bin just filled (min_count samples): this run's losses replace it at
         # the rate they arrive, within about one memory (docs/METHOD.md §5.10)
         self.m_weight = torch.where(torch.isnan(new), zeros(), torch.full((k,), float(self.min_count), dtype=torch.float64))
-        self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
+        self._open_device, self._inner_edges = None, self.edges[1:-1]
         return not same
 
     @property
@@ -522,7 +524,7 @@ class ProfileEstimator:
             setattr(self, key, value.clone())
         self.merged_sums, self.merged_counts = self.sums, self.counts
         self.sums, self.counts = torch.zeros_like(self.merged_sums), torch.zeros_like(self.merged_counts)
-        self._open_device, self._inner_edges = torch.device("cpu"), self.edges[1:-1]
+        self._open_device, self._inner_edges = None, self.edges[1:-1]
         self._nonfinite_open = torch.zeros((), dtype=torch.int64)
         self._outside_open = torch.zeros((), dtype=torch.int64)
         self.num_nonfinite = int(state["num_nonfinite"])
@@ -540,9 +542,13 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def _comm_device(device: torch.device) -> torch.device:
-    """Where a collective of the default process group takes its tensors: NCCL the current CUDA
-    device, other backends (gloo) the CPU."""
+def _comm_device(device: torch.device | None) -> torch.device:
+    """Where a collective of the default process group takes this rank's statistics: on ``device``, the loss's (or
+    the data's) where they were accumulated, so that nothing moves between devices (under NCCL each rank's own GPU,
+    whether or not ``torch.cuda.set_device`` was called); with no device yet (nothing seen on this rank), the
+    current CUDA device under NCCL, which reduces CUDA tensors only, else the CPU. Shared by :mod:`.data_statistics`."""
+    if device is not None:
+        return device
     if torch.distributed.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

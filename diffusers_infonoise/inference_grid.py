@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from .scheduler_grids import InferenceGrid, scheduler_grid_kwargs, scheduler_sigmas_as_ve, set_infogrid
+from .scheduler_grids import InferenceGrid, nearest_table_steps, scheduler_grid_kwargs, scheduler_sigmas_as_ve, set_infogrid
 
 __all__ = [
     "GRID_DENSITIES",
     "DEFAULT_GRID_DENSITY",
+    "DEFAULT_GRID_STEPS",
     "InferenceGrid",
     "entropic_time_sigmas",
     "infogrid",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 GRID_DENSITIES = ("rho", "q", "q_sigma")
+#: the InfoGrid's number of steps when none is given, where the path's default is larger: DDPMPipeline's 1000 is the
+#: ancestral sampler's whole table, which an entropic-time grid cannot hold (on a 1000-step DDPM path its levels fall
+#: on repeated table steps from about 180 steps); the grid is a few-step grid (METHOD.md §8 measures NFE 4-18)
+DEFAULT_GRID_STEPS = 50
 #: the choice of METHOD.md §8 the benchmarks pick: q·σ gave the lowest FD (or within 0.5%) in every row of
 #: benchmarks/results/infogrid_recheck.md (0.23-0.43 of the default spacing at NFE 4, 0.72-0.90 at 18)
 DEFAULT_GRID_DENSITY = "q_sigma"
@@ -108,7 +113,7 @@ def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, t
     return x, g, edges, path
 
 
-def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DENSITY) -> InferenceGrid:
+def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DENSITY, fit: bool = False) -> InferenceGrid:
     """The InfoGrid of a learned schedule: N VE σ at equal increments of entropic time (METHOD.md §8).
 
     Args:
@@ -118,21 +123,28 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
             pipeline whose scheduler config carries a learned schedule.
         num_inference_steps: N >= 1.
         density: ``"rho"``, ``"q"`` or ``"q_sigma"`` (module docstring).
+        fit: when N steps do not fit the path's range as distinct levels, return the grid of the most
+            that do (``len(grid) < N``) instead of raising. On a VP table the levels must fall on N distinct
+            table steps: a 1000-step DDPM path takes far fewer than its 1000 (the entropic-time spacing crowds
+            them where the profile is large).
 
     Raises:
-        ValueError: unknown ``density``; a source without an estimate or a stored schedule.
+        ValueError: unknown ``density``; a source without an estimate or a stored schedule; N steps that do
+            not fit, without ``fit`` (the message names the most that do).
     """
     if density not in GRID_DENSITIES:
         raise ValueError(f"density: accepted values are {', '.join(GRID_DENSITIES)}, got {density!r}")
     x, g, edges, path = _profile_arrays(source, density)
 
     def grid(n: int) -> torch.Tensor | None:
-        """The n-step grid, or None when it has fewer than n distinct levels on the path."""
+        """The n-step grid, or None when it has fewer than n distinct levels on the path (on a VP table: n distinct
+        table steps, where DDPM/DPMSolver land it, or it would run fewer steps than asked)."""
         sig = entropic_time_sigmas(x, g, n, edges=edges)
         if path is None:
             return sig
         sig = sig.clamp(path.sigma_min, path.sigma_max)  # the outer bin edges reach half a bin past the range
-        return None if sig.numel() > 1 and bool((sig[1:] >= sig[:-1]).any()) else sig
+        levels = nearest_table_steps(path, sig) if path.is_discrete else sig
+        return None if sig.numel() > 1 and bool((levels[1:] >= levels[:-1]).any()) else sig
 
     sigmas = grid(num_inference_steps)
     if sigmas is None:
@@ -140,6 +152,8 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if grid(mid) is not None else (lo, mid)
+        if fit:
+            return InferenceGrid(grid(lo), density)
         raise ValueError(
             f"num_inference_steps: {num_inference_steps} steps of this {density} grid do not fit the path's "
             f"range as distinct levels: the entropic-time "

@@ -23,7 +23,11 @@ import os
 import torch
 from diffusers import DiffusionPipeline, ImagePipelineOutput
 
+from .logs import get_logger
+
 __all__ = ["InfoNoiseUnconditionalPipeline", "LOADER_MODULE"]
+
+logger = get_logger(__name__)
 
 #: the module file a saved folder carries for ``DiffusionPipeline.from_pretrained``
 LOADER_MODULE = "pipeline_infonoise"
@@ -70,7 +74,11 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
             sigmas: a grid of VE σ to step through instead (decreasing; an ``InferenceGrid`` too).
             infogrid: ``True`` (the default density) or a density name of
                 :data:`~diffusers_infonoise.inference_grid.GRID_DENSITIES`: the InfoGrid of the schedule
-                stored in the scheduler's config, with ``num_inference_steps`` steps.
+                stored in the scheduler's config, with ``num_inference_steps`` steps. Without
+                ``num_inference_steps``: the path's default, at most
+                :data:`~diffusers_infonoise.inference_grid.DEFAULT_GRID_STEPS` (50; DDPM's 1000 do not fit
+                an entropic-time grid), or the most that fit the path's range as distinct levels where fewer
+                do (logged).
             output_type: ``"pil"`` (images only), ``"np"`` (B, H, W, C) in [0, 1], or ``"pt"``
                 (B, C, H, W) in [0, 1]; 1-D models: ``"np"``/``"pt"`` of (B, C, L).
 
@@ -80,10 +88,11 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
         Raises:
             ValueError: ``batch_size`` or ``num_inference_steps`` not an int >= 1; ``sigmas`` together with
             ``infogrid`` or ``num_inference_steps``; an unknown ``output_type``; ``"pil"`` for a 1-D model;
-            ``infogrid`` for a scheduler without a learned schedule.
+            ``infogrid`` for a scheduler without a learned schedule; an explicit ``num_inference_steps`` of the
+            InfoGrid that does not fit (the message names the most that do).
         """
         from .generation import generate_images, is_1d_model
-        from .inference_grid import DEFAULT_GRID_DENSITY
+        from .inference_grid import DEFAULT_GRID_DENSITY, DEFAULT_GRID_STEPS
         from .inference_grid import infogrid as make_grid
         from .paths import path_class
 
@@ -100,7 +109,15 @@ class InfoNoiseUnconditionalPipeline(DiffusionPipeline):
             raise ValueError("sigmas, infogrid: give one grid")
         steps = num_inference_steps or path_class(self.scheduler).default_inference_steps
         if infogrid:
-            sigmas = make_grid(self.scheduler, steps, density=DEFAULT_GRID_DENSITY if infogrid is True else infogrid)
+            density = DEFAULT_GRID_DENSITY if infogrid is True else infogrid
+            steps = num_inference_steps or min(steps, DEFAULT_GRID_STEPS)
+            sigmas = make_grid(self.scheduler, steps, density=density, fit=num_inference_steps is None)
+            if len(sigmas) < steps:  # a profile so peaked that even the default crowds onto one level
+                logger.warning(
+                    f"infogrid: the default of {steps} steps does not fit this {density} grid as distinct levels; "
+                    f"sampling with {len(sigmas)}, the most that fit (pass num_inference_steps to choose)"
+                )
+                steps = len(sigmas)
         progress = not getattr(self, "_progress_bar_config", {}).get("disable", False)  # set_progress_bar_config
         images = generate_images(
             self.unet,

@@ -4,7 +4,6 @@ conversion to the x0 error, densities, state), and the defaults of each path's l
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 
 from . import densities
+from .logs import get_logger
 from .paths import PATH_CLASSES, NoisePath, path_class
 from .weighting import (
     LOSS_WEIGHTINGS,
@@ -22,7 +22,7 @@ from .weighting import (
     x0_loss_weight,
 )
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "NoiseLevels",

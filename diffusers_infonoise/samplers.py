@@ -18,7 +18,6 @@ of them by name.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
@@ -26,6 +25,7 @@ import torch
 from . import densities
 from .adaptive import _ADAPTIVE_KEYS, _AdaptiveSampler, default_warmup_steps  # noqa: F401
 from .baselines import FIXED_DENSITY_NAMES, FixedDensitySampler, _resolve_base, base_density  # noqa: F401
+from .logs import get_logger
 from .paths import NoisePath, path_from_scheduler
 from .sampler_base import (  # noqa: F401
     NoiseLevels,
@@ -36,7 +36,7 @@ from .sampler_base import (  # noqa: F401
 )
 from .schedule_io import SCHEDULE_SETTINGS  # noqa: F401
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "NoiseLevels",

@@ -37,6 +37,8 @@ __all__ = [
     "validate_payload",
     "ScheduleError",
     "ScheduleSourceError",
+    "local_or_hub",
+    "read_json_file",
     "load_scheduler_config",
     "read_schedule_from",
     "save_sampler_state",
@@ -318,20 +320,90 @@ PIPELINE_SCHEDULER = ("scheduler", "scheduler_config.json")
 SCHEDULER_FILE = "scheduler_config.json"
 #: what is tried on the Hub when a source is not a local path: "name" or "owner/name"
 _HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+#: said in every error of a source read from the Hub
+_TRIED_HUB = "tried as a Hub repo id: there is no local file or folder of that name"
 
 
 class ScheduleSourceError(ValueError):
-    """A source of a stored schedule (folder, file, Hub repo) that cannot be read, or holds none."""
+    """A source of a stored schedule or a model (folder, file, Hub repo) that cannot be read, or holds none."""
 
 
-def _read_json(path: Path) -> dict:
+def local_or_hub(spec) -> Path | str:
+    """Where a source named on the command line is read from: a local path (a :class:`~pathlib.Path` to a regular file
+    or a folder) or a Hub repo id (the ``str``), decided without touching the network.
+
+    It is local when anything of that name exists (a broken link or a link loop too); when it starts with ``.``,
+    ``/`` or ``~`` or does not have the form ``name`` or ``owner/name``; or when its first component exists here
+    (``runs/zA`` beside a folder ``runs``: a mistyped run folder, never the public Hub repo ``runs/zA``, which
+    would otherwise be read without a word, or retried for a minute offline). Otherwise it is a Hub repo id.
+
+    Raises:
+        ScheduleSourceError: a local source that is not there, a link loop, or something that is neither a regular
+            file nor a folder (a device, a FIFO, a socket: reading one would block or never end), each in one line
+            that says it was tried as a local path, and why.
+    """
+    import errno
+    import os
+    import stat
+
+    text = str(spec)
+    p = Path(text).expanduser()
+    first = text.replace("\\", "/").split("/")[0]
+    if os.path.lexists(p):
+        why = "it exists"
+    elif text.startswith((".", "/", "~")):
+        why = f"it starts with {text[0]!r}"
+    elif not _HUB_REPO_ID.fullmatch(text):
+        why = "it does not have the form of a Hub repo id, name or owner/name"
+    elif "/" in text and os.path.lexists(first):
+        why = f"./{first} exists"
+    else:
+        return text
     try:
-        with open(path, encoding="utf-8") as fh:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        if p.is_symlink():
+            target = os.readlink(p)
+            raise ScheduleSourceError(f"{text}: a broken symbolic link (to {target}; tried as a local path because {why})") from None
+        raise ScheduleSourceError(f"no such file or folder: {text} (tried as a local path because {why})") from None
+    except OSError as err:  # ELOOP, EACCES on a parent folder, ...
+        reason = "a symbolic link loop" if err.errno == errno.ELOOP else f"cannot be read ({err.strerror or err})"
+        raise ScheduleSourceError(f"{text}: {reason} (tried as a local path because {why})") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else "a FIFO or a socket"
+        raise ScheduleSourceError(f"{text}: {kind}, not a regular file or a folder (tried as a local path because {why})")
+    return p
+
+
+#: no config is this large: a bigger "JSON" file is something else (and would be read whole into memory)
+_MAX_JSON_BYTES = 64 << 20
+
+
+def read_json_file(path) -> dict:
+    """The JSON object in a local file (a scheduler or model config, a bare schedule payload).
+
+    Raises:
+        ScheduleSourceError: not a regular file (:func:`local_or_hub`), unreadable, larger than 64 MiB (no config
+            is), not UTF-8, not valid JSON, nested too deeply to read, or not an object; one line each.
+    """
+    p = local_or_hub(Path(path))
+    if not isinstance(p, Path) or not p.is_file():
+        raise ScheduleSourceError(f"{path}: a folder, not a JSON file")
+    try:
+        if p.stat().st_size > _MAX_JSON_BYTES:
+            raise ScheduleSourceError(f"{path}: {p.stat().st_size >> 20} MiB, too large for a JSON config")
+        with open(p, encoding="utf-8") as fh:
             data = json.load(fh)
     except json.JSONDecodeError as err:
         raise ScheduleSourceError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    except RecursionError:
+        raise ScheduleSourceError(f"{path}: JSON nested too deeply to read (not a config)") from None
+    except UnicodeDecodeError:
+        raise ScheduleSourceError(f"{path}: not a text file (JSON must be UTF-8)") from None
+    except OSError as err:
+        raise ScheduleSourceError(f"{path}: cannot be read ({err.strerror or err})") from None
     if not isinstance(data, dict):
-        raise ScheduleSourceError(f"{path}: expected a JSON object")
+        raise ScheduleSourceError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
 
 
@@ -347,14 +419,14 @@ def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> 
             RevisionNotFoundError,
         )
     except ImportError:  # pragma: no cover - huggingface_hub is a dependency
-        raise ScheduleSourceError(f"{repo_id}: not a local path, and huggingface_hub is not installed to read it from the Hub") from None
+        raise ScheduleSourceError(f"{repo_id}: huggingface_hub is not installed to read it from the Hub ({_TRIED_HUB})") from None
     offline_hint = False
     for filename in ("/".join(PIPELINE_SCHEDULER), SCHEDULER_FILE):
         try:
             local = hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir)
-            return _read_json(Path(local)), f"{repo_id}:{filename}"
+            return read_json_file(Path(local)), f"{repo_id}:{filename}"
         except HFValidationError:
-            raise ScheduleSourceError(f"{repo_id}: no such local file or directory, and not a valid Hub repo id") from None
+            raise ScheduleSourceError(f"{repo_id}: not a valid Hub repo id ({_TRIED_HUB})") from None
         except LocalEntryNotFoundError:
             # raised offline (HF_HUB_OFFLINE=1 or no connection) when the file is not in the cache
             offline_hint = True
@@ -362,44 +434,44 @@ def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> 
         except EntryNotFoundError:
             continue
         except RepositoryNotFoundError:
-            raise ScheduleSourceError(f"{repo_id}: no such local path, and no such Hub repository (or it is private or gated)") from None
+            raise ScheduleSourceError(f"{repo_id}: no such Hub repository, or it is private or gated ({_TRIED_HUB})") from None
         except RevisionNotFoundError:
-            raise ScheduleSourceError(f"{repo_id}: revision {revision!r} not found on the Hub") from None
+            raise ScheduleSourceError(f"{repo_id}: revision {revision!r} not found on the Hub ({_TRIED_HUB})") from None
         except OSError as err:  # network errors and other hub failures
-            raise ScheduleSourceError(f"{repo_id}: could not read it from the Hub: {' '.join(str(err).split())}") from None
+            raise ScheduleSourceError(f"{repo_id}: could not read it from the Hub: {' '.join(str(err).split())} ({_TRIED_HUB})") from None
     if offline_hint:
         raise ScheduleSourceError(
-            f"{repo_id}: not a local path, and not available offline: {'/'.join(PIPELINE_SCHEDULER)} or {SCHEDULER_FILE} "
+            f"{repo_id}: not available offline: {'/'.join(PIPELINE_SCHEDULER)} or {SCHEDULER_FILE} "
             "of this Hub repo is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE=1 or "
-            "no network); download it once online, or pass a local directory"
+            f"no network); download it once online, or pass a local directory ({_TRIED_HUB})"
         )
     raise ScheduleSourceError(
-        f"{repo_id}: the Hub repo has no scheduler config (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})"
+        f"{repo_id}: the Hub repo has no scheduler config (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE}; {_TRIED_HUB})"
     )
 
 
 def load_scheduler_config(spec: str, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
     """``(config, where)``: the scheduler config (or bare schedule payload) of a pipeline folder
     (``scheduler/scheduler_config.json``), a scheduler folder, a JSON file, or a Hub repo id (read through
-    ``huggingface_hub``; cached repos work offline, ``revision`` and ``cache_dir`` as there).
+    ``huggingface_hub``; cached repos work offline, ``revision`` and ``cache_dir`` as there). Which one is decided
+    without the network (:func:`local_or_hub`: ``runs/zA`` beside a folder ``runs`` is local), and every error says
+    which was tried.
 
     Raises:
-        ScheduleSourceError: (a ``ValueError``) no such path, no scheduler config in it, invalid JSON, or a
-            Hub repo that cannot be read, each in one line.
+        ScheduleSourceError: (a ``ValueError``) no such path, no scheduler config in it, a link loop or a device,
+            invalid or too deeply nested JSON, or a Hub repo that cannot be read, each in one line.
     """
-    p = Path(spec).expanduser()
+    p = local_or_hub(spec)
+    if not isinstance(p, Path):
+        return _hub_download(p, revision, cache_dir)
     if p.is_file():
-        return _read_json(p), str(p)
-    if p.is_dir():
-        for candidate in (p.joinpath(*PIPELINE_SCHEDULER), p / SCHEDULER_FILE):
-            if candidate.is_file():
-                return _read_json(candidate), str(candidate)
-        raise ScheduleSourceError(
-            f"{p}: no scheduler config in this directory (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE})"
-        )
-    if spec.startswith((".", "/", "~")) or not _HUB_REPO_ID.fullmatch(spec):
-        raise ScheduleSourceError(f"{spec}: no such file or directory")
-    return _hub_download(spec, revision, cache_dir)
+        return read_json_file(p), str(p)
+    for candidate in (p.joinpath(*PIPELINE_SCHEDULER), p / SCHEDULER_FILE):
+        if candidate.is_file():
+            return read_json_file(candidate), str(candidate)
+    raise ScheduleSourceError(
+        f"{p}: no scheduler config in this folder (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE}; tried as a local path)"
+    )
 
 
 def read_schedule_from(source, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:

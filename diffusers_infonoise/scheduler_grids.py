@@ -19,6 +19,7 @@ __all__ = [
     "scheduler_grid_kwargs",
     "set_infogrid",
     "scheduler_sigmas_as_ve",
+    "nearest_table_steps",
 ]
 
 
@@ -137,17 +138,23 @@ def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -
     if name in _TIMESTEP_VP:
         path = path_from_scheduler(noise_scheduler)
         assert isinstance(path, VPPath)
-        table = torch.log(path.sigmas_table)
-        finite = torch.isfinite(table)
-        ts = torch.arange(table.numel())[finite]
-        idx = (table[finite][None, :] - torch.log(sig)[:, None]).abs().argmin(dim=1)
-        steps = torch.unique_consecutive(ts[idx])
+        steps = torch.unique_consecutive(nearest_table_steps(path, sig))
         return {"timesteps": [int(t) for t in steps]}
     raise ValueError(
         f"noise_scheduler: {name} takes no custom grid of noise levels; supported: "
         f"{', '.join(SUPPORTED_SCHEDULERS)} (for a DDIM model, DDPM/DPMSolverMultistep take timesteps=, "
         "EulerDiscreteScheduler takes sigmas=)"
     )
+
+
+def nearest_table_steps(path: VPPath, sigmas: torch.Tensor) -> torch.Tensor:
+    """(N,) int64: the step of a VP path's ᾱ table nearest (in log σ) to each VE σ, among its finite σ; where a
+    grid lands on DDPM/DPMSolver schedulers (``timesteps=``). Two σ in one table cell give the same step."""
+    table = torch.log(path.sigmas_table)
+    finite = torch.isfinite(table)
+    ts = torch.arange(table.numel())[finite]
+    idx = (table[finite][None, :] - torch.log(torch.as_tensor(sigmas, dtype=torch.float64))[:, None]).abs().argmin(dim=1)
+    return ts[idx]
 
 
 def scheduler_sigmas_as_ve(noise_scheduler) -> torch.Tensor:

@@ -26,7 +26,6 @@ is kept through checkpoints and resumes and written into the stored schedule (``
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 import warnings
@@ -36,6 +35,7 @@ from typing import Callable, Iterable
 import torch
 
 from .data_statistics import DataStatistics
+from .logs import get_logger
 
 __all__ = [
     "START_CHOICES",
@@ -51,7 +51,7 @@ __all__ = [
     "X0_BATCH_KEYS",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: the values of ``--infonoise_init`` (METHOD.md §5.9)
 START_CHOICES = ("auto", "base", "stored", "profile")

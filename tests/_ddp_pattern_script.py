@@ -5,9 +5,13 @@ What it keeps of their pattern: the sampler built by ``integration.infonoise_sam
 with ``accelerator.register_for_checkpointing``; ``global_step += 1`` then ``sampler.step(global_step)``;
 ``accelerator.save_state(f"checkpoint-{global_step}")`` every ``--checkpointing_steps``, either on the
 main process only (``--save_on main``: train_unconditional.py, train_text_to_image.py, the DreamBooth
-LoRA scripts) or on every rank (``--save_on every``: SD3 under DeepSpeed, and this package's scripts);
-``accelerator.load_state`` on every rank to resume. The data and noise of step k on rank r come from
-a generator seeded with (r, k), so an uninterrupted run and a resumed one see the same batches.
+LoRA scripts) or on every rank (``--save_on every``: the SD3 LoRA and SDXL scripts under DeepSpeed, the Flux2 LoRA
+script under FSDP, and this package's scripts); ``accelerator.load_state`` on every rank to resume. accelerate runs
+neither DeepSpeed nor FSDP on a CPU (FSDP is enabled on accelerator devices only; under DeepSpeed it counts one
+process where DeepSpeed counts two), so ``--save_on every`` emulates their save: besides ``save_state`` on every rank,
+a collective gather of the model's state inside it, as FSDP's full state dict and a ZeRO checkpoint make. The data
+and noise of step k on rank r come from a generator seeded with (r, k), so an uninterrupted run and a resumed one
+see the same batches.
 Each rank writes ``rank{r}.json``: its π, m̂, step and draw counts and a hash of the model weights.
 """
 
@@ -74,6 +78,9 @@ def main():
         global_step += 1
         sampler.step(global_step)
         if global_step % args.checkpointing_steps == 0 and (args.save_on == "every" or accelerator.is_main_process):
+            if args.save_on == "every":  # the engines' sharded save: every rank sends its part of the model
+                parts = [None] * accelerator.num_processes
+                torch.distributed.all_gather_object(parts, {k: v.cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()})
             accelerator.save_state(os.path.join(args.output_dir, f"checkpoint-{global_step}"))
     accelerator.wait_for_everyone()
 

@@ -139,3 +139,35 @@ def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bo
         )
     finally:
         torch.distributed.destroy_process_group()
+
+
+def logging_worker(rank: int, world: int, port: int, outdir: str):
+    """What the package logs on each rank through a run of steps with refreshes and a profile start: every record
+    of a ``diffusers_infonoise`` logger reaching the root handler, and one warning of this rank's own."""
+    import json
+    import logging
+
+    from diffusers_infonoise.starts import start_from_model
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append([record.levelname, record.name, record.getMessage()])
+
+    logging.getLogger().addHandler(Keep())
+    logging.getLogger().setLevel(logging.INFO)
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        sampler = make_sampler()
+        start_from_model(sampler, lambda x0, levels: levels.sigmas.double() ** 2 / (levels.sigmas.double() ** 2 + 1), [torch.zeros(64, 3)])
+        for step in range(STEPS):
+            levels, loss = batch(sampler, rank, step)
+            sampler.update(levels, loss)
+            sampler.step()
+        logging.getLogger("diffusers_infonoise.adaptive").warning(f"rank {rank}'s own warning")
+        with open(os.path.join(outdir, f"log{rank}.json"), "w") as f:
+            json.dump(records, f)
+    finally:
+        torch.distributed.destroy_process_group()

@@ -5,6 +5,7 @@ run, the training scripts as modules, a free TCP port, the repository on sys.pat
 from __future__ import annotations
 
 import importlib.util
+import re
 import socket
 import sys
 from pathlib import Path
@@ -58,3 +59,26 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def assert_option_error(capsys, match: str, main, argv) -> str:
+    """``main(argv)`` exits with status 2 and one line ``<script>: error: ...`` on stderr matching ``match``."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:") and not line.startswith(" ")]
+    assert info.value.code == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and ": error: " in lines[0] and re.search(match, lines[0]), err
+    return lines[0]
+
+
+def refreshes_in_log(log: str, processes: int) -> dict[int, str]:
+    """``{step: pi hash}`` of the refresh lines in a multi-process run's log. Each refresh is logged once, by the main
+    process (issue 28: the package's INFO lines came once per rank), saying that all ``processes`` hold that π (the
+    monitor gathers π from every rank and stops the run if they differ)."""
+    lines = re.findall(r"step (\d+): pi refreshed \(hash ([0-9a-f]+), the same on all (\d+) process", log)
+    steps = [int(step) for step, _, _ in lines]
+    assert len(steps) == len(set(steps)), f"a refresh logged more than once (once per rank?): {steps}"
+    assert {int(n) for _, _, n in lines} <= {processes}, lines
+    return {int(step): h for step, h, _ in lines}

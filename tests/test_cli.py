@@ -100,16 +100,24 @@ def test_show_learned_schedule_in_every_container(capsys, saved, tmp_path):
     assert rc == 0 and "EDMEulerScheduler" in out
 
 
-def test_show_errors(capsys, saved, tmp_path):
+def test_show_errors(capsys, saved, tmp_path, monkeypatch):
     rc, _, err = run(capsys, "show", saved["plain"])
     assert_one_line_error(rc, err, "no learned InfoNoise schedule")
     rc, _, err = run(capsys, "show", tmp_path / "missing")
-    assert_one_line_error(rc, err, "no such file or directory")
+    assert_one_line_error(rc, err, "no such file or folder")
     rc, _, err = run(capsys, "show", tmp_path)  # a directory without a scheduler config
     assert_one_line_error(rc, err, "no scheduler config")
     (tmp_path / "bad.json").write_text("{not json")
     rc, _, err = run(capsys, "show", tmp_path / "bad.json")
     assert_one_line_error(rc, err, "not valid JSON")
+    # issue 28: a mistyped run folder is not a Hub repo, and a link to a device is not opened
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run(capsys, "show", "runs/zA")
+    assert_one_line_error(rc, err, "no such file or folder: runs/zA (tried as a local path because ./runs exists)")
+    rc, _, err = run(capsys, "show", "zero.json")
+    assert_one_line_error(rc, err, "zero.json: a character device, not a regular file or a folder")
 
 
 def test_show_hub_repo_offline(capsys, saved, tmp_path, monkeypatch):
@@ -217,7 +225,7 @@ def test_profile_errors(capsys, saved, tmp_path):
     rc, _, err = run(capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--samplers", "nope", "--output", tmp_path)
     assert_one_line_error(rc, err, "unknown sampler name(s) nope")
     rc, _, err = run(capsys, "profile", "--model", tmp_path / "nothing", "--dataset", "digits")
-    assert_one_line_error(rc, err, "no such directory")
+    assert_one_line_error(rc, err, "no such file or folder")
     rc, _, err = run(
         capsys,
         "profile",

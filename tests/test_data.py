@@ -103,6 +103,39 @@ def test_binarized_digits_threshold():
     np.testing.assert_array_equal(binary == 255, gray >= 128)
 
 
+@pytest.mark.parametrize("name", ["binarized_digits", "binarized_mnist"])
+def test_binarized_sets_stay_binary_at_every_training_resolution(name):
+    """Issue 28: binarized digits at --resolution 16 came out of bilinear upsampling in steps of 0.125, so the
+    value-grid gate read a gap of 0.125 (pivot 0.0125) instead of 2 (pivot 0.2). Every value must be one of the
+    data's two levels, -1 and 1, at any resolution; at the native one the images are the raw data."""
+    import torch
+
+    from diffusers_infonoise.data_statistics import smallest_value_gap
+    from diffusers_infonoise.training.datasets import DataConfig, captioned_dataloader, unconditional_dataset
+
+    side = SIDE[name]
+    raw, _ = D.load_builtin_arrays(name, "train", max_samples=32)
+    on_fraction = float((raw == 255).mean())
+    for resolution in (5, side, 16, 2 * side + 3):
+        data = DataConfig(dataset_name=name, resolution=resolution, max_train_samples=32, train_batch_size=8)
+        images, _, channels, _ = unconditional_dataset(data)
+        x = torch.stack([images[i] for i in range(len(images))])
+        assert x.shape == (32, 1, resolution, resolution) and channels == 1
+        assert set(x.unique().tolist()) == {-1.0, 1.0}, (resolution, x.unique()[:8])
+        assert smallest_value_gap(x) == 2.0  # what the gate reads: a tenth of it, 0.2
+        if 2 * resolution >= side:  # up to 2x down, thresholding keeps the ink: the share of "on" pixels stays
+            # near the raw data's (28 -> 5 thins MNIST's strokes below half a pixel: a third of the ink is left)
+            assert abs(float((x > 0).double().mean()) - on_fraction) < 0.1 * on_fraction, resolution
+        if resolution == side:
+            np.testing.assert_array_equal((x[:, 0] > 0).numpy(), raw == 255)
+    captioned = DataConfig(dataset_name=name, resolution=16, max_train_samples=16, train_batch_size=8, caption_column="text")
+    loader, _, _ = captioned_dataloader(captioned)
+    assert set(next(iter(loader))["pixel_values"].unique().tolist()) == {-1.0, 1.0}
+    # the grey-level sets are not thresholded
+    grey, _, _, _ = unconditional_dataset(DataConfig(dataset_name="digits", resolution=16, max_train_samples=8))
+    assert torch.stack([grey[i] for i in range(8)]).unique().numel() > 10
+
+
 def test_arrays_are_fresh_copies():
     a, la = D.load_builtin_arrays("digits", "test")
     a[:] = 7

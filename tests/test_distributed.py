@@ -93,3 +93,71 @@ def test_a_profile_start_on_two_ranks_holds_one_pi(tmp_path, shows_data):
     mmse = edges**2 * 0.25 / (edges**2 + 0.25)
     m = r0["m_hat"]
     assert bool((m >= 1.5 * mmse[:-1] * (1 - 1e-9)).all()) and bool((m <= 1.5 * mmse[1:] * (1 + 1e-9)).all())
+
+
+def test_the_package_logs_info_on_the_main_process_only(tmp_path):
+    """Issue 28: the package's INFO lines (a profile start, each refresh of π) came once per rank, where diffusers logs
+    on the main process only. Rank 0 logs them; rank 1 logs none; a warning, which may differ by rank, comes from both."""
+    import json
+
+    mp.spawn(W.logging_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    logs = [json.loads((tmp_path / f"log{r}.json").read_text()) for r in (0, 1)]
+    infos = [[msg for level, name, msg in log if level == "INFO" and name.startswith("diffusers_infonoise")] for log in logs]
+    assert any("profile start" in m for m in infos[0]) and sum("pi refreshed" in m for m in infos[0]) >= 2, infos[0]
+    assert infos[1] == []
+    for rank, log in enumerate(logs):
+        assert ["WARNING", "diffusers_infonoise.adaptive", f"rank {rank}'s own warning"] in log
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_every_collective_takes_the_statistics_on_the_levels_device(monkeypatch, backend):
+    """Issue 28: NCCL reduces CUDA tensors only, and a gloo test cannot tell a CPU tensor from one on the loss's
+    device. Here one process plays both ranks of a fake process group: every collective the package calls (estimator
+    merge, data-statistics merge and layout agreement, found by grep: all are ``all_reduce``) must get its tensors
+    on the device of the levels and losses, without asking for the current CUDA device (the former rule under NCCL,
+    which put every rank's statistics on cuda:0 unless ``torch.cuda.set_device`` was called). The fake reduce doubles
+    a sum (rank 1 holds the same statistics), so the run must equal one process fed every batch twice.
+
+    The levels here are on the CPU (this machine has no GPU): a tensor moved anywhere else fails the test."""
+    dist = torch.distributed
+    reference = W.make_sampler()  # before the fake process group: one process, every batch twice
+    for step in range(W.STEPS):
+        for _ in range(2):
+            levels, loss = W.batch(reference, 0, step)
+            reference.update(levels, loss)
+        reference.step()
+
+    device = torch.device("cpu")
+    touched = []
+
+    def fake(name):
+        def collective(tensor, *args, op=None, **kwargs):
+            for t in tensor if isinstance(tensor, (list, tuple)) else [tensor]:
+                assert t.device == device, f"{name}: a tensor on {t.device}, while the levels and losses are on {device}"
+            touched.append(name)
+            if name == "all_reduce" and op in (None, dist.ReduceOp.SUM):
+                tensor.mul_(2)
+
+        return collective
+
+    names = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter")
+    for name in names:
+        monkeypatch.setattr(dist, name, fake(name))
+    for name, value in (("is_available", True), ("is_initialized", True), ("get_world_size", 2), ("get_rank", 0), ("get_backend", backend)):
+        monkeypatch.setattr(dist, name, lambda *a, _v=value, **k: _v)
+
+    def current_device():
+        raise AssertionError("a collective asked for the current CUDA device instead of taking the levels' device")
+
+    monkeypatch.setattr(torch.cuda, "current_device", current_device)
+    sampler = W.make_sampler()
+    for step in range(W.STEPS):
+        levels, loss = W.batch(sampler, 0, step)
+        assert levels.sigmas.device == device and loss.device == device
+        sampler.update(levels, loss)
+        sampler.step()
+    # the estimator merges at every step; the data statistics agree on a layout, then merge until they freeze
+    assert set(touched) == {"all_reduce"} and len(touched) >= W.STEPS + 3
+    assert sampler.num_updates >= 2 and torch.equal(sampler.probs, reference.probs)
+    torch.testing.assert_close(sampler.estimator.m_hat, reference.estimator.m_hat, rtol=0, atol=0, equal_nan=True)
+    assert sampler.estimator.mmse_cap == reference.estimator.mmse_cap and sampler.estimator.data_min_gap == 2.0

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from _unconditional import base_args, scheduler_payload
+from conftest import assert_option_error
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +61,34 @@ def test_auto_takes_the_stored_schedule_and_the_ema_starts_from_the_pretrained_w
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
     card = (out / "README.md").read_text()
     assert f"base_model: {pretrained / 'infonoise'}" in card and "start `stored`" in card
+
+
+def test_show_noise_schedule_shows_the_profile_start_the_run_takes(script, pretrained, tmp_path, capsys):
+    """Issue 28: ``--show_noise_schedule`` with a profile start showed the base density without saying so. It now
+    measures the start on the data as the run does, says what it shows, and the π it shows is the one a run of the
+    same options starts from (stored after one step, before any refresh); the base start's is another."""
+    import hashlib
+    import re
+
+    shown = tmp_path / "show"
+    capsys.readouterr()
+    script.main(finetune_args(pretrained / "fixed", shown, "--max_train_steps", 1, "--infonoise_init", "profile", "--show_noise_schedule"))
+    text = capsys.readouterr().out
+    assert "shown: the profile start: the pretrained model's errors on the training data" in text, text
+    assert "16 of 16 bins measured" in text
+    assert sorted(p.name for p in shown.iterdir()) == ["noise_schedule.png"]  # measured, not trained: no model, no logs
+    run = tmp_path / "run"
+    script.main(finetune_args(pretrained / "fixed", run, "--max_train_steps", 1, "--infonoise_init", "profile"))
+    payload = scheduler_payload(run)
+    assert payload["num_updates"] == 1 and payload["optimizer_steps"] == 1  # the start's π, no refresh since
+    started = hashlib.sha256(torch.tensor(payload["pi"], dtype=torch.float64).numpy().tobytes()).hexdigest()[:16]
+    assert re.search(r"^pi hash: ([0-9a-f]+)$", text, re.M).group(1) == started
+    capsys.readouterr()
+    script.main(finetune_args(pretrained / "fixed", tmp_path / "base", "--infonoise_init", "base", "--show_noise_schedule"))
+    base = capsys.readouterr().out
+    assert "shown: the base density (the warm-up's" in base and "pi hash" not in base
+    row = re.compile(r"^pi:.*$", re.M)
+    assert row.search(base).group(0) != row.search(text).group(0)
 
 
 def test_stored_with_other_bins_is_interpolated_and_an_explicit_warmup_is_kept(script, pretrained, tmp_path, caplog):
@@ -159,22 +188,51 @@ def test_a_resumed_fine_tune_keeps_how_it_started(script, pretrained, tmp_path):
         (["--prediction_type", "v_prediction"], r"--prediction_type v_prediction: the pretrained model .* predicts 'epsilon'"),
         (["--ddpm_num_steps", "500"], r"--ddpm_num_steps 500 \(the pretrained scheduler has num_train_timesteps=1000\); drop"),
         (["--infonoise_init", "stored"], "'stored' needs a stored schedule, and this run has none"),
-        (["--infonoise_schedule_from", "NOWHERE"], "NOWHERE"),
+        (["--infonoise_schedule_from", "./NOWHERE"], r"no such file or folder: \./NOWHERE \(tried as a local path"),
         (["--infonoise_init", "base", "--infonoise_schedule_from", "x"], "drop one of them"),
     ],
 )
-def test_bad_fine_tuning_options_stop_before_anything_is_trained(script, pretrained, tmp_path, extra, match):
+def test_bad_fine_tuning_options_stop_before_anything_is_trained(script, pretrained, tmp_path, capsys, extra, match):
+    """Each ends as argparse ends a bad option: one line on stderr and exit status 2, no traceback (issue 28)."""
     out = tmp_path / "bad"
-    with pytest.raises(ValueError, match=match):
-        script.main(finetune_args(pretrained / "fixed", out, "--max_train_steps", 2, *extra))
+    assert_option_error(capsys, match, script.main, finetune_args(pretrained / "fixed", out, "--max_train_steps", 2, *extra))
     assert not out.exists() or not any(out.iterdir())  # nothing trained, nothing written
 
 
-def test_profile_without_a_pretrained_model_and_a_folder_without_a_schedule(script, unet_config, pretrained, tmp_path):
-    with pytest.raises(ValueError, match="'profile' measures a pretrained model's errors"):
-        script.main(base_args(unet_config, tmp_path / "a", "--diffusion", "edm", "--infonoise_init", "profile"))
-    with pytest.raises(ValueError, match="holds no stored InfoNoise schedule"):
-        script.main(base_args(unet_config, tmp_path / "b", "--diffusion", "edm", "--infonoise_schedule_from", str(pretrained / "fixed")))
+def test_profile_without_a_pretrained_model_and_a_folder_without_a_schedule(script, unet_config, pretrained, tmp_path, capsys):
+    assert_option_error(
+        capsys,
+        "'profile' measures a pretrained model's errors",
+        script.main,
+        base_args(unet_config, tmp_path / "a", "--diffusion", "edm", "--infonoise_init", "profile"),
+    )
+    assert_option_error(
+        capsys,
+        "holds no stored InfoNoise schedule",
+        script.main,
+        base_args(unet_config, tmp_path / "b", "--diffusion", "edm", "--infonoise_schedule_from", str(pretrained / "fixed")),
+    )
     with pytest.raises(SystemExit):
         script.parse_args(base_args(unet_config, tmp_path / "c", "--pretrained_model_name_or_path", str(pretrained)))
     assert torch.get_num_threads() >= 1
+
+
+def test_a_mistyped_run_folder_is_not_read_from_the_hub(script, pretrained, tmp_path, capsys, monkeypatch):
+    """Issue 28: ``runs/zA`` beside a folder ``runs`` was tried as a Hub repo (a minute of retries offline, any public
+    repo of that name online). A source whose first component exists here is local, and the run stops at once with
+    one line saying so; a folder that exists but is no pipeline says what is missing, in one line too."""
+    import huggingface_hub
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_hub)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    for flag in ("--pretrained_model_name_or_path", "--infonoise_schedule_from"):
+        argv = finetune_args(pretrained / "infonoise", tmp_path / "out", "--max_train_steps", 2, flag, "runs/zA")
+        want = rf"{flag}: no such file or folder: runs/zA \(tried as a local path because \./runs exists\)"
+        assert_option_error(capsys, want, script.main, argv)
+    argv = finetune_args(tmp_path / "runs", tmp_path / "out", "--max_train_steps", 2)
+    assert_option_error(capsys, "scheduler_config.json", script.main, argv)
+    assert not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ import argparse
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def snippets() -> dict[str, str]:
 
 def test_every_python_block_of_the_page_is_a_named_snippet():
     text = (ROOT / "docs" / "integration.md").read_text()
-    assert text.count("```python") == len(snippets()) >= 14
+    assert text.count("```python") == len(snippets()) >= 21
 
 
 def _accelerator():
@@ -315,3 +316,218 @@ def test_flux_dreambooth_snippets_with_dynamic_shifting(tmp_path):
     exec(code["flow/save"], ns)
     assert sampler.is_adapted
     assert _tv_to_rho(sampler) <= 0.05 + 0.02
+
+
+# ----------------------------------------------------------------------------------------------
+# Fine-tuning: the start snippets (issue 28), each script's loss_fn as written, on Bayes-optimal stand-ins of its models
+# ----------------------------------------------------------------------------------------------
+
+
+class _Model:
+    """A stand-in for a script's model: ``fn`` (the Bayes-optimal prediction) called as the script calls its model;
+    ``eval``/``train`` recorded, as the start must measure in eval mode and leave the model training."""
+
+    def __init__(self, fn, **config):
+        self.fn, self.calls, self.training, self.config = fn, 0, True, SimpleNamespace(**config)
+
+    def eval(self):
+        self.training = False
+        return self
+
+    def train(self, mode: bool = True):
+        self.training = mode
+        return self
+
+    def __call__(self, *args, **kwargs):
+        assert not self.training, "the start measures the model in eval mode"
+        self.calls += 1
+        return self.fn(*args, **kwargs)
+
+
+def _vae(shift: float = 0.0, scale: float = 1.0):
+    """A VAE whose latents are its input: (latents − shift)·scale is the data the test feeds it, N(0, S²)."""
+    encode = lambda x: SimpleNamespace(latent_dist=SimpleNamespace(sample=lambda: x))  # noqa: E731
+    return SimpleNamespace(encode=encode, dtype=torch.float32, config=SimpleNamespace(scaling_factor=scale, shift_factor=shift))
+
+
+def _flow_velocity(noisy: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The Bayes velocity ε̂ − x̂0 of x = (1 − s)·x0 + s·ε for x0 ~ N(0, S²), elementwise (so packing does not matter)."""
+    s = s.double().view(-1, *([1] * (noisy.ndim - 1)))
+    x0_hat, eps_hat = _posterior(noisy.double(), 1.0 - s, s)
+    return (eps_hat - x0_hat).float()
+
+
+def _start_checks(sampler, model) -> None:
+    """What a profile start must leave before step 1: π from the model's errors, near the analytic one, the data's
+    variance measured through observe_data, the model back in training mode, and no warm-up left."""
+    assert sampler.is_adapted and sampler.num_updates == 1 and sampler.optimizer_step == 0
+    assert model.training and model.calls >= 1 and sampler.warmup_steps == 0
+    assert abs(sampler.data_variance - S**2) < 0.02
+    assert _tv_to_rho(sampler) <= 0.05 + 0.02  # φ = π·w on ρ ∝ mmse/σ² from about 8 levels a bin
+
+
+def test_ddpm_fine_tuning_snippets_start_from_the_models_profile_and_skip_it_on_resume(tmp_path):
+    code = snippets()
+    noise_scheduler = DDPMScheduler(num_train_timesteps=1000)
+    abar = noise_scheduler.alphas_cumprod.double()
+
+    def unet(noisy, t):
+        a, b = (abar[t] ** 0.5).view(-1, 1, 1, 1), ((1 - abar[t]) ** 0.5).view(-1, 1, 1, 1)
+        return SimpleNamespace(sample=_posterior(noisy.double(), a, b)[1].float())
+
+    def fresh():
+        ns = {
+            "noise_scheduler": noise_scheduler,
+            "F": F,
+            "torch": torch,
+            "args": argparse.Namespace(prediction_type="epsilon", seed=0),
+            "accelerator": _accelerator(),
+            "max_train_steps": STEPS,
+            "weight_dtype": torch.float32,
+            "model": _Model(unet),
+            "train_dataloader": [{"input": _batch(10 + i)[0]} for i in range(4)],
+            "global_step": 0,
+        }
+        exec(code["ddpm/setup"], ns)
+        exec(code["ddpm/start"], ns)
+        return ns
+
+    ns = fresh()
+    assert ns["start"].choice == "profile"  # a pretrained model, no stored schedule
+    exec(code["ddpm/apply"], ns)
+    _start_checks(ns["sampler"], ns["model"])
+    started = ns["sampler"].probs.clone()
+    ns["model"].eval()  # the training loop's model calls below are the test's own
+    run_ddpm(ns, code, range(20))
+    assert ns["sampler"].optimizer_step == 20 and torch.equal(ns["sampler"].probs, started)  # no refresh yet: still the start's
+    ns["accelerator"].save_state(str(tmp_path / "checkpoint-20"))
+
+    resumed = fresh()
+    resumed["accelerator"].load_state(str(tmp_path / "checkpoint-20"))
+    resumed["global_step"] = 20
+    exec(code["ddpm/apply"], resumed)  # after load_state: skipped
+    assert resumed["model"].calls == 0 and torch.equal(resumed["sampler"].probs, started)
+    assert resumed["sampler"].optimizer_step == 20
+
+
+@pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction"])
+def test_sd_fine_tuning_snippets_start_from_the_models_profile(prediction_type):
+    code = snippets()
+    noise_scheduler = DDPMScheduler(
+        num_train_timesteps=1000, beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, prediction_type=prediction_type
+    )
+    abar = noise_scheduler.alphas_cumprod.double()
+
+    def unet(noisy_latents, t, encoder_hidden_states, return_dict=True):
+        assert encoder_hidden_states.shape[0] == noisy_latents.shape[0] and not return_dict
+        a, b = (abar[t] ** 0.5).view(-1, 1, 1, 1), ((1 - abar[t]) ** 0.5).view(-1, 1, 1, 1)
+        x0_hat, eps_hat = _posterior(noisy_latents.double(), a, b)
+        return [(eps_hat if prediction_type == "epsilon" else a * eps_hat - b * x0_hat).float()]
+
+    args = argparse.Namespace(prediction_type=None, snr_gamma=5.0, seed=0, max_train_steps=STEPS, noise_offset=0.0, input_perturbation=0.0)
+    ns = {
+        "noise_scheduler": noise_scheduler,
+        "args": args,
+        "accelerator": _accelerator(),
+        "torch": torch,
+        "weight_dtype": torch.float32,
+        "vae": _vae(),
+        "text_encoder": lambda ids, return_dict=True: (torch.zeros(ids.shape[0], 2, 3),),
+        "unet": _Model(unet),
+        "train_dataloader": [{"pixel_values": _batch(20 + i)[0], "input_ids": torch.zeros(BATCH, 4, dtype=torch.long)} for i in range(4)],
+        "global_step": 0,
+    }
+    exec(code["sd/setup"], ns)
+    exec(code["sd/start"], ns)
+    assert ns["start"].choice == "profile"
+    exec(code["sd/apply"], ns)
+    _start_checks(ns["sampler"], ns["unet"])
+
+
+def _flow_ns(args, transformer, **extra) -> dict:
+    ns = {
+        "noise_scheduler_copy": FlowMatchEulerDiscreteScheduler(shift=3.0, **extra),
+        "args": args,
+        "os": os,
+        "torch": torch,
+        "accelerator": _accelerator(),
+        "weight_dtype": torch.float32,
+        "vae": _vae(),
+        "vae_config_shift_factor": 0.1,  # the latents the scripts compute: (z − shift)·scale is the N(0, S²) data
+        "vae_config_scaling_factor": 1.5,
+        "transformer": _Model(transformer, guidance_embeds=True),
+        "global_step": 0,
+    }
+    ns["train_dataloader"] = [{"pixel_values": _batch(30 + i)[0] / 1.5 + 0.1, "prompts": ["a photo"] * BATCH} for i in range(4)]
+    return ns
+
+
+@pytest.mark.parametrize("precondition_outputs", [1, 0])
+def test_sd3_fine_tuning_snippets_start_from_the_models_profile_or_the_stored_schedule(precondition_outputs):
+    code = snippets()
+
+    def transformer(hidden_states, timestep, encoder_hidden_states, pooled_projections, return_dict=True):
+        assert encoder_hidden_states is ns["prompt_embeds"] and pooled_projections is ns["pooled_prompt_embeds"]
+        return [_flow_velocity(hidden_states, timestep / 1000)]
+
+    args = argparse.Namespace(weighting_scheme="logit_normal", precondition_outputs=precondition_outputs, seed=0, max_train_steps=STEPS)
+    args.with_prior_preservation = False
+    ns = _flow_ns(args, transformer)
+    ns.update(prompt_embeds=torch.zeros(1, 2, 3), pooled_prompt_embeds=torch.zeros(1, 3))
+    exec(code["sd3/setup"], ns)
+    exec(code["sd3/start"], ns)
+    assert ns["start"].choice == "profile"
+    exec(code["flow/apply"], ns)
+    sampler = ns["sampler"]
+    _start_checks(sampler, ns["transformer"])
+
+    # the schedule of that start, stored in the pretrained scheduler: auto takes it, and measures nothing
+    stored = _flow_ns(args, transformer)
+    sampler.save_to_scheduler(stored["noise_scheduler_copy"])
+    stored.update(prompt_embeds=ns["prompt_embeds"], pooled_prompt_embeds=ns["pooled_prompt_embeds"])
+    exec(code["sd3/setup"], stored)
+    exec(code["sd3/start"], stored)
+    assert stored["start"].choice == "stored"
+    exec(code["flow/apply"], stored)
+    assert stored["transformer"].calls == 0 and torch.equal(stored["sampler"].probs, sampler.probs)
+
+
+def test_flux_fine_tuning_snippets_start_from_the_models_profile_and_skip_it_on_resume():
+    from diffusers import FluxPipeline
+
+    code = snippets()
+    seen = {}
+
+    def transformer(hidden_states, timestep, guidance, pooled_projections, encoder_hidden_states, txt_ids, img_ids, return_dict=True):
+        assert hidden_states.shape == (BATCH, 4, 16) and img_ids.shape == (4, 3)  # packed 2x2: 4 tokens of 4x4 channels
+        seen["guidance"] = guidance
+        return [_flow_velocity(hidden_states, timestep)]  # Flux's transformer gets s = timesteps / 1000
+
+    def compute_text_embeddings(prompts, text_encoders, tokenizers):
+        return torch.zeros(len(prompts), 2, 3), torch.zeros(len(prompts), 3), torch.zeros(2, 3)
+
+    args = argparse.Namespace(weighting_scheme="none", seed=0, max_train_steps=STEPS, with_prior_preservation=False, guidance_scale=3.5)
+    ns = _flow_ns(args, transformer, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
+    ns.update(
+        FluxPipeline=FluxPipeline,
+        compute_text_embeddings=compute_text_embeddings,
+        text_encoders=None,
+        tokenizers=None,
+        unwrap_model=lambda model: model,
+        vae_config_block_out_channels=(8, 16, 32, 32),  # vae_scale_factor 8, as Flux's VAE
+    )
+    exec(code["flux/setup"], ns)
+    exec(code["flux/start"], ns)
+    assert ns["start"].choice == "profile"
+    exec(code["flow/apply"], ns)
+    _start_checks(ns["sampler"], ns["transformer"])
+    assert torch.equal(seen["guidance"], torch.full((BATCH,), 3.5))
+
+    resumed = _flow_ns(args, transformer, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
+    resumed.update({k: ns[k] for k in ("FluxPipeline", "compute_text_embeddings", "text_encoders", "tokenizers", "unwrap_model")})
+    resumed["vae_config_block_out_channels"] = ns["vae_config_block_out_channels"]
+    exec(code["flux/setup"], resumed)
+    exec(code["flux/start"], resumed)
+    resumed["global_step"] = 40  # as after load_state: the start is not applied again
+    exec(code["flow/apply"], resumed)
+    assert resumed["transformer"].calls == 0 and not resumed["sampler"].is_adapted

@@ -1,5 +1,6 @@
 """Two processes with diffusers' checkpoint patterns (issue 20): ``accelerator.save_state`` on the main
-process only, and on every rank, each with a checkpoint mid-run and at the last step. Before the
+process only, and on every rank (with the collective gather of the model that FSDP's and DeepSpeed's saves make,
+emulated: accelerate runs neither engine on a CPU; issue 28), each with a checkpoint mid-run and at the last step. Before the
 fix the sampler's ``state_dict`` ran an ``all_reduce`` on the saving rank alone: the run hung, or the
 collective met DDP's gradient all-reduce and a rank crashed. Each launch takes seconds; a hang fails
 the test at its timeout instead of stalling the suite."""

@@ -441,3 +441,47 @@ def test_schedules_written_by_0_2_0_load_bit_for_bit():
         assert sampler.estimator.clean_end_bound is False and sampler.estimator.ema_decay == 0.9
         assert torch.equal(sampler.probs, torch.tensor(payload["pi"], dtype=torch.float64))
         assert torch.equal(sampler._build_probs(), sampler.probs)  # the former profile, bit for bit
+
+
+def test_a_source_is_local_or_hub_by_what_exists_here_and_every_error_says_which(tmp_path, monkeypatch):
+    """Issue 28: a mistyped run folder that looks like owner/name (``runs/zA`` beside ``runs/``) was read from the Hub:
+    a minute of retries offline, and online any public repo of that name, without a word. A source whose first
+    component exists here is local; a link loop, a link to a device and a deeply nested JSON file are clear errors
+    (the device was never opened: reading /dev/zero never ends); and every error says which was tried."""
+    import huggingface_hub
+
+    from diffusers_infonoise.schedule_io import ScheduleSourceError, read_schedule_from
+
+    asked = []
+
+    def hub(repo_id, filename, **kwargs):
+        asked.append(repo_id)
+        raise OSError("the network is down")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    local = {
+        "runs/zA": r"^no such file or folder: runs/zA \(tried as a local path because \./runs exists\)$",
+        "loop": r"^loop: a symbolic link loop \(tried as a local path",
+        "zero.json": r"^zero\.json: a character device, not a regular file or a folder \(tried as a local path",
+        "gone.json": r"^gone\.json: a broken symbolic link \(to .*nowhere\.json; tried as a local path",
+        "deep.json": r"^deep\.json: JSON nested too deeply to read",
+        "list.json": r"^list\.json: expected a JSON object, got list$",
+        "./zA": r"^no such file or folder: \./zA \(tried as a local path because it starts with '\.'\)$",
+        "a b/c": r"^no such file or folder: a b/c \(tried as a local path because it does not have the form of a Hub repo id",
+    }
+    for source, pattern in local.items():
+        with pytest.raises(ScheduleSourceError, match=pattern) as info:
+            read_schedule_from(source)
+        assert "\n" not in str(info.value)
+    assert asked == []  # none of them went near the Hub
+    for repo in ("someone/zA", "zA"):  # no local ./someone, no ./zA: a Hub repo id, and the error says so
+        with pytest.raises(ScheduleSourceError, match=r"the network is down \(tried as a Hub repo id: there is no local file"):
+            read_schedule_from(repo)
+    assert asked == ["someone/zA", "zA"]

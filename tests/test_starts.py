@@ -207,7 +207,7 @@ def test_read_schedule_from_folders_files_and_their_errors(tmp_path):
     EDMEulerScheduler().save_pretrained(tmp_path / "none")
     with pytest.raises(ScheduleSourceError, match="holds no stored InfoNoise schedule"):
         read_schedule_from(tmp_path / "none")
-    with pytest.raises(ScheduleSourceError, match="no such file or directory"):
+    with pytest.raises(ScheduleSourceError, match="no such file or folder"):
         read_schedule_from(str(tmp_path / "missing"))
     cfg = json.loads((tmp_path / "sched" / "scheduler_config.json").read_text())
     cfg[CONFIG_KEY]["version"] = 99

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from _unconditional import (
     base_args,
     scheduler_payload,
 )
-from conftest import free_port
+from conftest import free_port, refreshes_in_log
 
 pytestmark = pytest.mark.slow
 
@@ -150,12 +149,9 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
 
-    hashes: dict[int, dict[int, str]] = {0: {}, 1: {}}
-    for rank, step, h in re.findall(r"\[rank (\d)\] step (\d+): pi refreshed \(hash ([0-9a-f]+)", log):
-        hashes[int(rank)][int(step)] = h
-    assert sorted(hashes[0]) == [2, 3, 4], log[-5000:]
-    assert hashes[0] == hashes[1]
-    assert len(set(hashes[0].values())) == 3  # π moved at each refresh
+    hashes = refreshes_in_log(log, 2)
+    assert sorted(hashes) == [2, 3, 4], log[-5000:]
+    assert len(set(hashes.values())) == 3  # π moved at each refresh
 
     # 64 samples over 2 ranks with batch 8: 4 optimizer steps, 16 samples each
     payload = scheduler_payload(out)

@@ -41,7 +41,9 @@ logger = get_logger(__name__, log_level="INFO")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fine-tune Stable Diffusion (text-to-image) with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Fine-tune Stable Diffusion (text-to-image) with InfoNoise.", epilog=training.script_epilog("train_text_to_image")
+    )
     training.add_text_to_image_args(
         parser, defaults={"resolution": 512, "output_dir": "sd-model-finetuned-infonoise", "validation_inference_steps": 20}
     )
@@ -58,13 +60,15 @@ build_sampler = training.build_vp_sampler  # told the loss: the parameterization
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
-    noise_scheduler = load_noise_scheduler(args)
-    sampler = build_sampler(args, noise_scheduler)
+    with training.option_errors():  # a mistake in the options ends in one line, as argparse's do
+        noise_scheduler = load_noise_scheduler(args)
+        sampler = build_sampler(args, noise_scheduler)
+        start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True)
     run = training.setup_text_to_image_run(
         training.text_to_image_config(args),
         noise_scheduler=noise_scheduler,
         sampler=sampler,
-        start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
+        start=start,
         parts={"tokenizer": CLIPTokenizer, "text_encoder": CLIPTextModel, "vae": AutoencoderKL, "unet": UNet2DConditionModel},
         trained="unet",
         lora_targets=training.UNET_LORA_TARGETS,

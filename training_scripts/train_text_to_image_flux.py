@@ -45,7 +45,9 @@ DEFAULT_WEIGHTING_SCHEME = "none"  # diffusers' Flux scripts'
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fine-tune Flux.1 (text-to-image) with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Fine-tune Flux.1 (text-to-image) with InfoNoise.", epilog=training.script_epilog("train_text_to_image_flux")
+    )
     training.add_text_to_image_args(
         parser, defaults={"resolution": 512, "output_dir": "flux-finetuned-infonoise", "validation_inference_steps": 28}
     )
@@ -75,13 +77,15 @@ def build_sampler(args, noise_scheduler):
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
-    noise_scheduler = load_noise_scheduler(args)
-    sampler = build_sampler(args, noise_scheduler)
+    with training.option_errors():  # a mistake in the options ends in one line, as argparse's do
+        noise_scheduler = load_noise_scheduler(args)
+        sampler = build_sampler(args, noise_scheduler)
+        start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True)
     run = training.setup_text_to_image_run(
         training.text_to_image_config(args),
         noise_scheduler=noise_scheduler,
         sampler=sampler,
-        start=training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True),
+        start=start,
         parts={
             "tokenizer": CLIPTokenizer,
             "tokenizer_2": T5TokenizerFast,

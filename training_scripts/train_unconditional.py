@@ -8,6 +8,9 @@ In the style of diffusers' ``examples/unconditional_image_generation/train_uncon
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 --num_machines 1 \\
         --mixed_precision no --dynamo_backend no training_scripts/train_unconditional.py --dataset_name mnist ...
 
+Installed with the package it is the command ``infonoise-train-unconditional`` and the module
+``diffusers_infonoise.training_scripts.train_unconditional`` (``python -m`` or ``accelerate launch -m``).
+
 Everything shared with the text-to-image scripts lives in :mod:`diffusers_infonoise.training`.
 """
 
@@ -32,6 +35,7 @@ from diffusers_infonoise.training import (
     add_noise_sampler_args,
     batch_loader,
     build_noise_sampler,
+    check_sources,
     check_unet_config,
     data_config,
     default_unet,
@@ -40,6 +44,7 @@ from diffusers_infonoise.training import (
     log_images,
     make_optimizer_and_lr_scheduler,
     optimizer_config,
+    option_errors,
     per_sample_mse,
     register_model_checkpointing,
     register_sampler_checkpointing,
@@ -49,6 +54,7 @@ from diffusers_infonoise.training import (
     save_samples,
     save_unconditional_outputs,
     save_unconditional_pipeline,
+    script_epilog,
     show_noise_schedule,
     start_run,
     tracker_config,
@@ -63,7 +69,9 @@ PREDICTION_TYPES = {"ddpm": ("epsilon", "v_prediction", "sample"), "edm": ("epsi
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Train an unconditional diffusion model with InfoNoise.")
+    parser = argparse.ArgumentParser(
+        description="Train an unconditional diffusion model with InfoNoise.", epilog=script_epilog("train_unconditional")
+    )
     a = parser.add_argument
     a(
         "--dataset_name",
@@ -156,6 +164,7 @@ def parse_args(argv=None):
         parser.error("--dataset_name and --train_data_dir: give one of them")
     if args.sequence_column and not args.dataset_name:
         parser.error("--sequence_column needs --dataset_name (a Hub data set or save_to_disk folder with that column)")
+    check_sources(parser, args, "--pretrained_model_name_or_path", "--infonoise_schedule_from")
     return args
 
 
@@ -265,15 +274,16 @@ def build_unet(args, channels: int, length: int | None = None):
 
 def main(argv=None):
     args = parse_args(argv)
-    noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
-    sampler = build_noise_sampler(
-        args, noise_scheduler, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=args.snr_gamma
-    )
-    start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
-    if args.show_noise_schedule:
+    with option_errors():  # a mistake in the options ends in one line, as argparse's do
+        noise_scheduler, prediction_type, loss_weighting = build_scheduler(args)
+        sampler = build_noise_sampler(
+            args, noise_scheduler, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=args.snr_gamma
+        )
+        start = sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(args.pretrained_model_name_or_path))
+    if args.show_noise_schedule and start.choice != "profile":  # nothing to measure: shown before anything is loaded
         if start.choice == "stored":
             apply_start(sampler, start)
-        show_noise_schedule(sampler, args.output_dir)
+        show_noise_schedule(sampler, args.output_dir, start=start)
         return
 
     accelerator = start_run(accelerator_config(args, report_to=args.logger))
@@ -311,7 +321,7 @@ def main(argv=None):
     sampler.manual_seed(args.seed or 0)
     register_sampler_checkpointing(accelerator, sampler)
     register_model_checkpointing(accelerator, model_cls=model_cls, subfolder="unet", ema=ema)
-    if accelerator.is_main_process:
+    if accelerator.is_main_process and not args.show_noise_schedule:
         accelerator.init_trackers("train_unconditional", config=tracker_config(args))
     num_inference_steps = args.num_inference_steps or (
         args.ddpm_num_inference_steps if args.diffusion == "ddpm" else path_class(noise_scheduler).default_inference_steps
@@ -360,7 +370,10 @@ def main(argv=None):
         ema=ema,
         on_epoch_end=on_epoch_end,
         start=start,
+        show_schedule=args.show_noise_schedule,  # a profile start: measured on the data, then shown; nothing trained
     )
+    if args.show_noise_schedule:
+        return
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         unet = accelerator.unwrap_model(model)

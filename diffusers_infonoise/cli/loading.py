@@ -3,7 +3,6 @@ stored schedule, probe images, pipeline parts; and the arguments it parses into 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 #: scheduler shortcuts accepted by ``compare --scheduler`` (default diffusers configs)
@@ -35,14 +34,13 @@ def _stored_and_grid(scheduler, args):
 
 
 def _read_json(path: Path) -> dict:
+    """:func:`~diffusers_infonoise.schedule_io.read_json_file`; a failure is a one-line CLIError."""
+    from ..schedule_io import ScheduleSourceError, read_json_file
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as err:
-        raise CLIError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    if not isinstance(data, dict):
-        raise CLIError(f"{path}: expected a JSON object")
-    return data
+        return read_json_file(path)
+    except ScheduleSourceError as err:
+        raise CLIError(str(err)) from None
 
 
 def _load_config(spec: str, *, revision: str | None = None, cache_dir: str | None = None) -> tuple[dict, str]:
@@ -181,9 +179,14 @@ def _one_line(err) -> str:
 def _load_pipeline_parts(model_path: str, model_subfolder: str | None, scheduler_spec: str | None):
     import diffusers
 
-    p = Path(model_path).expanduser()
-    if not p.exists():
-        raise CLIError(f"--model: {model_path}: no such directory (give a pipeline saved with save_pretrained)")
+    from ..schedule_io import ScheduleSourceError, local_or_hub
+
+    try:
+        p = local_or_hub(model_path)
+    except ScheduleSourceError as err:
+        raise CLIError(f"--model: {err} (give a pipeline folder saved with save_pretrained)") from None
+    if not isinstance(p, Path) or not p.is_dir():
+        raise CLIError(f"--model: {model_path}: no such folder (give a pipeline folder saved with save_pretrained; the Hub is not read)")
     subfolder = model_subfolder
     if subfolder is None:
         for cand in ("unet", "transformer"):

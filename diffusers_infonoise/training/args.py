@@ -7,7 +7,9 @@ these two modules reads or changes ``args``."""
 from __future__ import annotations
 
 import argparse
-import logging
+import contextlib
+import os
+import sys
 
 from ..argtypes import (
     bool_arg,
@@ -22,13 +24,14 @@ from ..argtypes import (
     positive_int,
     warmup_arg,
 )
+from ..logs import get_logger
 from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
 from ..starts import START_CHOICES, SamplerStart, choose_start
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "tracker_config",
@@ -42,6 +45,10 @@ __all__ = [
     "baseline_density_params",
     "build_noise_sampler",
     "sampler_start",
+    "check_sources",
+    "option_errors",
+    "script_command",
+    "script_epilog",
 ]
 
 
@@ -329,6 +336,55 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
             init, sampler, stored=stored, source="the pretrained scheduler" if stored else None, pretrained_model=pretrained_model
         )
     return start  # logged by the training loop when it applies the start (logging is configured by then)
+
+
+def script_command(module: str) -> str:
+    """The console command a training script is installed as: ``train_text_to_image_sd3`` → ``infonoise-train-text-to-image-sd3``."""
+    return "infonoise-train-" + module.removeprefix("train_").replace("_", "-")
+
+
+def script_epilog(module: str) -> str:
+    """The end of a training script's ``--help``: how it runs once installed, and where fine-tuning starts."""
+    return (
+        f"Installed with diffusers-infonoise as the command {script_command(module)}, or python -m "
+        f"diffusers_infonoise.training_scripts.{module}; on several processes: accelerate launch -m "
+        f"diffusers_infonoise.training_scripts.{module} ... (from a checkout: training_scripts/{module}.py). "
+        "Fine-tuning: give --pretrained_model_name_or_path, and the noise schedule starts where the model says "
+        "(--infonoise_init auto: the schedule stored with it, else its errors measured on your data before step 1); "
+        "--show_noise_schedule shows that start without training. diffusers' own scripts: the fine-tuning section of "
+        "docs/integration.md in the repository."
+    )
+
+
+def check_sources(parser: argparse.ArgumentParser, args, *flags: str) -> None:
+    """``parser.error`` (one line, exit status 2) for a source option naming a local path that is not there, a link
+    loop or a device: ``--pretrained_model_name_or_path runs/zA`` beside a folder ``runs`` is a mistyped run folder,
+    not the Hub repo ``runs/zA`` (:func:`~diffusers_infonoise.schedule_io.local_or_hub`). Runs at parse time, before
+    diffusers would spend a minute retrying the Hub offline; reads nothing from the network."""
+    from ..schedule_io import ScheduleSourceError, local_or_hub
+
+    for flag in flags:
+        spec = getattr(args, flag.lstrip("-"), None)
+        if spec:
+            try:
+                local_or_hub(spec)
+            except ScheduleSourceError as err:
+                parser.error(f"{flag}: {err}")
+
+
+@contextlib.contextmanager
+def option_errors():
+    """Around what a script resolves from its options before anything is trained (the pretrained scheduler, the
+    sampler, its start, a stored schedule's source): a ``ValueError`` or ``OSError`` there is a mistake in the options
+    (a start that does not apply, a source without a schedule, a model folder without a scheduler) and ends the run
+    as argparse ends one, with ``<script>: error: <message>`` in one line on stderr and exit status 2, not a
+    traceback."""
+    try:
+        yield
+    except (ValueError, OSError) as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
+        raise SystemExit(2) from None
 
 
 def run_config(args) -> RunConfig:

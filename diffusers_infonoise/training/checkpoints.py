@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import re
@@ -11,11 +10,12 @@ import shutil
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import TrainingTimestepSampler
 from ..schedule_io import load_sampler_state, save_sampler_state
 from .lora import load_lora_layers, lora_layers
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "COMPLETE_MARKER",

@@ -3,7 +3,6 @@ by (seed, epoch, index), captioned data and the epoch-seeded batch order."""
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -11,12 +10,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-logger = logging.getLogger(__name__)
+from ..logs import get_logger
+
+logger = get_logger(__name__)
 
 __all__ = [
     "DataConfig",
     "load_image_dataset",
     "image_transform",
+    "binary_data",
     "DEFAULT_CAPTIONED_DATASET",
     "load_captioned_dataset",
     "AugmentedImageDataset",
@@ -85,11 +87,16 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
     return ds
 
 
-def image_transform(resolution: int, *, center_crop: bool = False, random_flip: bool = False, channels: int = 1) -> Callable:
+def image_transform(
+    resolution: int, *, center_crop: bool = False, random_flip: bool = False, channels: int = 1, binary: bool = False
+) -> Callable:
     """PIL image → float32 tensor (channels, resolution, resolution) in [−1, 1] (no torchvision).
 
     Resize (bilinear, shorter side to ``resolution``), crop (center or random), optional horizontal
-    flip; mode ``"L"`` for 1 channel, ``"RGB"`` for 3. ``transform(image, rng, geometry=True)`` also
+    flip; mode ``"L"`` for 1 channel, ``"RGB"`` for 3. ``binary``: data of two pixel values (0 and 255,
+    :func:`~diffusers_infonoise.data.is_binary_dataset`) is thresholded at the midpoint after the resize,
+    so that every value is −1 or 1 at any resolution (bilinear resampling alone leaves intermediate
+    values, which the clean-end gate would read as a finer value grid). ``transform(image, rng, geometry=True)`` also
     returns SDXL's micro-conditioning: the original ``(height, width)`` and the crop's top-left
     ``(top, left)`` in the resized image (mirrored with the image when it is flipped).
     """
@@ -106,6 +113,8 @@ def image_transform(resolution: int, *, center_crop: bool = False, random_flip: 
         original = (h, w)
         scale = resolution / min(w, h)
         image = image.resize((max(resolution, round(w * scale)), max(resolution, round(h * scale))), Image.BILINEAR)
+        if binary:
+            image = image.point(lambda v: 255 if v >= 128 else 0)
         w, h = image.size
         if center_crop:
             left, top = (w - resolution) // 2, (h - resolution) // 2
@@ -121,6 +130,14 @@ def image_transform(resolution: int, *, center_crop: bool = False, random_flip: 
         return (out, original, (top, left)) if geometry else out
 
     return transform
+
+
+def binary_data(data: DataConfig) -> bool:
+    """Whether ``data`` is a built-in binarized data set (:func:`~diffusers_infonoise.data.is_binary_dataset`),
+    which :func:`image_transform` keeps binary at every resolution."""
+    from ..data import is_binary_dataset
+
+    return not data.train_data_dir and is_binary_dataset(data.dataset_name or data.default_dataset)
 
 
 DEFAULT_CAPTIONED_DATASET = "fashion_mnist"
@@ -155,9 +172,10 @@ class AugmentedImageDataset(torch.utils.data.Dataset):
         random_flip: bool = False,
         seed: int = 0,
         channels: int = 1,
+        binary: bool = False,
     ):
         self.dataset, self.image_column = dataset, image_column
-        self.transform = image_transform(resolution, center_crop=center_crop, random_flip=random_flip, channels=channels)
+        self.transform = image_transform(resolution, center_crop=center_crop, random_flip=random_flip, channels=channels, binary=binary)
         self.seed, self.epoch = int(seed), 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -191,6 +209,7 @@ class CaptionedImageDataset(AugmentedImageDataset):
         center_crop: bool = False,
         random_flip: bool = False,
         seed: int = 0,
+        binary: bool = False,
     ):
         super().__init__(
             dataset,
@@ -200,6 +219,7 @@ class CaptionedImageDataset(AugmentedImageDataset):
             random_flip=random_flip,
             seed=seed,
             channels=3,
+            binary=binary,
         )
         self.caption_column = caption_column
 
@@ -287,6 +307,7 @@ def captioned_dataloader(data: DataConfig) -> tuple[torch.utils.data.DataLoader,
         center_crop=data.center_crop,
         random_flip=data.random_flip,
         seed=data.seed,
+        binary=binary_data(data),
     )
     loader, order = batch_loader(ds, data, collate_fn=collate_captioned)
     return loader, ds, order
@@ -323,6 +344,7 @@ def unconditional_dataset(
         random_flip=data.random_flip,
         seed=data.seed,
         channels=channels,
+        binary=binary_data(data),
     )
     return images, None, channels, None
 

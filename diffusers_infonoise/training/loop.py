@@ -11,13 +11,14 @@ from typing import Callable, Iterable
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import NoiseLevels, TrainingTimestepSampler
 from ..starts import SamplerStart, apply_start, batch_size_of
 from ..weighting import per_sample_mse
 from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
-from .monitor import ScheduleMonitor
+from .monitor import ScheduleMonitor, show_noise_schedule
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "RunConfig",
@@ -33,6 +34,7 @@ __all__ = [
     "backward_and_step",
     "finish_micro_batch",
     "size_warmup_to_run",
+    "start_sampler",
     "training_length",
     "run_training_loop",
     "ema_weights",
@@ -263,6 +265,23 @@ def size_warmup_to_run(sampler, max_steps: int) -> None:
         sampler.set_num_training_steps(int(max_steps))
 
 
+def start_sampler(accelerator, sampler: TrainingTimestepSampler, start: SamplerStart, *, model, compute_loss: Callable, dataloader) -> dict:
+    """Apply ``start`` before step 1 of a fresh run (:func:`~diffusers_infonoise.starts.apply_start`) and log it. A
+    ``"profile"`` start measures ``compute_loss`` on the dataloader's batches with ``model`` in eval mode, without
+    gradients (:func:`~diffusers_infonoise.starts.start_from_model`); its forward passes and time are logged to the
+    trackers as ``infonoise/start_forward_passes`` and ``infonoise/start_seconds``. Returns ``apply_start``'s description."""
+    # logged here, not where it was chosen: the scripts choose it before start_run configures logging
+    logger.info(f"noise sampler start: {start.choice} ({start.reason})")
+    model.eval()
+    info = apply_start(sampler, start, loss_fn=compute_loss, batches=dataloader, progress=accelerator.is_local_main_process)
+    model.train()
+    if start.choice == "profile":
+        accelerator.log(
+            {"infonoise/start_forward_passes": float(info["forward_passes"]), "infonoise/start_seconds": float(info["seconds"])}, step=0
+        )
+    return info
+
+
 def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
     """``(steps_per_epoch, max_steps, num_epochs)`` in optimizer steps for a *prepared* dataloader
     (:func:`optimizer_steps_per_epoch`)."""
@@ -287,6 +306,7 @@ def run_training_loop(
     validate: Callable | None = None,
     on_epoch_end: Callable | None = None,
     start: SamplerStart | None = None,
+    show_schedule: bool = False,
 ) -> dict:
     """The one training loop of every script, resume included.
 
@@ -306,13 +326,14 @@ def run_training_loop(
             (``last``: the run ends after it).
         start: where the sampler starts (METHOD.md §5.9; :func:`~diffusers_infonoise.training.args.sampler_start`):
             applied once, before step 1 of a run that does not resume (a resumed sampler's state is the
-            checkpoint's). A ``"profile"`` start measures ``compute_loss`` on the dataloader's batches in eval
-            mode without gradients (:func:`~diffusers_infonoise.starts.start_from_model`); its forward passes and
-            time are logged as ``infonoise/start_forward_passes`` and ``infonoise/start_seconds``.
+            checkpoint's), by :func:`start_sampler`.
+        show_schedule: ``--show_noise_schedule`` of a start that measures the model: apply ``start`` as a fresh run
+            would, show the density it gives (:func:`~diffusers_infonoise.training.monitor.show_noise_schedule`) and
+            return without training (``"shown"``: the plot's path).
 
     Returns:
-        ``{"global_step", "step_times", "total_batch_size", "max_steps"}``; ``step_times`` holds the wall
-        time of each optimizer step (data loading included).
+        ``{"global_step", "step_times", "total_batch_size", "max_steps"}`` (and ``"shown"``); ``step_times`` holds
+        the wall time of each optimizer step (data loading included).
     """
     import time
 
@@ -320,6 +341,11 @@ def run_training_loop(
 
     _, max_steps, num_epochs = training_length(run, dataloader)
     size_warmup_to_run(sampler, max_steps)
+    total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
+    if show_schedule:  # the start a fresh run would take, measured as it would measure it, shown and not trained
+        info = start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader) if start else {}
+        shown = show_noise_schedule(sampler, run.output_dir, start=start, info=info)
+        return {"global_step": 0, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps, "shown": shown}
     global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
     if global_step > max_steps:
         raise ValueError(
@@ -327,7 +353,6 @@ def run_training_loop(
             f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
             "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N"
         )
-    total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
     if global_step == max_steps and max_steps > 0 and run.resume_from_checkpoint:
         # a requeued job, or a kill during the final save: the checkpoint already is the end of the run
         logger.warning(
@@ -341,15 +366,7 @@ def run_training_loop(
     if start is not None and global_step > 0:
         logger.info(f"noise sampler: resumed at step {global_step} with the checkpoint's schedule ({start.choice} start not repeated)")
     if start is not None and global_step == 0:  # after the monitor: it logs the start's π at step 1
-        # logged here, not where it was chosen: the scripts choose it before start_run configures logging
-        logger.info(f"noise sampler start: {start.choice} ({start.reason})")
-        model.eval()
-        info = apply_start(sampler, start, loss_fn=compute_loss, batches=dataloader, progress=accelerator.is_local_main_process)
-        model.train()
-        if start.choice == "profile":
-            accelerator.log(
-                {"infonoise/start_forward_passes": float(info["forward_passes"]), "infonoise/start_seconds": float(info["seconds"])}, step=0
-            )
+        start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader)
     logger.info(
         f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
         f"sampler {sampler.name} ({sampler.prediction_type}, weighting "

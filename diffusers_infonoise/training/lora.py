@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Iterable
 
-logger = logging.getLogger(__name__)
+from ..logs import get_logger
+
+logger = get_logger(__name__)
 
 __all__ = [
     "UNET_LORA_TARGETS",

@@ -4,18 +4,20 @@ the π check across ranks; ``--show_noise_schedule``."""
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import NoiseLevels, TrainingTimestepSampler
+from ..starts import SamplerStart
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "describe_noise_schedule",
+    "shown_schedule",
     "show_noise_schedule",
     "ScheduleMonitor",
 ]
@@ -49,17 +51,44 @@ def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
     return "\n".join(lines)
 
 
-def show_noise_schedule(sampler: TrainingTimestepSampler, output_dir: str) -> str:
-    """Print :func:`describe_noise_schedule` and save the schedule plot; returns the PNG path.
+def shown_schedule(sampler: TrainingTimestepSampler, start: SamplerStart | None = None, info: dict | None = None) -> str:
+    """What the sampler's density is at step 1, in words: a fixed density, the base density (of a ``"base"`` start, or
+    of the warm-up before a start's schedule is taken), the stored schedule and its source, or the profile start with
+    what it measured (``info``: :func:`~diffusers_infonoise.starts.apply_start`'s)."""
+    if not hasattr(sampler, "load_schedule"):
+        return f"the fixed {sampler.name} density"
+    choice = start.choice if start is not None else "base"
+    if sampler.probs is None:
+        if choice == "base":
+            return "the base density (the warm-up's; pi adapts to the run's own losses after it)"
+        return f"the base density: the run draws from it for its {sampler.warmup_steps} warm-up steps, then from the {choice} start's pi"
+    if choice == "stored":
+        return f"the stored schedule from {start.source}, rebuilt for this run"
+    info = info or {}
+    return (
+        f"the profile start: the pretrained model's errors on the training data ({info.get('forward_passes', '?')} forward "
+        f"passes, {sampler.estimator.num_filled} of {sampler.estimator.num_bins} bins measured)"
+    )
+
+
+def show_noise_schedule(
+    sampler: TrainingTimestepSampler, output_dir: str, *, start: SamplerStart | None = None, info: dict | None = None
+) -> str:
+    """Print what is shown (:func:`shown_schedule`: the base density, a stored schedule or a profile start, after
+    ``start`` was applied) and :func:`describe_noise_schedule`, and save the schedule plot; returns the PNG path.
     Under a multi-process launch only global rank 0 (``RANK``) prints and writes."""
     from ..diagnostics import plot_schedule
 
     path = os.path.join(output_dir, "noise_schedule.png")
     if int(os.environ.get("RANK", "0")) != 0:
         return path
+    what = shown_schedule(sampler, start, info)
+    print(f"shown: {what}")
+    if getattr(sampler, "probs", None) is not None:  # the hash the training log gives at each refresh of π
+        print(f"pi hash: {sampler.pi_hash()}")
     print(describe_noise_schedule(sampler))
     os.makedirs(output_dir, exist_ok=True)
-    fig = plot_schedule(sampler, title=f"training-noise density: {sampler.name}")
+    fig = plot_schedule(sampler, title=f"training-noise density at step 1: {what.split(':')[0].split(' (')[0]}")
     fig.savefig(path, dpi=100)
     print(f"plot: {path}")
     return path
@@ -121,11 +150,10 @@ class ScheduleMonitor:
         gathered = accelerator.gather(probs.unsqueeze(0))
         if not bool((gathered == gathered[0:1]).all()):
             raise RuntimeError("noise sampler: ranks hold different schedules after a refresh (statistics were not reduced)")
-        # Every rank logs its own hash (a plain ``logging`` logger, not accelerate's main-only one), tagged
-        # with its rank, so that a multi-process log shows the schedules agree.
+        # the gather above checked that every rank holds this π: the main process says so, once
         logger.info(
-            f"[rank {accelerator.process_index}] step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, "
-            f"gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
+            f"step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, the same on all {accelerator.num_processes} "
+            f"process(es); gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
         )
         refresh = getattr(self.sampler, "last_refresh", {}) or {}
         gate = self.sampler.estimator.last_gate

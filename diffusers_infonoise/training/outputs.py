@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from dataclasses import dataclass
@@ -10,9 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..logs import get_logger
 from ..samplers import TrainingTimestepSampler
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "check_finite_weights",

@@ -3,13 +3,13 @@ run's setup, validation images and the saved pipeline."""
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
 
+from ..logs import get_logger
 from ..samplers import TrainingTimestepSampler
 from ..starts import SamplerStart, apply_start
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
@@ -35,7 +35,7 @@ from .outputs import (
     store_learned_schedule,
 )
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 __all__ = [
     "TextToImageConfig",
@@ -101,11 +101,13 @@ class TextToImageConfig:
 def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler, start: SamplerStart | None = None):
     """The start of a text-to-image script's run: the run's ``Accelerator`` (:func:`start_run`), or None with
     ``--show_noise_schedule``, when the sampler's density is printed and plotted (:func:`show_noise_schedule`;
-    after a ``"stored"`` start, the stored schedule rebuilt for this run) and there is nothing to train."""
-    if cfg.show_noise_schedule:
+    after a ``"stored"`` start, the stored schedule rebuilt for this run) and there is nothing to train. A
+    ``"profile"`` start is measured on the data first: the run is set up, and :meth:`TextToImageRun.train` shows it
+    instead of training."""
+    if cfg.show_noise_schedule and (start is None or start.choice != "profile"):
         if start is not None and start.choice == "stored":
             apply_start(sampler, start)
-        show_noise_schedule(sampler, cfg.output_dir)
+        show_noise_schedule(sampler, cfg.output_dir, start=start)
         return None
     return start_run(cfg.accelerator)
 
@@ -207,7 +209,7 @@ def prepare_text_to_image_training(
         lora_prefix=subfolder,
     )
     register_sampler_checkpointing(accelerator, sampler)
-    if accelerator.is_main_process:
+    if accelerator.is_main_process and not cfg.show_noise_schedule:
         accelerator.init_trackers(tracker_project, config=cfg.tracker)
     return model, optimizer, lr_scheduler, dataloader, (dataset, order)
 
@@ -246,7 +248,8 @@ class TextToImageRun:
         return self.accelerator.unwrap_model(self.model)
 
     def train(self, compute_loss: Callable, pipeline, **validation_kwargs) -> dict:
-        """:func:`run_training_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``."""
+        """:func:`run_training_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``. With
+        ``--show_noise_schedule`` (a ``"profile"`` start) the start is measured and shown, and nothing is trained."""
         return run_training_loop(
             self.accelerator,
             self.cfg.run,
@@ -260,6 +263,7 @@ class TextToImageRun:
             params_to_clip=self.params,
             ema=self.ema,
             start=self.start,
+            show_schedule=self.cfg.show_noise_schedule,
             validate=validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs),
         )
 
@@ -267,7 +271,10 @@ class TextToImageRun:
         self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None, validation_kwargs: dict | None = None
     ) -> dict:
         """:func:`finish_text_to_image_run`; returns ``result`` with the sampler. The card's details say where
-        the sampler started (METHOD.md §5.9): its record from step 0, kept through resumes."""
+        the sampler started (METHOD.md §5.9): its record from step 0, kept through resumes. After ``--show_noise_schedule``
+        nothing was trained, and nothing is saved."""
+        if "shown" in result:
+            return {**result, "sampler": self.sampler}
         if self.start is not None and hasattr(self.sampler, "load_schedule"):
             card = {**card, "details": {**card.get("details", {}), "InfoNoise start": "{}: {}".format(*recorded_start(self.sampler))}}
         finish_text_to_image_run(

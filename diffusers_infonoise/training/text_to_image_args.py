@@ -17,6 +17,7 @@ from .args import (
     add_common_training_args,
     add_noise_sampler_args,
     build_noise_sampler,
+    check_sources,
     data_config,
     hub_target,
     optimizer_config,
@@ -135,6 +136,7 @@ def check_text_to_image_args(parser: argparse.ArgumentParser, args) -> None:
     for name in ("validation_epochs", "checkpointing_steps", "gradient_accumulation_steps", "train_batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    check_sources(parser, args, "--pretrained_model_name_or_path", "--infonoise_schedule_from")
 
 
 def text_to_image_config(args) -> TextToImageConfig:
