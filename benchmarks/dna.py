@@ -26,10 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script from benchmarks/ or imported as benchmarks.dna
-    from .metrics import ensure_cache_dir, frechet_distance_features
-except ImportError:  # pragma: no cover
-    from metrics import ensure_cache_dir, frechet_distance_features
+from benchmarks.metrics import ensure_cache_dir, frechet_distance_features
 
 __all__ = [
     "ALPHABET",

@@ -17,10 +17,10 @@ Checkpoints are deleted once evaluated.
 
 Usage::
 
-    python benchmarks/quality_race.py --tier quick            # ~10-15 min on 2 free cores
-    python benchmarks/quality_race.py --tier full --jobs 2    # designed for ~2.5 h, resumable
-    python benchmarks/quality_race.py --tier quick --report_only   # re-aggregate existing runs
-    python benchmarks/quality_race.py --tier full --plan            # list the runs and the time estimate
+    python -m benchmarks.quality_race --tier quick            # ~10-15 min on 2 free cores
+    python -m benchmarks.quality_race --tier full --jobs 2    # designed for ~2.5 h, resumable
+    python -m benchmarks.quality_race --tier quick --report_only   # re-aggregate existing runs
+    python -m benchmarks.quality_race --tier full --plan            # list the runs and the time estimate
 
 Outputs: ``benchmarks/results/quality_race_<tier>.json`` (all runs + summary),
 ``quality_race_<tier>_curves.png``, ``quality_race_<tier>_pi.png``, ``quality_race_<tier>.md``; the
@@ -37,16 +37,12 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.race_harness import RESULTS, finished_runs, print_plan, reuse_run, run_all, run_specs  # noqa: E402
-from benchmarks.race_report import results_meta, write_report  # noqa: E402
-from benchmarks.race_summary import summarize  # noqa: E402
-from benchmarks.race_tiers import smoke_races, tier_races  # noqa: E402
-from benchmarks.sample_quality import Scorer  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race.harness import finished_runs, print_plan, reuse_run, run_all, run_specs
+from benchmarks.race.report import results_meta, write_report
+from benchmarks.race.sample_quality import Scorer
+from benchmarks.race.summary import summarize
+from benchmarks.race.tiers import smoke_races, tier_races
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -135,7 +131,7 @@ def main(argv=None):
 
     wall = time.time() - t0
     invocation = {
-        "command": "python " + shlex.join(["benchmarks/quality_race.py"] + (argv if argv is not None else sys.argv[1:])),
+        "command": "python " + shlex.join(["-m", "benchmarks.quality_race"] + (argv if argv is not None else sys.argv[1:])),
         "tier": args.tier,
         "jobs": args.jobs,
         "threads": args.threads,

@@ -9,7 +9,7 @@ import numpy as np
 
 from benchmarks import dna as DNA
 from benchmarks import metrics as M
-from benchmarks.race_data import DataSpec, load_data
+from benchmarks.race.data import DataSpec, load_data
 from diffusers_infonoise.data import decode_sequences
 
 

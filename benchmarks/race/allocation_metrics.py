@@ -3,13 +3,13 @@ density π on the bins of an InfoNoise schedule — TV(φ, ρ̂) between its eff
 and the schedule's final ρ̂ (:func:`allocation_tv`, METHOD.md §5), the width of π
 (:func:`allocation_width`) and the baseline's mass where InfoNoise's π is negligible
 (:func:`base_mass_where_pi_small`, METHOD.md §7). Schedules are the ``schedule`` records of the run
-results (:func:`benchmarks.race_harness.stored_schedule`)."""
+results (:func:`benchmarks.race.harness.stored_schedule`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.race_tiers import Race, train_scheduler
+from benchmarks.race.tiers import Race, train_scheduler
 
 
 def base_density(race: Race, sampler_name: str):

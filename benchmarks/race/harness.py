@@ -13,7 +13,6 @@ tier."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import shlex
@@ -24,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.race_data import DATASETS, load_data
-from benchmarks.race_tiers import (
+from benchmarks import REPO, training_script
+from benchmarks.race.data import DATASETS, load_data
+from benchmarks.race.sample_quality import Scorer
+from benchmarks.race.tiers import (
     ALL_SAMPLERS,
     EVAL_SEED,
     JITTER_SEEDS,
@@ -38,12 +39,9 @@ from benchmarks.race_tiers import (
     tier_pretrains,
     unet_config,
 )
-from benchmarks.sample_quality import Scorer
 from diffusers_infonoise import read_schedule
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
-RESULTS = REPO / "benchmarks" / "results"
 #: Samplers that take the race's ``extra_args`` (the InfoNoise options, e.g. its warm-up).
 ADAPTIVE_SAMPLERS = ("infonoise", "kingma_gao")
 #: The fields of the stored InfoNoise schedule that a run's results keep.
@@ -150,7 +148,7 @@ class RunSpec:
 
 
 def pretrain_dir(root, name: str) -> Path:
-    """Where a pretrain of :data:`~benchmarks.race_tiers.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
+    """Where a pretrain of :data:`~benchmarks.race.tiers.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
     return Path(root) / "pretrained" / name
 
 
@@ -194,7 +192,7 @@ def run_pretrain(job: tuple) -> tuple[str, str | None]:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         t0 = time.time()
-        _load_script().main(pretrain_argv(p, root))
+        training_script("train_unconditional").main(pretrain_argv(p, root))
         (out.parent / f"{p.name}.json").write_text(json.dumps({
             "pretrain": dataclasses.asdict(p), "wall_time_s": round(time.time() - t0, 1),
             "command": "python " + shlex.join([str(SCRIPT.relative_to(REPO))] + [_rel(a) for a in pretrain_argv(p, root)]),
@@ -286,13 +284,6 @@ def sample(unet, race: Race, seed: int, n: int | None = None):
     return torch.cat(out)
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_unconditional", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
     found = [(int(p.name.split("-")[1]), p) for p in out_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
     return sorted(found)
@@ -361,7 +352,7 @@ def run_one(spec: RunSpec) -> dict:
     resumed = bool(_checkpoints(spec.out_dir))
     if resumed:
         argv += ["--resume_from_checkpoint", "latest"]
-    script = _load_script()
+    script = training_script("train_unconditional")
     t0, c0 = time.time(), time.process_time()
     script.main(argv)
     train_s, train_cpu = time.time() - t0, time.process_time() - c0

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from benchmarks.allocation_metrics import base_density
+from benchmarks.race.allocation_metrics import base_density
 
 
 def _pyplot():

@@ -55,7 +55,7 @@ def unet_config(resolution: int, channels: tuple, kind: str = "image") -> dict:
 @dataclass
 class Race:
     """One race: the samplers (each with its seeds) trained on one data set and path with the same budget,
-    against ``baseline``; a sampler ``infonoise-<option>...`` is a variant of InfoNoise (:func:`benchmarks.race_harness.variant_args`)."""
+    against ``baseline``; a sampler ``infonoise-<option>...`` is a variant of InfoNoise (:func:`benchmarks.race.harness.variant_args`)."""
 
     name: str
     dataset: str

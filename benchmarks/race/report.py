@@ -9,9 +9,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.race_data import DATASETS
-from benchmarks.race_figures import plot_curves, plot_pi
-from benchmarks.race_tiers import NUM_INFERENCE_STEPS, TIER_SIZING
+from benchmarks.race.data import DATASETS
+from benchmarks.race.figures import plot_curves, plot_pi
+from benchmarks.race.tiers import NUM_INFERENCE_STEPS, TIER_SIZING
 
 # ----------------------------------------------------------------------------------------------
 # the results file
@@ -54,7 +54,7 @@ def design(races, tier: str) -> dict:
             "full": "NOT RUN in this results file (not enough session time): every data set (digits cont/bin, "
             "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "
             "binarized MNIST and DNA), plus a DDPM-eps race and a flow race: 125 runs; run with "
-            "`python benchmarks/quality_race.py --tier full --jobs 2` (resumable); `--plan` prints the run list "
+            "`python -m benchmarks.quality_race --tier full --jobs 2` (resumable); `--plan` prints the run list "
             "and an estimate calibrated on this quick tier: ~32 h with 2 jobs at this session's contended speed "
             "(load ~4.5 on 2 cores), i.e. several times the ~2.5 h the issue asks for even on free cores; "
             "2000 samples x 18 steps per evaluation makes evaluation as costly as training, and the 16x16 "
@@ -130,7 +130,7 @@ def _fmt(s: dict) -> str:
 
 
 def _per_seed_speedups(sp: dict) -> str:
-    """The seeds' speedups of :func:`benchmarks.steps_to_target.paired_speedups`, ``<x`` for a seed that
+    """The seeds' speedups of :func:`benchmarks.race.steps_to_target.paired_speedups`, ``<x`` for a seed that
     did not reach the target (x its upper bound)."""
     return ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}" for p in sp["per_seed"])
 
