@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--tier",
-        choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin"),
+        choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer"),
         default="quick",
     )
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
@@ -111,8 +111,10 @@ def main(argv=None):
         schedule_plots=args.schedule_plots,
     )
     if args.plan:
-        print_plan(specs, out, jobs=args.jobs, tier=args.tier)
+        print_plan(specs, out, jobs=args.jobs, tier=args.tier, races=races)
         return
+    if not args.report_only:
+        print_plan(specs, out, jobs=args.jobs, tier=args.tier, races=races, runs=False)
     (root / "runs").mkdir(parents=True, exist_ok=True)
     if args.reuse:
         for sp in specs:

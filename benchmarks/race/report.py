@@ -9,9 +9,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.race import transfer
 from benchmarks.race.data import DATASETS
 from benchmarks.race.figures import plot_curves, plot_pi
-from benchmarks.race.tiers import NUM_INFERENCE_STEPS, TIER_SIZING
+from benchmarks.race.tiers import NUM_INFERENCE_STEPS, TIER_SIZING, TRANSFER_FIELDS
 
 # ----------------------------------------------------------------------------------------------
 # the results file
@@ -49,7 +50,7 @@ def design(races, tier: str) -> dict:
         "smoothed by a centred 3-evaluation moving average, linear interpolation between evaluations, "
         "paired by seed; median over seeds",
         "datasets": {r.dataset: DATASETS[r.dataset].note for r in races},
-        "races": [asdict(r) for r in races],
+        "races": [{k: v for k, v in asdict(r).items() if k not in TRANSFER_FIELDS or v != TRANSFER_FIELDS[k]} for r in races],
         "other_tiers": {
             "full": "NOT RUN in this results file (not enough session time): every data set (digits cont/bin, "
             "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "
@@ -114,6 +115,8 @@ def write_report(tier_name: str, tier: str, races, runs: list, summary: dict, me
     write_results_json({"meta": meta, "design": design(races, tier), "summary": summary, "runs": runs}, out_json)
     plot_curves(races, runs, summary, out / f"quality_race_{tier_name}_curves.png")
     plot_pi(races, runs, out / f"quality_race_{tier_name}_pi.png")
+    if summary.get("transfer"):
+        transfer.plot_regret(summary["transfer"], out / f"quality_race_{tier_name}_regret.png")
     if meta.get("wall_time_s") is None:
         meta["wall_time_s"] = float("nan")
     write_markdown(tier_name, races, summary, meta, out / f"quality_race_{tier_name}.md")
@@ -177,6 +180,8 @@ def write_markdown(tier, races, summary, meta, path: Path):
         summary_table(races, summary),
         "",
     ]
+    if summary.get("transfer"):
+        L += transfer.markdown(summary["transfer"], f"quality_race_{tier}_regret.png")
     for race in races:
         if summary.get(race.name):
             L += _race_section(race, summary[race.name])
@@ -224,7 +229,7 @@ def _race_section(race, e: dict) -> list[str]:
         )
         gates = {f"{g['source']} {g['pivot']}" + (f" ({g['reason']})" if g.get("reason") else "") for g in e["gate"].values()}
         L.append(f"Gate at the end of the InfoNoise runs: {'; '.join(sorted(gates))}.")
-    cont = m == "fd_thresholded"
+    cont = m == "fd_thresholded" and any("fd" in f for f in e["final"].values())
     L += [
         "",
         f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) | π: std ln σ, σ 10–90% |"

@@ -117,6 +117,10 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             )
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by["infonoise"] if r.get("schedule")}
         summary[race.name] = entry
+    if any(r.sweep for r in races):  # the transfer tier: regret against the sweep's best point
+        from benchmarks.race.transfer import summarize_transfer  # it builds on this module's entries
+
+        summary["transfer"] = summarize_transfer(races, runs, summary)
     return summary
 
 
