@@ -7,7 +7,7 @@ distances on the run's bins, the mean and std of ln σ under each, and the mass 
 is gated as the run gated (pivot 0.2 on binarized data). Writes ``results/finetune_lag.json`` with the
 command, the machine and the per-run figures.
 
-    python benchmarks/finetune_lag.py --out /path/to/bench_results \\
+    python -m benchmarks.finetune_lag --out /path/to/bench_results \\
         --runs ft-edm-binarized_digits16__infonoise__s0,ft-edm-binarized_digits16__infonoise-init_base__s0
 """
 
@@ -23,11 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-
-from benchmarks.race_data import load_data  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race.data import load_data
 
 
 def _profile(model: Path, dataset: Path, out: Path, num_samples: int) -> dict:
@@ -65,7 +62,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="the quality race's --out (holds quality_race_finetune/)")
     p.add_argument("--runs", type=str, required=True, help="comma-separated run ids of the finetune tier")
     p.add_argument("--num_samples", type=int, default=1024, help="probe samples of each offline profile")
-    p.add_argument("--results", type=Path, default=HERE / "results" / "finetune_lag.json")
+    p.add_argument("--results", type=Path, default=RESULTS / "finetune_lag.json")
     args = p.parse_args()
 
     root = args.out / "quality_race_finetune"
@@ -102,7 +99,7 @@ def main() -> None:
         print(run_id, json.dumps(rows[run_id]))
     result = {
         "benchmark": "the online estimate of a fine-tune against offline profiles of its start and end (issue 22)",
-        "command": " ".join(["python", "benchmarks/finetune_lag.py"] + sys.argv[1:]),
+        "command": " ".join(["python", "-m", "benchmarks.finetune_lag"] + sys.argv[1:]),
         "method": __doc__.split("\n\n")[1].replace("\n", " "),
         "num_samples": args.num_samples,
         "results": rows,

@@ -1,21 +1,18 @@
 """Shared fixtures: one intra-op thread, accelerate's process-wide state reset after each in-process
-run, the training scripts as modules, a free TCP port, the repository on sys.path (so that
-``benchmarks`` imports as a package)."""
+run, the training scripts as modules, a free TCP port. (The repository root, from which ``benchmarks``
+imports as a package, is on the path through pytest's ``pythonpath`` setting in pyproject.toml.)"""
 
 from __future__ import annotations
 
 import importlib.util
 import re
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 # the fixtures of the train_unconditional tests (script, unet_config, draws, dna_dataset)
 pytest_plugins = ["_unconditional"]
