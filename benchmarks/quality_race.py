@@ -42,14 +42,14 @@ from benchmarks.race.harness import finished_runs, print_plan, reuse_run, run_al
 from benchmarks.race.report import results_meta, write_report
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.summary import summarize
-from benchmarks.race.tiers import smoke_races, tier_races
+from benchmarks.race.tiers import TIERS, smoke_races, tier_races
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--tier",
-        choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer"),
+        choices=TIERS,
         default="quick",
     )
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")

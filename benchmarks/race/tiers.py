@@ -322,6 +322,10 @@ def _margin_races() -> list[Race]:
     ]  # fmt: skip
 
 
+#: the estimator before issue 31, on today's code: InfoNoise with an EMA of β = 0.9 a refresh and no clean-end bound
+FORMER_ESTIMATOR = "infonoise-ema_decay=0.9-clean_end_bound=false"
+
+
 #: the transfer tier's sweep of logit-normal's location (issue 30): the centre of ln σ (VE σ) at −2, −1, 1, 2, in the
 #: library's convention (``mean`` > 0: more noise; the harness passes ``--logit_mean`` with diffusers' sign, −mean);
 #: the centre 0 with std 1 is the default ``logit_normal`` itself, whose runs the sweep reuses
@@ -334,6 +338,9 @@ TRANSFER_ARMS = (
     *(a for a in TRANSFER_SWEEP if a != "logit_normal"),
     "kingma_gao",
     "loss_slope",
+    # the estimator before issue 31: today's defaults measured as they were, on the same code as the tracking
+    # estimator the library now uses (docs/METHOD.md §5.10)
+    FORMER_ESTIMATOR,
 )
 
 
@@ -346,7 +353,8 @@ def _transfer_races() -> list[Race]:
     the fine-tunes 240 steps at a third of the learning rate from an EDM log-normal pretrain of binarized MNIST
     16x16 (1200 steps): a full fine-tune at the new resolution (the script has no LoRA for unconditional UNets) and
     one onto data scaled by 0.25. The fine-tunes' references are the from-scratch tasks of the same data."""
-    seeds = {a: [0, 1, 2] if a in ("infonoise", "logit_normal", "edm_lognormal") else [0] for a in TRANSFER_ARMS}
+    main = ("infonoise", FORMER_ESTIMATOR, "logit_normal", "edm_lognormal")
+    seeds = {a: [0, 1, 2] if a in main else [0] for a in TRANSFER_ARMS}
     common = dict(
         samplers=TRANSFER_ARMS,
         diffusion="edm",
@@ -376,6 +384,30 @@ def _transfer_races() -> list[Race]:
     ]  # fmt: skip
 
 
+def _tracking_races() -> list[Race]:
+    """Issue 31: the tracking estimator (docs/METHOD.md §5.10: a memory sized to the run, the clean-end bound), the
+    library's default, against the same-code control (:data:`FORMER_ESTIMATOR`) and logit-normal, the best fixed
+    density of every earlier binarized and fine-tune race, 3 seeds each: the finetune tier's three fine-tunes as it
+    ran them (the EDM log-normal MNIST 16x16 pretrain fine-tuned for 400 steps onto binarized MNIST 16x16, binarized
+    digits and digits at 16x16, evaluated at 100, 200 and 400 steps; InfoNoise's ``auto`` start is ``profile`` there,
+    and their final models are what ``benchmarks.finetune_lag`` profiles), and from scratch binarized MNIST 16x16 (600
+    steps) and DNA (800 steps) with the library's automatic warm-up, evaluated from a quarter of the run on."""
+    arms = ("infonoise", FORMER_ESTIMATOR, "logit_normal")
+    seeds = _seeds(arms, 3)
+    tune = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400), learning_rate=3e-4, lr_warmup_steps=20, extra_args=())
+    races = [
+        Race(f"tk-ft-{d}", d, "edm", arms, "logit_normal", seeds, pretrained="edm-edm_lognormal-mnist16", **tune)
+        for d in ("binarized_mnist16", "binarized_digits16", "digits16")
+    ]
+    races += [
+        Race("tk-edm-binarized_mnist16", "binarized_mnist16", "edm", arms, "logit_normal", seeds, steps=600, eval_every=150,
+             extra_args=()),
+        Race("tk-edm-dna64", "dna64", "edm", arms, "logit_normal", seeds, steps=800, eval_every=200, channels=(32, 64),
+             sample_batch=2000, extra_args=()),
+    ]  # fmt: skip
+    return races
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -386,6 +418,10 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     return [p if steps is None else dataclasses.replace(p, steps=steps) for name, p in PRETRAINS.items() if name in names]
 
 
+#: every tier :func:`tier_races` knows (``--tier``)
+TIERS = ("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking")
+
+
 def tier_races(tier: str) -> list[Race]:
     """The races of a tier, in the tier's order."""
     if tier == "finetune":
@@ -394,6 +430,8 @@ def tier_races(tier: str) -> list[Race]:
         return _margin_races()
     if tier == "transfer":
         return _transfer_races()
+    if tier == "tracking":
+        return _tracking_races()
     if tier == "quick":
         samplers = ("infonoise", "edm_lognormal")
         return [
@@ -632,8 +670,12 @@ def tier_races(tier: str) -> list[Race]:
 
 #: What a tier leaves out of the issue's specification to fit its time budget (recorded in the results).
 TIER_SIZING = {
+    "tracking": "3 seeds of each arm; the finetune tier's three fine-tunes at its budget (400 steps, evaluated at 100, "
+    "200, 400 with 2000 samples and the jitter samplings) and two from-scratch races at the recheck_full tier's "
+    "budgets (binarized MNIST 16x16 600 steps, DNA 800), with the library's automatic warm-up instead of a pinned one",
     "transfer": "first pass sized for about 5 h of 2 cores: 1000 samples per evaluation at a third, two thirds and the "
-    "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise and the two defaults, 1 "
+    "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise, the former estimator "
+    "(issue 31's control) and the two defaults, 1 "
     "of each sweep point and adaptive peer; no jitter samplings (the seeds' std includes the evaluation's); the "
     "fine-tunes' unmoved references are the from-scratch tasks of the same data",
     "recheck_full": "cut to ~100 min on 2 shared cores, then seeds 3-4 added: 5 seeds of infonoise/edm_lognormal/"
