@@ -7,11 +7,25 @@ benchmarks call unmodified."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The repository's commit (short hash, ``+dirty`` with uncommitted changes), recorded with every result so that
+    "the same code" can be checked; ``"unknown"`` outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def training_script(name: str):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import REPO, RESULTS, training_script
+from benchmarks import REPO, RESULTS, code_version, training_script
 from benchmarks.race.data import DATASETS, load_data
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.tiers import (
@@ -485,6 +485,7 @@ def run_one(spec: RunSpec) -> dict:
         },
         "resumed": resumed,
         "threads": spec.threads,
+        "code": code_version(),
         "command": script_command(spec),
     }
     if getattr(scorer, "classifier_info", None):
