@@ -23,7 +23,7 @@ x0-space error ``e`` the training loop already computes. At each refresh it
    or from the profile (§5.5; :meth:`ProfileEstimator.resolve_gate`),
 6. returns ``ρ̂ = r/∫r`` per unit log σ.
 
-It holds no opinion on π: :mod:`diffusers_infonoise.samplers` turns ρ̂ into π ∝ ρ̂/w.
+It holds no opinion on π: :mod:`diffusers_infonoise.sampler.infonoise` turns ρ̂ into π ∝ ρ̂/w.
 Statistics are float64; inputs may be any float dtype.
 """
 
@@ -52,6 +52,7 @@ from .gate import (  # noqa: F401  (the gate's names, re-exported for callers of
 
 __all__ = [
     "ProfileEstimator",
+    "check_estimator_settings",
     "GateResult",
     "GATE_RULES",
     "parse_gate",
@@ -63,6 +64,38 @@ __all__ = [
     "log_gate",
     "GATE_EXPONENT",
 ]
+
+
+def check_estimator_settings(*, ema_decay, memory, min_count, smoothing, gate, gate_fallback, mmse_cap, clean_end_bound) -> None:
+    """Check the settings of a :class:`ProfileEstimator` (its keyword arguments, described there); also what an
+    adaptive sampler's settings are checked with (:class:`~diffusers_infonoise.sampler.settings.InfoNoiseSettings`).
+
+    Raises:
+        ValueError: the first invalid one, naming the argument and the accepted values.
+    """
+
+    def real(x) -> bool:  # a finite int/float, not a bool or a string
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    if not (ema_decay is None or (real(ema_decay) and 0.0 <= ema_decay < 1.0)):
+        raise ValueError(f"ema_decay: must be None (the discounted mean of docs/METHOD.md 5.10) or a float in [0, 1), got {ema_decay!r}")
+    if not (real(memory) and memory > 0):
+        raise ValueError(f"memory: must be a finite float > 0 (optimizer steps), got {memory!r}")
+    if not isinstance(clean_end_bound, bool):
+        raise ValueError(f"clean_end_bound: must be True or False, got {clean_end_bound!r}")
+    if not (isinstance(min_count, int) and not isinstance(min_count, bool) and min_count >= 1):
+        raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
+    if not (real(smoothing) and 0 <= smoothing <= 64):
+        raise ValueError(f"smoothing: must be a float in [0, 64] (bins), got {smoothing!r}")
+    if not (gate is None or (isinstance(gate, str) and gate in GATE_RULES) or (real(gate) and gate > 0)):
+        raise ValueError(
+            f"gate: accepted values are {', '.join(repr(r) for r in GATE_RULES)}, a finite positive float pivot "
+            f"(VE sigma) or None, got {gate!r}"
+        )
+    if not (real(gate_fallback) and gate_fallback > 0):
+        raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
+    if not (mmse_cap is None or (real(mmse_cap) and mmse_cap > 0)):
+        raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {mmse_cap!r}")
 
 
 class ProfileEstimator:
@@ -113,30 +146,16 @@ class ProfileEstimator:
         if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
             raise ValueError("edges: need at least 3 finite, strictly increasing log-sigma edges")
 
-        def real(x) -> bool:  # a finite int/float, not a bool or a string
-            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-        if not (ema_decay is None or (real(ema_decay) and 0.0 <= ema_decay < 1.0)):
-            raise ValueError(
-                f"ema_decay: must be None (the discounted mean of docs/METHOD.md 5.10) or a float in [0, 1), got {ema_decay!r}"
-            )
-        if not (real(memory) and memory > 0):
-            raise ValueError(f"memory: must be a finite float > 0 (optimizer steps), got {memory!r}")
-        if not isinstance(clean_end_bound, bool):
-            raise ValueError(f"clean_end_bound: must be True or False, got {clean_end_bound!r}")
-        if not (isinstance(min_count, int) and not isinstance(min_count, bool) and min_count >= 1):
-            raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
-        if not (real(smoothing) and 0 <= smoothing <= 64):
-            raise ValueError(f"smoothing: must be a float in [0, 64] (bins), got {smoothing!r}")
-        if not (gate is None or (isinstance(gate, str) and gate in GATE_RULES) or (real(gate) and gate > 0)):
-            raise ValueError(
-                f"gate: accepted values are {', '.join(repr(r) for r in GATE_RULES)}, a finite positive float pivot "
-                f"(VE sigma) or None, got {gate!r}"
-            )
-        if not (real(gate_fallback) and gate_fallback > 0):
-            raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
-        if not (mmse_cap is None or (real(mmse_cap) and mmse_cap > 0)):
-            raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {mmse_cap!r}")
+        check_estimator_settings(
+            ema_decay=ema_decay,
+            memory=memory,
+            min_count=min_count,
+            smoothing=smoothing,
+            gate=gate,
+            gate_fallback=gate_fallback,
+            mmse_cap=mmse_cap,
+            clean_end_bound=clean_end_bound,
+        )
         self.mmse_cap = None if mmse_cap is None else float(mmse_cap)
         self.edges = edges
         self.ema_decay = None if ema_decay is None else float(ema_decay)
