@@ -12,8 +12,8 @@ import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, make_sampler, read_schedule
+from diffusers_infonoise.sampler import apply_start, choose_start, start_from_model, stratified_levels
 from diffusers_infonoise.schedule_io import CONFIG_KEY, ScheduleSourceError, read_schedule_from
-from diffusers_infonoise.starts import apply_start, choose_start, start_from_model, stratified_levels
 
 from _reference import gauss_mmse, total_variation
 from _tiny_pipelines import tiny_unet2d
@@ -453,7 +453,7 @@ def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
 def test_a_schedule_and_a_state_written_before_the_start_was_recorded_still_load(tmp_path):
     """issue 28 (8): a payload without ``start`` loads bit for bit (the same pi), and shows as not recorded; a state without
     ``start`` or ``warmup_setting`` loads with no record and the sampler's own warm-up setting."""
-    from diffusers_infonoise.starts import describe_start
+    from diffusers_infonoise.sampler import describe_start
 
     sched = EDMEulerScheduler()
     s = make_sampler("infonoise", sched, num_bins=16)

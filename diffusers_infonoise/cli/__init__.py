@@ -111,7 +111,7 @@ def _add_hub_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..samplers import SAMPLER_NAMES
+    from ..sampler import SAMPLER_NAMES
 
     parser = argparse.ArgumentParser(
         prog="infonoise",

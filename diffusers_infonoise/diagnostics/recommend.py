@@ -182,8 +182,8 @@ def target_from_schedule(
         ValueError: a schedule saved before it adapted (it holds no ρ̂), a VP payload without its scheduler, or a bad
             objective (each naming the argument). ScheduleError: a corrupted payload.
     """
-    from ..samplers import InfoNoiseTrainingTimestepSampler
-    from ..schedule_io import stored_mu, stored_settings
+    from ..sampler import InfoNoiseTrainingTimestepSampler
+    from ..schedule_io import stored_mu
 
     scheduler = _training_scheduler(noise_scheduler, payload.get("path"), "the schedule")
     mu = stored_mu(scheduler, payload) if mu is None else mu
@@ -191,10 +191,7 @@ def target_from_schedule(
     stored = (payload["prediction_type"], payload["loss_weighting"], payload.get("snr_gamma"))
     same = stored if path.kind == payload["path"]["kind"] and payload["loss_weighting"] != "custom" else None
     obj = _objective(scheduler, same, prediction_type, loss_weighting, snr_gamma)
-    sampler = InfoNoiseTrainingTimestepSampler.from_scheduler(
-        scheduler, **obj, mu=mu, use_stored_schedule=False, **stored_settings(payload)
-    )
-    sampler.load_schedule(payload)
+    sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload, **obj, mu=mu)
     if payload.get("adapted") is False or not sampler.estimator.is_ready:
         raise ValueError(f"{source}: the stored schedule was saved before it adapted; it holds no estimate of rho_hat to fit")
     prof = sampler.profile()
