@@ -22,6 +22,7 @@ start a run takes). :func:`make_sampler` builds any of them by name.
 from __future__ import annotations
 
 from ..paths import path_from_scheduler
+from . import starts
 from .adaptive import PROFILE_SHARE
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, default_loss_weighting, default_prediction_type
 from .batches import X0_BATCH_KEYS, batch_size_of, clean_data_of, stratified_levels
@@ -30,7 +31,7 @@ from .infonoise import InfoNoiseTrainingTimestepSampler
 from .kingma_gao import KingmaGaoSampler
 from .loss_slope import LossSlopeSampler
 from .settings import SCHEDULE_SETTINGS, STORED_SETTINGS, InfoNoiseSettings, default_warmup_steps
-from .starts import START_CHOICES, SamplerStart, apply_start, choose_start, describe_start, start_from_model
+from .starts import *  # noqa: F401,F403  (the start policy: START_CHOICES, SamplerStart, choose_start, apply_start, ...)
 
 __all__ = [
     "NoiseLevels",
@@ -51,12 +52,7 @@ __all__ = [
     "SCHEDULE_SETTINGS",
     "STORED_SETTINGS",
     "PROFILE_SHARE",
-    "START_CHOICES",
-    "SamplerStart",
-    "choose_start",
-    "apply_start",
-    "start_from_model",
-    "describe_start",
+    *starts.__all__,
     "stratified_levels",
     "batch_size_of",
     "clean_data_of",

@@ -18,6 +18,10 @@ class KingmaGaoSampler(_AdaptiveSampler):
     log-σ bins (with VDM++'s uniform-λ base this is their ``p ∝ w·loss``), mixed with the base by
     ``floor``, and each draw carries ``levels.loss_weights = base(σ)/p(σ)`` to multiply the
     per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
+
+    Args: as :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler` (the settings of
+    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None, and ``temperature`` does not enter its π). It
+    learns no schedule to store or start from (``learns_schedule`` False).
     """
 
     name = "kingma_gao"
