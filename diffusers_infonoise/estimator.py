@@ -10,9 +10,9 @@ x0-space error ``e`` the training loop already computes. At each refresh it
    every sample is weighted by ``exp(−age/H)``, so ``m̂_k`` is the time-discounted mean of bin k's
    errors with horizon H (``memory``), weighted by how many samples each refresh brought; a bin is
    first filled once it holds ``min_count`` samples and keeps them open until then (§5.4 carry-over:
-   no sample is thrown away, which is what lets a batch-1 run adapt). With ``ema_decay`` β given,
-   the former rule instead: ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count``
-   new samples (a bin's first value taken as is),
+   no sample is thrown away, which is what lets a batch-1 run adapt). With ``ema_decay`` β given
+   (a study knob, :mod:`~diffusers_infonoise.sampler.settings`): ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in
+   bins with at least ``min_count`` new samples (a bin's first value taken as is),
 3. interpolates bins never filled (linearly in log σ, on log m̂; see ``filled_m_hat`` for the
    ends) and smooths log m̂ with a
    Gaussian kernel of ``smoothing`` bins (both ours),
@@ -106,20 +106,20 @@ class ProfileEstimator:
             counted (``num_outside``), except σ = +inf with ``top_includes_inf`` (a zero-terminal-SNR
             VP step, clamped into the top bin, METHOD.md §5.1).
         ema_decay: ``None`` (default): the discounted mean with horizon ``memory`` (docs/METHOD.md §5.10). A
-            float β in [0, 1): the former rule, ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (METHOD.md §5.4).
+            float β in [0, 1) (a study knob): ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (METHOD.md §5.4).
         memory: H, the horizon of the discounted mean in optimizer steps (a sample ``a`` steps old weighs
             ``exp(−a/H)``); the default for :meth:`refresh` calls that do not give their own.
         min_count: samples a bin needs before its first value; until then they stay open (carry-over).
         clean_end_bound: the clean end of docs/METHOD.md §5.10: bound m̂ by ``σ²`` per element (VE σ), the
             error of the identity predictor ``x̂0 = x_σ``, so q = m̂/σ² ≤ 1 (assumes the per-sample loss is a
             mean over elements, as the ``V`` cap does), and smooth the measured range before extending its ends
-            (:meth:`filled_m_hat`). ``False``: the former profile (comparison, and payloads written before 0.3).
+            (:meth:`filled_m_hat`). ``False``: a study knob (payloads written before 0.3 load with it).
         smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
         gate: the clean-end gate of METHOD.md §5.5: a float pivot c (VE σ), ``None`` for no gate, or
             a rule: ``"data"``: c = a tenth of the smallest gap between the data's values
             (:meth:`set_data_grid`); ``"profile"``: the repaired paper rule
-            (:func:`profile_gate_pivot`); ``"paper"``: the rule as first implemented
-            (:func:`automatic_gate_pivot`, kept for the gate study; it misfired on every real run);
+            (:func:`profile_gate_pivot`); ``"paper"``: a study knob, the rule as first implemented
+            (:func:`automatic_gate_pivot`; it misfired on every real run);
             ``"auto"`` (default): ``"data"`` once the data's grid is known, else ``gate_fallback``.
         gate_fallback: pinned pivot used when a rule has nothing to go on (``"auto"``/``"data"``
             before any data was seen) or misfires (``"paper"``). The paper pins 0.2 for non-image data
@@ -329,7 +329,7 @@ class ProfileEstimator:
             weight = self.m_weight[ema] + counts[ema]
             self.m_hat[ema] = (self.m_weight[ema] * self.m_hat[ema] + sums[ema]) / weight
             self.m_weight[ema] = weight
-        else:  # the former rule: one EMA step a refresh, in bins with min_count new samples
+        else:  # ema_decay (a study knob): one EMA step a refresh, in bins with min_count new samples
             ema = filled & (counts >= self.min_count) & (counts > 0)
             self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
             self.m_weight[ema] = counts[ema]
@@ -422,7 +422,7 @@ class ProfileEstimator:
         of METHOD.md §2 (below: m̂ ∝ σ², q = m̂/σ² constant, the continuous-data limit, which the gate trims for
         discrete data; above: m̂ constant, → Var(x0) as σ → ∞). Smoothing before extending keeps every bin
         beyond the measured range at or below what its nearest measured bin reads (docs/METHOD.md §5.10; with
-        ``clean_end_bound=False`` the former order: extended first, then smoothed).
+        ``clean_end_bound=False``, a study knob: extended first, then smoothed).
 
         Raises:
             RuntimeError: before two bins hold an estimate.
@@ -439,7 +439,7 @@ class ProfileEstimator:
         t = ((inner - xk[j - 1]) / (xk[j] - xk[j - 1])).clamp(0, 1)
         y_in = yk[j - 1] + t * (yk[j] - yk[j - 1])
         y = torch.empty_like(x)
-        if not self.clean_end_bound:  # the former profile (clean_end_bound=False): extend first, then smooth it all
+        if not self.clean_end_bound:  # the profile before 0.3 (a study knob): extend first, then smooth it all
             y[lo : hi + 1] = y_in
             y[:lo] = y_in[0] + 2.0 * (x[:lo] - x[lo])
             y[hi + 1 :] = y_in[-1]
