@@ -30,12 +30,10 @@ written into the stored schedule (``start``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 from ..logs import get_logger
-
-if TYPE_CHECKING:
-    from .base import TrainingTimestepSampler
+from .base import TrainingTimestepSampler
 
 __all__ = [
     "START_CHOICES",
