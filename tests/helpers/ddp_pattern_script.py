@@ -1,5 +1,5 @@
 """A training loop in the pattern of diffusers' example scripts, launched on two processes by
-tests/test_multiprocess_checkpoints.py (``accelerate launch``; not a copy of any script).
+tests/integration/test_multiprocess_checkpoints.py (``accelerate launch``; not a copy of any script).
 
 What it keeps of their pattern: the sampler built by ``integration.infonoise_sampler`` and registered
 with ``accelerator.register_for_checkpointing``; ``global_step += 1`` then ``sampler.step(global_step)``;

@@ -1,4 +1,4 @@
-"""Worker of tests/test_distributed.py: kept light (torch + diffusers_infonoise only) so that the
+"""Worker of tests/integration/test_distributed.py: kept light (torch + diffusers_infonoise only) so that the
 spawned processes start quickly."""
 
 from __future__ import annotations

@@ -156,6 +156,65 @@ def uniform_t_masses_on_grid(alphas_cumprod, grid_edges) -> np.ndarray:
     return out / out.sum()
 
 
+def grid_by_hand(kind: str, scheduler, num_bins: int = 64, num_flow_steps: int = 1000):
+    """Grid edges (METHOD.md §5.1) and base masses (§5.2) of ``num_bins`` bins, written independently of the package:
+    ``kind`` "ve" (EDM's σ range, log-normal base), "vp" (``scheduler``'s ᾱ table, uniform t) or "flow" (the range of
+    ``num_flow_steps`` steps, logit-normal(0, 1): logit(s) = log σ)."""
+    if kind == "ve":
+        lo, hi = math.log(0.002), math.log(80.0)
+    elif kind == "vp":
+        cells = vp_cell_edges(scheduler.alphas_cumprod.double().numpy())
+        lo, hi = cells[0], cells[-1]
+    else:
+        lo, hi = math.log((1 / num_flow_steps) / (1 - 1 / num_flow_steps)), math.log((1 - 1 / num_flow_steps) / (1 / num_flow_steps))
+    edges = np.linspace(lo, hi, num_bins + 1)
+    if kind == "ve":
+        base = truncated_normal_masses(edges, -1.2, 1.2)  # EDM log-normal
+    elif kind == "vp":
+        base = uniform_t_masses_on_grid(scheduler.alphas_cumprod.double().numpy(), edges)  # uniform t
+    else:
+        base = truncated_normal_masses(edges, 0.0, 1.0)  # logit-normal(0, 1): logit(s) = log σ
+    return edges, base
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses, written from METHOD.md §3-§4: the x0-error conversion and the loss weight on the x0 error
+# ---------------------------------------------------------------------------------------------
+
+
+def factor_by_hand(pred: str, sig, sigma_data: float = 0.5):
+    """x0-error conversion c(σ) of METHOD.md §3 (x0 error = c·loss); "edm_f" is EDM's raw network output F."""
+    s = sig / (1 + sig)
+    return {
+        "sample": np.ones_like(sig),
+        "epsilon": sig**2,
+        "v_prediction": sig**2 / (1 + sig**2),
+        "flow": s**2,
+        "edm_f": (sig * sigma_data) ** 2 / (sig**2 + sigma_data**2),
+    }[pred]
+
+
+def weight_by_hand(pred: str, weighting: str, sig, gamma: float = 5.0, sigma_data: float = 0.5):
+    """w(σ) on the x0 error, METHOD.md §4."""
+    s = sig / (1 + sig)
+    if weighting == "edm" or pred == "edm_f":
+        return (sig**2 + sigma_data**2) / (sig * sigma_data) ** 2
+    if weighting == "min_snr":
+        return np.minimum(1 / sig**2, gamma)
+    if weighting == "snr":  # diffusers' train_unconditional x0 loss: u = ᾱ/(1 − ᾱ) = SNR on x0
+        return 1 / sig**2
+    if weighting == "sigma_sqrt":
+        return s**-2 * s**-2
+    if weighting == "cosmap":
+        return 2 / (math.pi * (1 - 2 * s + 2 * s**2)) * s**-2
+    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2, "flow": ((1 + sig) / sig) ** 2}[pred]
+
+
+# ---------------------------------------------------------------------------------------------
+# Distances
+# ---------------------------------------------------------------------------------------------
+
+
 def total_variation(p, q) -> float:
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())

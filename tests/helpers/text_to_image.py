@@ -1,4 +1,4 @@
-"""Shared by the text-to-image end-to-end tests (test_text_to_image.py, test_sd3.py, test_sdxl.py,
+"""Shared by the text-to-image end-to-end tests (scripts/: test_text_to_image.py, test_sd3.py, test_sdxl.py,
 test_flux.py): a few-step argument list, InfoNoise options that adapt from the second step, and readers
 of what a run leaves (sampler state, stored schedule, tensorboard tags, model-card tags)."""
 
@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from _tiny_pipelines import RESOLUTION
+from helpers.tiny_pipelines import RESOLUTION
 
 # a few optimizer steps; InfoNoise adapts from the second step on so that its state moves
 FAST = [
@@ -40,7 +40,7 @@ INFONOISE = [
 ]
 
 
-def _sampler_state(folder):
+def sampler_state(folder):
     from safetensors.torch import load_file
 
     tensors = load_file(os.path.join(folder, "infonoise_sampler.safetensors"))
@@ -49,22 +49,22 @@ def _sampler_state(folder):
     return tensors, plain
 
 
-def _assert_same_sampler_state(dir_a, dir_b):
-    ta, pa = _sampler_state(dir_a)
-    tb, pb = _sampler_state(dir_b)
+def assert_same_sampler_state(dir_a, dir_b):
+    ta, pa = sampler_state(dir_a)
+    tb, pb = sampler_state(dir_b)
     assert sorted(ta) == sorted(tb)
     for k in ta:
         torch.testing.assert_close(ta[k], tb[k], rtol=0, atol=0, equal_nan=True, msg=k)
     assert pa == pb
 
 
-def _scheduler_payload(folder):
+def scheduler_config_and_payload(folder):
     with open(os.path.join(folder, "scheduler", "scheduler_config.json")) as f:
         config = json.load(f)
     return config, config["_infonoise_schedule"]
 
 
-def _tensorboard_tags(output_dir):
+def tensorboard_tags(output_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     tags = {"images": set(), "scalars": set()}
@@ -77,7 +77,7 @@ def _tensorboard_tags(output_dir):
     return tags
 
 
-def _front_matter_tags(readme):
+def front_matter_tags(readme):
     text = open(readme).read()
     front = text.split("---")[1]
     return [line[2:].strip() for line in front.splitlines() if line.startswith("- ")], text

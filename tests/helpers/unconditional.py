@@ -1,5 +1,5 @@
-"""Shared by the end-to-end tests of ``training_scripts/train_unconditional.py`` (test_train_unconditional*.py),
-loaded as a pytest plugin by conftest.py: the tiny UNets, the script imported as a module, a few-step
+"""Shared by the end-to-end tests of ``training_scripts/train_unconditional.py`` (scripts/test_train_unconditional*.py,
+scripts/test_finetune.py), loaded as a pytest plugin by conftest.py: the tiny UNets, the script imported as a module, a few-step
 argument list, the saved schedule and sampler state of a run. The script is run in-process through
 ``main([...])`` on a tiny UNet (8x8, channels (8, 16), no attention) and 64 sklearn digits, for a handful of
 optimizer steps; two-process runs go through ``accelerate launch`` in a subprocess."""
@@ -18,10 +18,10 @@ import torch
 from diffusers_infonoise import samplers as S
 from diffusers_infonoise.schedule_io import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS
 
-from conftest import load_training_script
+from helpers import ROOT
+from helpers.scripts import load_training_script
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
+SCRIPT = ROOT / "training_scripts" / "train_unconditional.py"
 
 TINY_UNET = {
     "_class_name": "UNet2DModel",
@@ -145,17 +145,17 @@ def load_pipeline_quietly(output_dir):
     return pipe, records + [str(w.message) for w in caught]
 
 
-def _flatten(state: dict, prefix: str = "") -> dict:
+def flatten_state(state: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in state.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_state(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
 
 
-def _saved_sampler_state(checkpoint: Path, rank: int = 0) -> dict:
+def saved_sampler_state(checkpoint: Path, rank: int = 0) -> dict:
     from safetensors.torch import load_file
 
     folder = checkpoint / "noise_sampler" / f"rank_{rank}"
@@ -163,7 +163,7 @@ def _saved_sampler_state(checkpoint: Path, rank: int = 0) -> dict:
     return {**load_file(str(folder / SAMPLER_STATE_TENSORS)), **meta["values"]}
 
 
-def _assert_same_state(live: dict, saved: dict) -> None:
+def assert_same_state(live: dict, saved: dict) -> None:
     assert set(live) == set(saved)
     for key, value in live.items():
         if torch.is_tensor(value):

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import _dist_worker as W
-from conftest import free_port
+from helpers import dist_worker as W
+from helpers.launch import free_port
 
 
 def test_two_processes_share_pi_equal_to_union(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,11 +17,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
-from test_allocation import _w
 
-from _reference import gauss_mmse, total_variation
+from helpers import ROOT
+from helpers.reference import gauss_mmse, total_variation, weight_by_hand
 
-ROOT = Path(__file__).resolve().parents[1]
 S = 0.5  # data scale
 STEPS, BATCH, SHAPE = 300, 64, (4, 4, 4)
 
@@ -65,7 +63,7 @@ def _tv_to_rho(sampler) -> float:
         s = sig / (1 + sig)
         w = {"none": np.ones_like(s), "sigma_sqrt": s**-2, "cosmap": 2 / (np.pi * (1 - 2 * s + 2 * s**2))}[sampler.loss_weighting]
     else:
-        w = _w(sampler.prediction_type, sampler.loss_weighting, sig, gamma=sampler.snr_gamma or 5.0)
+        w = weight_by_hand(sampler.prediction_type, sampler.loss_weighting, sig, gamma=sampler.snr_gamma or 5.0)
     return total_variation(pi * w, gauss_mmse(sig, S) / sig**2)
 
 

@@ -8,56 +8,22 @@ the test at its timeout instead of stalling the suite."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port
+from helpers import ROOT
+from helpers.launch import accelerate_launch
 
-SCRIPT = ROOT / "tests" / "_ddp_pattern_script.py"
+SCRIPT = ROOT / "tests" / "helpers" / "ddp_pattern_script.py"  # run by path, as accelerate launch runs a script
 STEPS, EVERY = 6, 3  # checkpoints at step 3 (mid-run: open statistics, data statistics not frozen) and 6 (the last)
 
 
 def launch(out: Path, *extra: str, timeout: int = 180) -> tuple[dict, dict]:
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-        str(SCRIPT),
-        "--output_dir",
-        str(out),
-        "--max_train_steps",
-        str(STEPS),
-        "--checkpointing_steps",
-        str(EVERY),
-        *extra,
-    ]
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks
-        log, _ = proc.communicate()
-        pytest.fail(f"two-process run {extra} hung for {timeout} s:\n{log[-3000:]}")
-    assert proc.returncode == 0, log[-5000:]
+    args = ("--output_dir", out, "--max_train_steps", STEPS, "--checkpointing_steps", EVERY, *extra)
+    accelerate_launch(SCRIPT, *args, timeout=timeout)
     return tuple(json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
 
 

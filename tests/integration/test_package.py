@@ -14,7 +14,7 @@ from pathlib import Path
 import tomllib
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def test_every_public_name_resolves_and_the_import_stays_light():

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import torch
 
-from _tiny_pipelines import tiny_unet2d
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+from helpers.tiny_pipelines import tiny_unet2d
 
 
 def _quickstart() -> str:
@@ -83,7 +81,7 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
     from diffusers_infonoise.inference_grid import infogrid, scheduler_sigmas_as_ve
     from diffusers_infonoise.training.outputs import save_unconditional_pipeline
 
-    from _tiny_pipelines import save_tiny_sd3_pipeline
+    from helpers.tiny_pipelines import save_tiny_sd3_pipeline
 
     monkeypatch.chdir(tmp_path)
     unet = tiny_unet2d(16)

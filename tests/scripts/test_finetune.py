@@ -9,8 +9,8 @@ import logging
 import pytest
 import torch
 
-from _unconditional import base_args, scheduler_payload
-from conftest import assert_option_error
+from helpers.scripts import assert_option_error
+from helpers.unconditional import base_args, scheduler_payload
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory, unet_config):
     """A pipeline folder with a stored 16-bin schedule, and one trained with a fixed density (no schedule)."""
-    from conftest import load_training_script
+    from helpers.scripts import load_training_script
 
     script = load_training_script("train_unconditional", "train_unconditional_pretrain")
     root = tmp_path_factory.mktemp("pre")

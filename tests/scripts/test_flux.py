@@ -8,19 +8,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from _text_to_image import FAST as SHARED_FAST
-from _text_to_image import INFONOISE
-from _tiny_pipelines import RESOLUTION, save_tiny_flux_pipeline
-from conftest import free_port, load_training_script, refreshes_in_log
+from helpers import ROOT
+from helpers.launch import accelerate_launch, refreshes_in_log
+from helpers.scripts import load_training_script
+from helpers.text_to_image import FAST as SHARED_FAST
+from helpers.text_to_image import INFONOISE
+from helpers.tiny_pipelines import RESOLUTION, save_tiny_flux_pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
 flux_script = load_training_script("train_text_to_image_flux")
 
 FAST = [*SHARED_FAST, "--max_sequence_length", "16", "--dataset_name", "fashion_mnist", "--max_train_samples", "8", "--report_to", "none"]
@@ -162,23 +160,8 @@ def test_flux_refuses_conflicting_options(flux_model, tmp_path, capsys):
 
 def test_flux_lora_two_processes_share_pi(flux_model, tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-        str(ROOT / "training_scripts" / "train_text_to_image_flux.py"),
+    log = accelerate_launch(
+        ROOT / "training_scripts" / "train_text_to_image_flux.py",
         "--pretrained_model_name_or_path",
         flux_model,
         "--output_dir",
@@ -190,10 +173,7 @@ def test_flux_lora_two_processes_share_pi(flux_model, tmp_path):
         "2",
         *FAST,
         *INFONOISE,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
+    )
     assert sorted(refreshes_in_log(log, 2)) == [1, 2], log[-5000:]
     assert _payload(out)["optimizer_steps"] == 2
     assert (out / "checkpoint-2" / "noise_sampler" / "rank_1").is_dir()

@@ -1,6 +1,6 @@
 """End-to-end tests of training_scripts/train_text_to_image_sd3.py (SD3, rectified flow), offline: diffusers'
 ``--weighting_scheme`` and ``--precondition_outputs``, ``--logit_mean`` in diffusers' meaning, full and LoRA
-fine-tuning with the learned schedule saved and reloaded. Tiny random pipelines (tests/_tiny_pipelines.py);
+fine-tuning with the learned schedule saved and reloaded. Tiny random pipelines (tests/helpers/tiny_pipelines.py);
 every value compared against is computed independently (diffusers' own SD3 weighting functions, the
 scheduler config on disk, stock diffusers pipelines loading the outputs)."""
 
@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import math
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from _text_to_image import (
+from helpers.scripts import load_training_script
+from helpers.text_to_image import (
     FAST,
     INFONOISE,
-    _assert_same_sampler_state,
-    _front_matter_tags,
-    _tensorboard_tags,
+    assert_same_sampler_state,
+    front_matter_tags,
+    tensorboard_tags,
 )
-from _tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline
-from conftest import load_training_script
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline
 
 sd3_script = load_training_script("train_text_to_image_sd3")
 
@@ -164,10 +161,10 @@ def test_sd3_full_finetune_saves_pipeline_with_learned_schedule(sd3_model, tmp_p
     assert any(not torch.equal(a, b) for a, b in zip(pipe.transformer.parameters(), base.parameters()))
     image = pipe("a photo of a coat", num_inference_steps=2, output_type="np", max_sequence_length=16).images
     assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
-    tags, card = _front_matter_tags(out / "README.md")
+    tags, card = front_matter_tags(out / "README.md")
     assert {"text-to-image", "infonoise", "sd3"} <= set(tags) and "lora" not in tags
     assert "sigma_sqrt" in card and "validation.png" in card
-    assert "validation_final" in _tensorboard_tags(str(out))["images"]
+    assert "validation_final" in tensorboard_tags(str(out))["images"]
 
 
 @pytest.mark.slow
@@ -205,7 +202,7 @@ def test_sd3_lora_resume_and_reload(sd3_model, tmp_path):
     resumed.mkdir()
     shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
     sd3_script.main([*common, "--output_dir", str(resumed), "--resume_from_checkpoint", "checkpoint-2"])
-    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0", resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
+    assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0", resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
     a = load_file(str(full / "pytorch_lora_weights.safetensors"))
     b = load_file(str(resumed / "pytorch_lora_weights.safetensors"))
     assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
@@ -217,5 +214,5 @@ def test_sd3_lora_resume_and_reload(sd3_model, tmp_path):
     assert pipe.scheduler.config["_infonoise_schedule"]["prediction_type"] == "sample"
     image = pipe("a photo of a bag", num_inference_steps=2, output_type="np", max_sequence_length=16).images
     assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
-    tags, _ = _front_matter_tags(full / "README.md")
+    tags, _ = front_matter_tags(full / "README.md")
     assert {"text-to-image", "infonoise", "lora", "sd3"} <= set(tags)

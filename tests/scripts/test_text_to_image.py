@@ -1,6 +1,6 @@
 """End-to-end tests of training_scripts/train_text_to_image.py (SD, VP), offline (SD3: test_sd3.py).
 
-Tiny random pipelines (tests/_tiny_pipelines.py) are built once per session and saved to a
+Tiny random pipelines (tests/helpers/tiny_pipelines.py) are built once per session and saved to a
 temporary folder that serves as ``--pretrained_model_name_or_path``; the scripts run in-process
 through ``main(argv)`` for a few optimizer steps on 16x16 images. Every value compared against is
 computed independently: diffusers' own Min-SNR and SD3 weighting functions, the scheduler config
@@ -11,30 +11,25 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from _text_to_image import (
+from helpers import ROOT
+from helpers.launch import accelerate_launch, refreshes_in_log
+from helpers.scripts import assert_option_error, load_training_script
+from helpers.text_to_image import (
     FAST,
     INFONOISE,
-    _assert_same_sampler_state,
-    _front_matter_tags,
-    _sampler_state,
-    _scheduler_payload,
-    _tensorboard_tags,
+    assert_same_sampler_state,
+    front_matter_tags,
+    sampler_state,
+    scheduler_config_and_payload,
+    tensorboard_tags,
 )
-from _tiny_pipelines import RESOLUTION, save_tiny_sd_pipeline, write_captioned_image_folder
-from conftest import assert_option_error, free_port, load_training_script, refreshes_in_log
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from helpers.tiny_pipelines import RESOLUTION, save_tiny_sd_pipeline, write_captioned_image_folder
 
 sd_script = load_training_script("train_text_to_image")
 
@@ -175,13 +170,13 @@ def test_sd_full_finetune_saves_pipeline_with_learned_schedule(sd_model, tmp_pat
     image = pipe("a photo of a bag", num_inference_steps=2, output_type="np", generator=torch.Generator().manual_seed(0)).images
     assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
 
-    tags, card = _front_matter_tags(out / "README.md")
+    tags, card = front_matter_tags(out / "README.md")
     assert {"text-to-image", "infonoise", "stable-diffusion"} <= set(tags) and "lora" not in tags
     assert f"base_model: {sd_model}" in card and "a photo of a dress" in card and "noise_schedule.png" in card
     assert (out / "noise_schedule.png").exists() and (out / "validation.png").exists()
     assert list((out / "schedule").glob("schedule_*.png")) and list((out / "schedule").glob("drawn_levels_*.png"))
     assert (out / "checkpoint-2" / "unet").is_dir() and (out / "checkpoint-2" / "unet_ema").is_dir()
-    tb = _tensorboard_tags(str(out))
+    tb = tensorboard_tags(str(out))
     assert "validation_final" in tb["images"]
     assert {"train_loss", "step_time_s", "infonoise/num_updates"} <= tb["scalars"]
 
@@ -224,7 +219,7 @@ def test_sd_lora_from_image_folder(sd_model, tmp_path):
     assert lora and all(k.startswith("unet.") and "lora" in k for k in lora)
     assert any(float(v.abs().max()) > 0 for k, v in lora.items() if "lora_B" in k or "lora.up" in k)
 
-    config, payload = _scheduler_payload(str(out))
+    config, payload = scheduler_config_and_payload(str(out))
     assert config["_class_name"] == "DDPMScheduler" and config["prediction_type"] == "epsilon"
     assert payload["prediction_type"] == "epsilon" and payload["optimizer_steps"] == 3
 
@@ -235,7 +230,7 @@ def test_sd_lora_from_image_folder(sd_model, tmp_path):
     image = pipe("a red dress", num_inference_steps=2, output_type="np").images
     assert image.shape == (1, RESOLUTION, RESOLUTION, 3) and np.isfinite(image).all()
 
-    tags, _ = _front_matter_tags(out / "README.md")
+    tags, _ = front_matter_tags(out / "README.md")
     assert {"text-to-image", "infonoise", "lora"} <= set(tags)
 
 
@@ -269,7 +264,7 @@ def test_sd_resume_from_checkpoint_is_exact(sd_model, tmp_path):
     shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
     result = sd_script.main([*common, "--output_dir", str(resumed), "--resume_from_checkpoint", "latest"])
     assert result["global_step"] == 4 and len(result["step_times"]) == 2  # 6 examples, batch 2: epoch 1 included
-    _assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0", resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
+    assert_same_sampler_state(full / "checkpoint-4" / "noise_sampler" / "rank_0", resumed / "checkpoint-4" / "noise_sampler" / "rank_0")
     for sub in ("unet", "unet_ema"):
         a = load_file(str(full / "checkpoint-4" / sub / "diffusion_pytorch_model.safetensors"))
         b = load_file(str(resumed / "checkpoint-4" / sub / "diffusion_pytorch_model.safetensors"))
@@ -280,25 +275,9 @@ def test_sd_resume_from_checkpoint_is_exact(sd_model, tmp_path):
 def test_sd_two_processes_share_pi(sd_model, tmp_path):
     """``accelerate launch`` with two CPU processes (LoRA): both ranks hold the same π after every
     refresh, each draws from its own stream, and only the main process writes the outputs."""
-    port = free_port()
     out = tmp_path / "ddp"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(port),
-        str(ROOT / "training_scripts" / "train_text_to_image.py"),
+    log = accelerate_launch(
+        ROOT / "training_scripts" / "train_text_to_image.py",
         "--pretrained_model_name_or_path",
         sd_model,
         "--output_dir",
@@ -314,16 +293,13 @@ def test_sd_two_processes_share_pi(sd_model, tmp_path):
         "a photo of a bag",
         *FAST,
         *INFONOISE,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
+    )
     assert sorted(refreshes_in_log(log, 2)) == [1, 2, 3], log[-5000:]
     ckpt = out / "checkpoint-3" / "noise_sampler"
-    (t0, v0), (t1, v1) = _sampler_state(ckpt / "rank_0"), _sampler_state(ckpt / "rank_1")
+    (t0, v0), (t1, v1) = sampler_state(ckpt / "rank_0"), sampler_state(ckpt / "rank_1")
     # one π and one stream position on both ranks (each rank's draws differ: its rank seeds them)
     assert torch.equal(t0["probs"], t1["probs"]) and v0["values"]["num_draws"] == v1["values"]["num_draws"] == 3
-    _, payload = _scheduler_payload(str(out))
+    _, payload = scheduler_config_and_payload(str(out))
     assert payload["optimizer_steps"] == 3 and payload["num_updates"] == 3
     assert (out / "pytorch_lora_weights.safetensors").is_file() and (out / "validation.png").is_file()
     events = list((out / "logs").rglob("events.out.tfevents.*"))
@@ -427,7 +403,7 @@ def test_sd_lora_at_batch_one_adapts_from_the_base_density(sd_model, tmp_path):
     sampler = result["sampler"]
     assert sampler.warmup_steps == 50 and sampler.is_adapted
     assert float(sampler.estimator.total_counts.sum()) == 200
-    _, payload = _scheduler_payload(str(out))
+    _, payload = scheduler_config_and_payload(str(out))
     assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data_variance)
     assert payload["tv_phi_rho"] <= 0.05 + 1e-6
 
@@ -483,6 +459,6 @@ def test_sd_lora_by_default_starts_from_the_pretrained_models_profile(sd_model, 
     est = sampler.estimator
     assert float(est.total_counts.sum()) == n  # the profile's samples, folded at its refresh
     assert float((est.merged_counts + est.counts).sum()) == 40  # the run's, open until its first refresh (step 50)
-    _, payload = _scheduler_payload(str(out))
+    _, payload = scheduler_config_and_payload(str(out))
     assert payload["warmup_steps_resolved"] == 0 and payload["tv_phi_rho"] <= 0.05 + 1e-6
     assert "InfoNoise start | profile" in (out / "README.md").read_text()

@@ -19,7 +19,7 @@ import torch
 from diffusers_infonoise import samplers as S
 from diffusers_infonoise.schedule_io import read_schedule
 
-from _unconditional import (
+from helpers.unconditional import (
     base_args,
     load_pipeline_quietly,
     scheduler_payload,

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from _unconditional import (
-    REPO,
+from helpers import ROOT
+from helpers.launch import accelerate_launch, refreshes_in_log
+from helpers.unconditional import (
     SCRIPT,
-    _assert_same_state,
-    _flatten,
-    _saved_sampler_state,
+    assert_same_state,
     base_args,
+    flatten_state,
+    saved_sampler_state,
     scheduler_payload,
 )
-from conftest import free_port, refreshes_in_log
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_resume_restores_sampler_state_and_next_draws(script, unet_config, tmp_p
     assert [c["step"] for c in straight] == [0, 1, 2, 3]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert (out / "checkpoint-2" / "unet_ema" / "config.json").is_file()
-    saved = _saved_sampler_state(out / "checkpoint-2")
+    saved = saved_sampler_state(out / "checkpoint-2")
     assert saved["optimizer_step"] == 2 and saved["num_updates"] == 1 and saved["probs"] is not None
 
     # resume from checkpoint-2 ("latest" once checkpoint-4 is gone) to step 4
@@ -49,9 +49,9 @@ def test_resume_restores_sampler_state_and_next_draws(script, unet_config, tmp_p
     assert [c["step"] for c in resumed] == [2, 3]
     # the live sampler before its first draw is exactly the saved one (π, m̂, open sums, counts, step,
     # the position of its random stream)
-    _assert_same_state(_flatten(resumed[0]["state"]), saved)
+    assert_same_state(flatten_state(resumed[0]["state"]), saved)
     # ... which is the uninterrupted run's state at that step
-    _assert_same_state(_flatten(straight[2]["state"]), saved)
+    assert_same_state(flatten_state(straight[2]["state"]), saved)
     assert saved["num_draws"] == 2
     # and it draws what the uninterrupted run drew at the same steps (π next changes at step 4's
     # refresh, from losses that depend on the data order, which is not part of the promise)
@@ -109,45 +109,25 @@ def test_gradient_accumulation_counts_optimizer_steps_and_resumes(script, unet_c
 
 def test_two_process_run_shares_pi(unet_config, tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-        str(SCRIPT),
-        *base_args(
-            unet_config,
-            out,
-            "--logger",
-            "tensorboard",
-            "--max_train_steps",
-            4,
-            "--infonoise_refresh_every",
-            1,
-            "--schedule_plot_steps",
-            2,
-            "--checkpointing_steps",
-            4,
-            # a 4-step model is worse than both trivial predictors (x0 = x_sigma and E[x0]) at every sigma, so with
-            # the Bayes bounds its q is min(sigma^2, V)/sigma^2 and pi would not move (docs/METHOD.md 5.10)
-            "--infonoise_clean_end_bound",
-            "false",
-        ),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
+    args = base_args(
+        unet_config,
+        out,
+        "--logger",
+        "tensorboard",
+        "--max_train_steps",
+        4,
+        "--infonoise_refresh_every",
+        1,
+        "--schedule_plot_steps",
+        2,
+        "--checkpointing_steps",
+        4,
+        # a 4-step model is worse than both trivial predictors (x0 = x_sigma and E[x0]) at every sigma, so with
+        # the Bayes bounds its q is min(sigma^2, V)/sigma^2 and pi would not move (docs/METHOD.md 5.10)
+        "--infonoise_clean_end_bound",
+        "false",
+    )
+    log = accelerate_launch(SCRIPT, *args)
 
     hashes = refreshes_in_log(log, 2)
     assert sorted(hashes) == [2, 3, 4], log[-5000:]
@@ -159,7 +139,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
     # each rank checkpointed the sampler: the same π, the same stream position (seed, draws: 4 steps
     # of one batch) and the same open statistics (summed over the ranks)
     ckpt = out / "checkpoint-4"
-    s0, s1 = _saved_sampler_state(ckpt, 0), _saved_sampler_state(ckpt, 1)
+    s0, s1 = saved_sampler_state(ckpt, 0), saved_sampler_state(ckpt, 1)
     assert torch.equal(s0["probs"], s1["probs"]) and s0["num_draws"] == s1["num_draws"] == 4
     assert torch.equal(s0["estimator.counts"], s1["estimator.counts"])
     assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()
@@ -200,16 +180,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
     )
 
     # resume the two-process run: the load hooks need the model's own class, not the DDP wrapper's
-    cmd[cmd.index("--main_process_port") + 1] = str(free_port())
-    proc = subprocess.run(
-        cmd + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    accelerate_launch(SCRIPT, *args, "--max_train_steps", "6", "--resume_from_checkpoint", "latest")
     assert scheduler_payload(out)["optimizer_steps"] == 6
     # bit for bit on 2 processes: an uninterrupted 6-step run, and its checkpoint-4 resumed in a fresh folder
     import shutil
@@ -219,10 +190,7 @@ def test_two_process_run_shares_pi(unet_config, tmp_path):
     ref, again = tmp_path / "ddp_ref", tmp_path / "ddp_again"
 
     def launch(folder, *extra):
-        c = [x if x != str(out) else str(folder) for x in cmd] + ["--max_train_steps", "6", *extra]
-        c[c.index("--main_process_port") + 1] = str(free_port())
-        p = subprocess.run(c, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
+        accelerate_launch(SCRIPT, *[x if x != str(out) else str(folder) for x in args], "--max_train_steps", "6", *extra)
 
     launch(ref)
     again.mkdir()
@@ -336,7 +304,7 @@ def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_pat
     for delay in (0.0, 0.4, 1.1):
         proc = subprocess.Popen(
             cmd + (["--resume_from_checkpoint", "latest"] if out.exists() else []),
-            cwd=REPO,
+            cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -352,7 +320,7 @@ def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_pat
         assert latest is not None and is_complete_checkpoint(latest), sorted(p.name for p in out.iterdir())
     proc = subprocess.run(
         cmd[:-2] + ["--max_train_steps", str(int(Path(latest).name.split("-")[1]) + 2), "--resume_from_checkpoint", "latest"],
-        cwd=REPO,
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,

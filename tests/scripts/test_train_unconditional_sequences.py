@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from _unconditional import (
+from helpers.unconditional import (
     TINY_UNET_1D,
     scheduler_payload,
     seq_args,

@@ -4,7 +4,7 @@ adapts like batch 256), the defaults are right (EDM weighting, the m̂ cap from 
 a run-sized warm-up), and a run that never adapts says so.
 
 References are built here: the analytic Gaussian ρ, the hand-written w(σ) of METHOD.md §4, the base
-masses from scipy / the ᾱ table (test_estimator._grid).
+masses from scipy / the ᾱ table (helpers.reference).
 """
 
 from __future__ import annotations
@@ -20,40 +20,11 @@ from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteSc
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, make_sampler
 from diffusers_infonoise.samplers import default_warmup_steps
 
-from _reference import gauss_mmse, total_variation
-from test_estimator import _grid
+from helpers.reference import factor_by_hand, gauss_mmse, grid_by_hand, total_variation, weight_by_hand
 
 K = 64
 S_D = 0.5
 SCHEDULERS = {"ve": EDMEulerScheduler, "vp": DDPMScheduler, "flow": FlowMatchEulerDiscreteScheduler}
-
-
-def _factor(pred, sig):
-    """x0-error conversion c(σ) of METHOD.md §3, by hand."""
-    s = sig / (1 + sig)
-    return {
-        "sample": np.ones_like(sig),
-        "epsilon": sig**2,
-        "v_prediction": sig**2 / (1 + sig**2),
-        "flow": s**2,
-        "edm_f": (sig * S_D) ** 2 / (sig**2 + S_D**2),
-    }[pred]
-
-
-def _w(pred, weighting, sig, gamma=5.0):
-    """w(σ) on the x0 error, METHOD.md §4, by hand."""
-    s = sig / (1 + sig)
-    if weighting == "edm" or pred == "edm_f":
-        return (sig**2 + S_D**2) / (sig * S_D) ** 2
-    if weighting == "min_snr":
-        return np.minimum(1 / sig**2, gamma)
-    if weighting == "snr":  # diffusers' train_unconditional x0 loss: u = ᾱ/(1 − ᾱ) = SNR on x0
-        return 1 / sig**2
-    if weighting == "sigma_sqrt":
-        return s**-2 * s**-2
-    if weighting == "cosmap":
-        return 2 / (math.pi * (1 - 2 * s + 2 * s**2)) * s**-2
-    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2, "flow": ((1 + sig) / sig) ** 2}[pred]
 
 
 def _feed(sampler, steps, batch, seed=0, *, mmse=None, extra_eps_error=0.0):
@@ -66,8 +37,8 @@ def _feed(sampler, steps, batch, seed=0, *, mmse=None, extra_eps_error=0.0):
         x0 = torch.randn(batch, 8, generator=gen, dtype=torch.float64) * S_D
         sampler.add_noise(x0, torch.randn_like(x0), levels)
         sig = levels.sigmas.double().numpy()
-        loss = mmse(sig) / _factor(sampler.prediction_type, sig)
-        loss = loss + extra_eps_error * (sig**2 / _factor(sampler.prediction_type, sig))
+        loss = mmse(sig) / factor_by_hand(sampler.prediction_type, sig)
+        loss = loss + extra_eps_error * (sig**2 / factor_by_hand(sampler.prediction_type, sig))
         sampler.update(levels, torch.from_numpy(np.nan_to_num(loss, posinf=1e30)))
         sampler.step()
     return sampler
@@ -108,12 +79,12 @@ def test_phi_follows_rho_within_the_floor_on_every_path_and_weighting(kind, pred
     )
     _feed(sampler, steps=8, batch=8192)
     assert sampler.is_adapted
-    edges, _ = _grid(kind, sched)
+    edges, _ = grid_by_hand(kind, sched)
     width = edges[1] - edges[0]
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
     rho = gauss_mmse(sig, S_D) / sig**2  # Gaussian data: no gate ("auto" sees continuous values)
     pi = _pi_masses(sampler, sig, width)
-    phi = pi * _w(pred, weighting, sig)
+    phi = pi * weight_by_hand(pred, weighting, sig)
     tv = total_variation(phi, rho)
     assert tv <= floor + 0.02, tv
     # the library reports the same figure, at every refresh
@@ -309,7 +280,7 @@ def test_lora_sized_runs_adapt_and_stay_put_with_the_defaults(kind, pred, weight
     assert float(sampler.estimator.total_counts.sum()) == steps * batch  # no sample thrown away
     edges = sampler.edges.numpy()
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
-    phi = _pi_masses(sampler, sig, edges[1] - edges[0]) * _w(pred, weighting, sig)
+    phi = _pi_masses(sampler, sig, edges[1] - edges[0]) * weight_by_hand(pred, weighting, sig)
     tv = total_variation(phi, gauss_mmse(sig, S_D) / sig**2)
     assert tv <= 0.05 + 0.02, tv  # measured 0.02-0.04
     assert total_variation(before.numpy(), sampler.probs.numpy()) <= 0.02
@@ -363,11 +334,11 @@ def test_a_tempered_target_follows_rho_to_the_tau_and_reports_both_distances():
     sched = EDMEulerScheduler()
     s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, warmup_steps=2, refresh_every=1, floor=floor, temperature=tau)
     _feed(s, steps=8, batch=8192)
-    edges, _ = _grid("ve", sched)
+    edges, _ = grid_by_hand("ve", sched)
     width = edges[1] - edges[0]
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
     rho = gauss_mmse(sig, S_D) / sig**2
-    phi = _pi_masses(s, sig, width) * _w("sample", "edm", sig)
+    phi = _pi_masses(s, sig, width) * weight_by_hand("sample", "edm", sig)
     tv_target, tv_rho = total_variation(phi, rho**tau), total_variation(phi, rho)
     assert tv_target <= floor + 0.02, tv_target
     # τ = 0.25 moves φ from ρ by TV(ρ^τ, ρ) = 0.19 on this grid, well past the floor's share

@@ -15,7 +15,7 @@ from diffusers_infonoise import densities
 from diffusers_infonoise.paths import path_from_scheduler
 from diffusers_infonoise.samplers import base_density
 
-from _reference import ks_pvalue, quadrature_cdf
+from helpers.reference import ks_pvalue, quadrature_cdf
 
 F64 = torch.float64
 

@@ -17,18 +17,10 @@ from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteSc
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, NoiseLevels
 from diffusers_infonoise.estimator import ProfileEstimator
 
-from _reference import (
-    gauss_mmse,
-    total_variation,
-    truncated_normal_masses,
-    two_point_mmse,
-    uniform_t_masses_on_grid,
-    vp_cell_edges,
-)
+from helpers.reference import factor_by_hand, gauss_mmse, grid_by_hand, total_variation, two_point_mmse, weight_by_hand
 
 F64 = torch.float64
 K = 64
-N_FLOW = 1000
 S_D = 0.5
 
 
@@ -48,42 +40,6 @@ def test_two_point_reference_against_monte_carlo():
 # ----------------------------------------------------------------------------------------------
 # end to end: exact Bayes-optimal errors → π ≈ analytic ρ/w
 # ----------------------------------------------------------------------------------------------
-
-
-def _grid(kind, sched):
-    """Independent grid edges (METHOD.md §5.1) and base masses (§5.2) for K bins."""
-    if kind == "ve":
-        lo, hi = math.log(0.002), math.log(80.0)
-    elif kind == "vp":
-        cells = vp_cell_edges(sched.alphas_cumprod.double().numpy())
-        lo, hi = cells[0], cells[-1]
-    else:
-        lo, hi = math.log((1 / N_FLOW) / (1 - 1 / N_FLOW)), math.log((1 - 1 / N_FLOW) / (1 / N_FLOW))
-    edges = np.linspace(lo, hi, K + 1)
-    if kind == "ve":
-        base = truncated_normal_masses(edges, -1.2, 1.2)  # EDM log-normal
-    elif kind == "vp":
-        base = uniform_t_masses_on_grid(sched.alphas_cumprod.double().numpy(), edges)  # uniform t
-    else:
-        base = truncated_normal_masses(edges, 0.0, 1.0)  # logit-normal(0, 1): logit(s) = log σ
-    return edges, base
-
-
-def _factor(pred, sig):
-    """c(σ) of METHOD.md §3, by hand."""
-    return {
-        "sample": np.ones_like(sig),
-        "epsilon": sig**2,
-        "v_prediction": sig**2 / (1 + sig**2),
-        "flow": (sig / (1 + sig)) ** 2,
-    }[pred]
-
-
-def _w(pred, weighting, sig):
-    """w(σ) of METHOD.md §4, by hand."""
-    if weighting == "edm":
-        return (sig**2 + 0.25) / (sig * 0.5) ** 2
-    return {"sample": np.ones_like(sig), "epsilon": 1 / sig**2, "v_prediction": (1 + sig**2) / sig**2, "flow": ((1 + sig) / sig) ** 2}[pred]
 
 
 def _hand_paper_pivot(sig, m, fallback):
@@ -163,12 +119,12 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
             sampler.add_noise(x0, torch.randn_like(x0), levels)
         sig = levels.sigmas.double().numpy()
         # the expected per-sample loss of the Bayes-optimal predictor, in the model's parameterization
-        loss = mmse(sig) / _factor(pred, sig)
+        loss = mmse(sig) / factor_by_hand(pred, sig)
         sampler.update(levels, torch.from_numpy(loss))
         sampler.step()
     assert sampler.is_adapted
 
-    edges, base = _grid(kind, sched)
+    edges, base = grid_by_hand(kind, sched)
     width = edges[1] - edges[0]
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
     m = mmse(sig)
@@ -184,7 +140,7 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
     if pivot is not None:
         rho = rho * sig**3 / (sig**3 + pivot**3)
     rho = rho / rho.sum()
-    w = _w(pred, weighting, sig)
+    w = weight_by_hand(pred, weighting, sig)
     # the floor lives in the space of the effective allocation φ = π·w (METHOD.md §5.7)
     phi_base = base * w / (base * w).sum()
     phi = (1 - floor) * rho + floor * phi_base
@@ -400,7 +356,7 @@ def test_floor_one_gives_base_masses():
     levels = sampler.sample(2048, generator=torch.Generator().manual_seed(0))
     sampler.update(levels, torch.rand(2048))
     sampler.step()
-    edges, base = _grid("vp", sched)
+    edges, base = grid_by_hand("vp", sched)
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
     got = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
     np.testing.assert_allclose(got, base, rtol=1e-9, atol=1e-15)
@@ -507,11 +463,11 @@ def test_profile_report_against_analytic():
     for _ in range(8):
         lv = sampler.sample(8192, generator=gen)
         sig = lv.sigmas.double().numpy()
-        sampler.update(lv, torch.from_numpy(gauss_mmse(sig, S_D) / _factor("v_prediction", sig)))
+        sampler.update(lv, torch.from_numpy(gauss_mmse(sig, S_D) / factor_by_hand("v_prediction", sig)))
         sampler.step()
     prof = sampler.profile()
     assert set(prof) >= {"log_sigma", "m_hat", "q", "rho_hat", "w", "pi", "gate"}
-    edges, _ = _grid("vp", DDPMScheduler())
+    edges, _ = grid_by_hand("vp", DDPMScheduler())
     width = edges[1] - edges[0]
     sig = np.exp(prof["log_sigma"].numpy())
     np.testing.assert_allclose(sig, np.exp(0.5 * (edges[1:] + edges[:-1])), rtol=1e-12)

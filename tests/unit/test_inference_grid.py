@@ -20,7 +20,7 @@ from diffusers import (
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 from diffusers_infonoise.inference_grid import entropic_time_sigmas, infogrid, scheduler_grid_kwargs, set_infogrid
 
-from _tiny_pipelines import tiny_unet2d
+from helpers.tiny_pipelines import tiny_unet2d
 
 F64 = torch.float64
 

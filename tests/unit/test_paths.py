@@ -18,7 +18,7 @@ from diffusers import (
 from diffusers_infonoise import make_sampler, path_from_scheduler
 from diffusers_infonoise.paths import FlowPath, log_snr_to_sigma, sigma_to_log_snr
 
-from _reference import vp_cell_edges, vp_sigmas
+from helpers.reference import vp_cell_edges, vp_sigmas
 
 F64 = torch.float64
 BETAS = ["linear", "scaled_linear", "squaredcos_cap_v2"]

@@ -21,7 +21,6 @@ import shutil
 import pytest
 import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
-from test_cli import assert_one_line_error, run, saved  # noqa: F401 (saved: the fixture)
 
 from diffusers_infonoise import densities, make_sampler
 from diffusers_infonoise.cli import main
@@ -38,7 +37,8 @@ from diffusers_infonoise.diagnostics.recommend import family_density
 from diffusers_infonoise.paths import FlowPath, path_from_scheduler
 from diffusers_infonoise.schedule_io import read_schedule
 
-from _tiny_pipelines import tiny_unet2d
+from helpers.cli import assert_one_line_error, run
+from helpers.tiny_pipelines import tiny_unet2d
 
 
 def location_tol(h):
@@ -309,8 +309,8 @@ def test_unknown_or_unsupported_trainer_is_one_clear_error():
 
 
 @pytest.fixture(scope="module")
-def pipes(saved):  # noqa: F811 (test_cli's fixture)
-    """A tiny pipeline (tests/_tiny_pipelines.tiny_unet2d) whose EDM scheduler stores test_cli's schedule of Gaussian
+def pipes(saved):  # helpers.cli's fixture
+    """A tiny pipeline (helpers.tiny_pipelines.tiny_unet2d) whose EDM scheduler stores helpers.cli's schedule of Gaussian
     data's exact x0 MMSE, and the same pipeline with a plain scheduler."""
     root = saved["root"] / "recommend"
     unet = tiny_unet2d(8)

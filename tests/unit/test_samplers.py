@@ -21,7 +21,7 @@ from diffusers_infonoise import (
     make_sampler,
 )
 
-from _reference import ks_pvalue, quadrature_cdf, truncated_normal_masses, vp_cell_edges
+from helpers.reference import ks_pvalue, quadrature_cdf, truncated_normal_masses, vp_cell_edges
 
 F64 = torch.float64
 SCHEDULERS = {
@@ -492,7 +492,7 @@ def _trained_with_model_error(cap, delta, steps=30, s_d=0.5):
 
 
 def test_mmse_cap_keeps_the_bayes_profile_and_removes_amplified_model_error():
-    from _reference import total_variation
+    from helpers.reference import total_variation
 
     exact = _trained_with_model_error(None, 0.0)
     # the Bayes MMSE never exceeds the data variance: capping there changes nothing

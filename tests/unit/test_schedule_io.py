@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,8 +25,9 @@ from diffusers import (
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, read_schedule
 from diffusers_infonoise.schedule_io import CONFIG_KEY, VERSION
 
-from _reference import gauss_mmse
-from _tiny_pipelines import tiny_unet2d
+from helpers import DATA
+from helpers.reference import gauss_mmse
+from helpers.tiny_pipelines import tiny_unet2d
 
 F64 = torch.float64
 
@@ -431,7 +431,7 @@ def test_schedules_written_by_0_2_0_load_bit_for_bit():
     is, and the same settings rebuild it exactly from the stored m̂."""
     from diffusers import DDPMScheduler
 
-    configs = json.loads((Path(__file__).parent / "data" / "schedules_0_2_0.json").read_text())
+    configs = json.loads((DATA / "schedules_0_2_0.json").read_text())
     for name, cls in (("edm", EDMEulerScheduler), ("ddpm", DDPMScheduler)):
         config = configs[name]
         scheduler = cls.from_config(config)

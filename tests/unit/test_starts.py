@@ -15,8 +15,8 @@ from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError,
 from diffusers_infonoise.schedule_io import CONFIG_KEY, ScheduleSourceError, read_schedule_from
 from diffusers_infonoise.starts import apply_start, choose_start, start_from_model, stratified_levels
 
-from _reference import gauss_mmse, total_variation
-from _tiny_pipelines import tiny_unet2d
+from helpers.reference import gauss_mmse, total_variation
+from helpers.tiny_pipelines import tiny_unet2d
 
 S = 0.5  # data scale: x0 ~ N(0, S²) per dimension
 

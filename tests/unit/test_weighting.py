@@ -18,7 +18,7 @@ from diffusers.training_utils import compute_loss_weighting_for_sd3, compute_snr
 from diffusers_infonoise import x0_error_factor, x0_loss_weight
 from diffusers_infonoise.weighting import loss_weight
 
-from _reference import edm_c_out, edm_lambda, flow_s, gauss_mmse
+from helpers.reference import edm_c_out, edm_lambda, flow_s, gauss_mmse
 
 F64 = torch.float64
 S_D = 0.8  # data std, deliberately different from EDM's σ_data = 0.5
