@@ -1,5 +1,7 @@
 """The README's quickstart runs as written (tiny stand-ins for the objects it takes from the user's script)
-and its π is the promised one: adapted, capped at the data's variance, φ within the floor of ρ̂."""
+and its π is the promised one: adapted, capped at the data's variance, φ within the floor of ρ̂. Its results table
+links every row to files that exist and to sections of docs/results.md that exist, and docs/results.md names every
+results file under benchmarks/results/."""
 
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
     flow.save_pretrained(tmp_path / "sd3-finetuned-infonoise" / "scheduler")
 
     ns: dict = {}
-    exec(compile(_block("### Loading a trained pipeline"), "README.md loading", "exec"), ns)
+    exec(compile(_block("## Loading a trained pipeline"), "README.md loading", "exec"), ns)
     assert len(ns["images"]) == 16 and ns["images"].shape == (16, 1, 16, 16)
     assert ns["image"].size[0] > 0
     # the SD3 pipeline stepped through the InfoGrid of its stored schedule
@@ -128,3 +130,34 @@ def test_readme_fine_tuning_block_runs_as_written(tmp_path, monkeypatch):
     stored = torch.tensor([float("nan") if v is None else v for v in ns["shared"]["m_hat"]], dtype=torch.float64)
     torch.testing.assert_close(sampler.estimator.m_hat, stored, rtol=0, atol=0, equal_nan=True)
     assert sampler.is_adapted and sampler.allocation_total_variation() <= sampler.floor + 0.02
+
+
+def _github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation other than ``-`` and ``_`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_results_row_links_to_its_files_and_its_section_of_docs_results():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Results") : readme.index("## Layout")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| result")]
+    results = (ROOT / "docs" / "results.md").read_text()
+    anchors = {_github_anchor(h) for h in re.findall(r"^#+ (.+)$", results, flags=re.M)}
+    assert len(rows) >= 15, rows
+    for row in rows:
+        links = re.findall(r"\]\(([^)#]*)(?:#([^)]*))?\)", row)
+        files = [path for path, _ in links if path != "docs/results.md"]
+        sections = [anchor for path, anchor in links if path == "docs/results.md"]
+        assert files and all((ROOT / path).exists() for path in files), row
+        assert sections and set(sections) <= anchors, (row, sorted(anchors))
+
+
+def test_docs_results_links_resolve_and_name_every_results_file():
+    text = (ROOT / "docs" / "results.md").read_text()
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        assert (ROOT / "docs" / target).resolve().exists(), target
+    # each results file (its figures and per-race run files beside it) is named where its command is given
+    for path in sorted((ROOT / "benchmarks" / "results").iterdir()):
+        if path.is_file():
+            stem = re.sub(r"(_curves|_pi|_runs_.*)?\.(json|md|png)$", "", path.name)
+            assert f"`{stem}." in text or f"`{stem}_" in text or f"{stem}.json" in text, path.name
