@@ -31,7 +31,7 @@ def accelerate_launch(script: str | Path, *args, num_processes: int = 2, timeout
     processes, from the repository root and on a fresh port each call; return its log (stdout and stderr).
 
     The test fails with the log's tail when the run exits non-zero, and when it still runs after ``timeout`` seconds
-    (a hang: a collective that some ranks never reach), once the launcher and every rank are killed."""
+    (a hang: a collective that some ranks never reach), once the launcher and every rank are stopped."""
     cmd = [
         sys.executable,
         "-m",
@@ -55,8 +55,14 @@ def accelerate_launch(script: str | Path, *args, num_processes: int = 2, timeout
     try:
         log, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
-        log, _ = proc.communicate()
+        # SIGTERM, not SIGKILL: torch's elastic agent (what accelerate launch runs) starts each rank in a session of
+        # its own and stops them on SIGTERM; killed outright, it would leave the ranks running, holding the pipe open
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            log, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            log = "(no log: the ranks outlived the launcher)"
         pytest.fail(f"{num_processes}-process run of {Path(script).name} {args} hung for {timeout} s:\n{log[-3000:]}")
     assert proc.returncode == 0, log[-5000:]
     return log
