@@ -5,7 +5,7 @@ and seed, against that schedule's final ρ̂ (an InfoNoise run against its own �
 results (``quality_race_<tier>.json`` and ``quality_race_<tier>_runs_*.json``) and writes
 ``allocation_tv_<tier>.json`` beside them::
 
-    python benchmarks/allocation_tv.py --tier full    # also: quick, gate, recheck
+    python -m benchmarks.allocation_tv --tier full    # also: quick, gate, recheck
 """
 
 from __future__ import annotations
@@ -16,13 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.allocation_metrics import allocation_tv  # noqa: E402
-from benchmarks.race_harness import RESULTS  # noqa: E402
-from benchmarks.race_tiers import tier_races  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race.allocation_metrics import allocation_tv
+from benchmarks.race.tiers import tier_races
 
 
 def runs_of(tier: str, results: Path) -> list[dict]:
@@ -61,7 +57,7 @@ def main(argv=None) -> dict:
                 }
             )
     out = {
-        "command": "python benchmarks/allocation_tv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.allocation_tv " + " ".join(argv if argv is not None else sys.argv[1:]),
         "tier": args.tier,
         "how": "phi = pi*w on the InfoNoise schedule's bins (w of the run's loss, METHOD.md 4) vs that schedule's final "
         "rho_hat; a fixed density is measured against the InfoNoise run of the same race and seed. Runs whose "

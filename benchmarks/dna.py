@@ -26,10 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # run as a script from benchmarks/ or imported as benchmarks.dna
-    from .metrics import ensure_cache_dir, frechet_distance_features
-except ImportError:  # pragma: no cover
-    from metrics import ensure_cache_dir, frechet_distance_features
+from benchmarks.metrics import ensure_cache_dir, frechet_distance_features
 
 __all__ = [
     "ALPHABET",
@@ -39,6 +36,9 @@ __all__ = [
     "split_sequences",
     "kmer_counts",
     "kmer_metrics",
+    "kmer_alphabet",
+    "kmer_tokens",
+    "kmer_bases",
     "save_sequence_dataset",
     "save_image_dataset",
 ]
@@ -155,6 +155,40 @@ def kmer_metrics(generated: list[str], reference: list[str], ks=(4, 5, 6)) -> di
     out["fd"] = float(np.mean([out[f"fd_k{k}"] for k in ks]))
     out["js"] = float(np.mean([out[f"js_k{k}"] for k in ks]))
     return out
+
+
+#: the letters k-mer tokens are written with (k = 2: 16 letters, k = 3: 64)
+TOKEN_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def kmer_alphabet(k: int) -> str:
+    """The alphabet of k-mer tokens: ``ACGT`` for k = 1, else the first 4^k of :data:`TOKEN_LETTERS`, the token of
+    the k-mer with base codes (c_1, ..., c_k) (A, C, G, T = 0..3) being letter number Σ c_i·4^(k−i).
+
+    Raises:
+        ValueError: k not in 1..3."""
+    if k not in (1, 2, 3):
+        raise ValueError(f"k: accepted values are 1, 2 and 3 (4^k tokens up to 64), got {k!r}")
+    return ALPHABET if k == 1 else TOKEN_LETTERS[: 4**k]
+
+
+def kmer_tokens(seqs: list[str], k: int) -> list[str]:
+    """Each sequence of bases as its non-overlapping k-mers, one letter of :func:`kmer_alphabet` each (the length must
+    be a multiple of k). Raises ValueError otherwise, or for letters outside ACGT."""
+    if any(len(s) % k for s in seqs):
+        raise ValueError(f"seqs: every length must be a multiple of k = {k}")
+    letters = np.frombuffer(kmer_alphabet(k).encode("ascii"), np.uint8)
+    codes = encode(seqs).astype(np.int64)
+    index = codes.reshape(len(seqs), -1, k) @ (4 ** np.arange(k - 1, -1, -1))
+    return [row.tobytes().decode("ascii") for row in letters[index]]
+
+
+def kmer_bases(tokens: list[str], k: int) -> list[str]:
+    """The base sequences of k-mer token sequences (:func:`kmer_tokens` undone)."""
+    alphabet = kmer_alphabet(k)
+    bases = ["".join(ALPHABET[(i // 4 ** (k - 1 - j)) % 4] for j in range(k)) for i in range(len(alphabet))]
+    table = {letter: kmer for letter, kmer in zip(alphabet, bases)}
+    return ["".join(table[t] for t in seq) for seq in tokens]
 
 
 def save_sequence_dataset(seqs: list[str], path) -> str:

@@ -10,7 +10,7 @@ Three independent routes to the conditional-entropy rate per unit log σ (VE σ)
    (:func:`diffusers_infonoise.diagnostics.profile_from_dataset`, Monte Carlo with standard errors).
 
 Writes ``benchmarks/results/figure1_two_point.png`` and ``figure1_two_point.json``. CPU, about a
-minute. Run: ``python benchmarks/figures_toy.py [--num-data 10000] [--num-noise-draws 2000]``.
+minute. Run: ``python -m benchmarks.figures_toy [--num-data 10000] [--num-noise-draws 2000]``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import numpy as np
 import torch
 from scipy import integrate, special
 
+from benchmarks import RESULTS
 from diffusers_infonoise import diagnostics as dg
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def conditional_entropy_two_point(sigma: float) -> float:

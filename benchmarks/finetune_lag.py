@@ -1,13 +1,13 @@
 """How far the online estimate of a fine-tune lags behind the model it trains (issue 22's "find out why").
 
-For finished runs of the quality race's ``finetune`` tier, it profiles offline (``infonoise profile``, the
+For finished runs of the quality race's ``finetune`` or ``tracking`` tier (``--tier``), it profiles offline (``infonoise profile``, the
 command a user runs) the pretrained model the runs start from and each run's final saved model (its EMA
 weights), on the run's training data, and compares them with the online ρ̂ the run stored at its end: TV
 distances on the run's bins, the mean and std of ln σ under each, and the mass above σ = e. Every ρ̂ here
 is gated as the run gated (pivot 0.2 on binarized data). Writes ``results/finetune_lag.json`` with the
 command, the machine and the per-run figures.
 
-    python benchmarks/finetune_lag.py --out /path/to/bench_results \\
+    python -m benchmarks.finetune_lag --out /path/to/bench_results \\
         --runs ft-edm-binarized_digits16__infonoise__s0,ft-edm-binarized_digits16__infonoise-init_base__s0
 """
 
@@ -23,11 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-
-from benchmarks.race_data import load_data  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race.data import load_data
 
 
 def _profile(model: Path, dataset: Path, out: Path, num_samples: int) -> dict:
@@ -62,13 +59,14 @@ def _shape(mass: np.ndarray, edges: np.ndarray) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True, help="the quality race's --out (holds quality_race_finetune/)")
-    p.add_argument("--runs", type=str, required=True, help="comma-separated run ids of the finetune tier")
+    p.add_argument("--out", type=Path, required=True, help="the quality race's --out (holds quality_race_<tier>/)")
+    p.add_argument("--tier", type=str, default="finetune", help="the tier whose fine-tunes are compared (finetune, tracking)")
+    p.add_argument("--runs", type=str, required=True, help="comma-separated run ids of that tier")
     p.add_argument("--num_samples", type=int, default=1024, help="probe samples of each offline profile")
-    p.add_argument("--results", type=Path, default=HERE / "results" / "finetune_lag.json")
+    p.add_argument("--results", type=Path, default=RESULTS / "finetune_lag.json")
     args = p.parse_args()
 
-    root = args.out / "quality_race_finetune"
+    root = args.out / f"quality_race_{args.tier}"
     work = root / "lag_profiles"
     t0 = time.time()
     pretrained_cache: dict = {}
@@ -97,12 +95,14 @@ def main() -> None:
             "final_model_rho_hat": _shape(final, edges),
             "tv_phi_rho": run["schedule"].get("tv_phi_rho"),
             "ema_decay": run["schedule"]["hyperparameters"]["ema_decay"],
+            "memory": run["schedule"]["hyperparameters"].get("memory"),  # the tracking estimator's (None before it)
             "num_updates": run["schedule"]["num_updates"],
         }
         print(run_id, json.dumps(rows[run_id]))
     result = {
-        "benchmark": "the online estimate of a fine-tune against offline profiles of its start and end (issue 22)",
-        "command": " ".join(["python", "benchmarks/finetune_lag.py"] + sys.argv[1:]),
+        "benchmark": "the online estimate of a fine-tune against offline profiles of its start and end (issues 22, 31)",
+        "tier": args.tier,
+        "command": " ".join(["python", "-m", "benchmarks.finetune_lag"] + sys.argv[1:]),
         "method": __doc__.split("\n\n")[1].replace("\n", " "),
         "num_samples": args.num_samples,
         "results": rows,

@@ -2,7 +2,7 @@
 
 For each finished image run of a tier (its final EMA UNet, saved by the training script in the run's
 output folder), draws ``--num_samples`` samples with the race's fixed inference sampler and sampling
-seed (:func:`benchmarks.race_harness.sample`), and computes the standard Inception-v3 FID
+seed (:func:`benchmarks.race.harness.sample`), and computes the standard Inception-v3 FID
 (:mod:`benchmarks.inception`) against the first ``--num_reference`` images of the race's held-out
 split. Binarized data sets are scored on thresholded samples (> 0.5), as the race's primary metric.
 The real-vs-real floor is a random training subset of ``--num_samples`` images against the same
@@ -12,7 +12,7 @@ samplers with each other and with the floor at the same N, not with published FI
 
 Usage::
 
-    python benchmarks/inception_fid.py --tier full --only edm-binarized_mnist16 --seeds 0 --num_samples 1000
+    python -m benchmarks.inception_fid --tier full --only edm-binarized_mnist16 --seeds 0 --num_samples 1000
 """
 
 from __future__ import annotations
@@ -26,16 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks import inception as I  # noqa: E402
-from benchmarks import metrics as M  # noqa: E402
-from benchmarks.race_data import DATASETS, load_data  # noqa: E402
-from benchmarks.race_harness import RESULTS, sample  # noqa: E402
-from benchmarks.race_tiers import EVAL_SEED, tier_races  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks import inception as I
+from benchmarks import metrics as M
+from benchmarks.race.data import DATASETS, load_data
+from benchmarks.race.harness import sample
+from benchmarks.race.tiers import EVAL_SEED, tier_races
 
 
 def _features(net, images, cache: Path | None = None) -> np.ndarray:
@@ -116,7 +112,7 @@ def main(argv=None):
                 print(
                     f"[{time.time() - t0:6.0f} s] {run_id}: FID {fid:.2f} (floor {entry['floor_train_subset_vs_heldout']:.2f})", flush=True
                 )
-                doc["command"] = "python " + shlex.join(["benchmarks/inception_fid.py"] + (argv if argv is not None else sys.argv[1:]))
+                doc["command"] = "python " + shlex.join(["-m", "benchmarks.inception_fid"] + (argv if argv is not None else sys.argv[1:]))
                 out_path.write_text(json.dumps(doc, indent=1))
     out_path.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out_path}")

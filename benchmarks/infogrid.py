@@ -16,7 +16,7 @@ on DNA), on the same number of samples with the same sampling seed as the race's
 command, seeds and every figure go to ``results/infogrid_<name>.json`` and ``.md``; every InfoNoise
 row states its run's TV(φ, ρ̂).
 
-    python benchmarks/infogrid.py --runs benchmarks/results/quality_race_recheck/runs --name recheck
+    python -m benchmarks.infogrid --runs benchmarks/results/quality_race_recheck/runs --name recheck
 """
 
 from __future__ import annotations
@@ -32,14 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-
-from benchmarks import dna as DNA  # noqa: E402
-from benchmarks.race_harness import RESULTS  # noqa: E402
-from benchmarks.race_tiers import EVAL_SEED, Race, eval_scheduler, tier_races  # noqa: E402
-from benchmarks.sample_quality import Scorer  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks import dna as DNA
+from benchmarks.race.sample_quality import Scorer
+from benchmarks.race.tiers import EVAL_SEED, Race, eval_scheduler, tier_races
 
 NFES = (4, 6, 8, 12, 18)
 
@@ -166,7 +162,7 @@ def _find_race(name: str) -> Race:
         for race in tier_races(tier):
             if race.name == name:
                 return race
-    raise ValueError(f"race {name!r}: not in any tier of benchmarks/race_tiers.py")
+    raise ValueError(f"race {name!r}: not in any tier of benchmarks/race/tiers.py")
 
 
 def summarize(results: list[dict]) -> dict:
@@ -236,7 +232,7 @@ def main(argv=None):
     p.add_argument("--densities", default="rho,q,q_sigma", help="InfoGrid densities (METHOD.md §8)")
     p.add_argument("--workers", type=int, default=2)
     opts = p.parse_args(argv)
-    command = "python benchmarks/infogrid.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python -m benchmarks.infogrid " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     runs = sorted(d for d in Path(opts.runs).iterdir() if d.is_dir() and (d / "model_index.json").is_file())
     if opts.match:
         keys = opts.match.split(",")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """The margin study's second look at the finished runs of the quality race's ``margin`` tier (issue 24).
 
 For every run of a race with kept checkpoints (the 4x-budget races):
@@ -14,7 +13,7 @@ For every run of a race with kept checkpoints (the 4x-budget races):
 
 Writes ``benchmarks/results/margin_eval.json`` and ``.md`` (the exact command and seeds in both).
 
-    python benchmarks/margin_eval.py --root benchmarks/results/quality_race_margin --jobs 2
+    python -m benchmarks.margin_eval --root benchmarks/results/quality_race_margin --jobs 2
 """
 
 from __future__ import annotations
@@ -28,14 +27,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks.race_data import DATASETS, load_data  # noqa: E402
-from benchmarks.race_tiers import EVAL_SEED, tier_races  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race.data import DATASETS, load_data
+from benchmarks.race.tiers import EVAL_SEED, tier_races
 
 PROBE = 512  # held-out samples of an offline profile
 HEUN_STEPS = 18  # Karras et al.: NFE 2·18 − 1 = 35
@@ -133,7 +129,7 @@ def _load_run(result_path: str, threads: int) -> SimpleNamespace:
     import torch
     from diffusers import EDMEulerScheduler, UNet1DModel, UNet2DModel
 
-    from benchmarks.sample_quality import Scorer
+    from benchmarks.race.sample_quality import Scorer
 
     torch.set_num_threads(threads)
     r = json.loads(Path(result_path).read_text())
@@ -323,11 +319,11 @@ def _rankings(es: list[dict], m: str) -> list[str]:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", default=str(HERE / "results" / "quality_race_margin"), help="the margin tier's run folder")
+    p.add_argument("--root", default=str(RESULTS / "quality_race_margin"), help="the margin tier's run folder")
     p.add_argument("--races", default="m4x-edm-binarized_mnist16,m4x-edm-dna64")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default=str(HERE / "results" / "margin_eval"))
+    p.add_argument("--out", default=str(RESULTS / "margin_eval"))
     p.add_argument("--add_offline_grid", action="store_true",
                    help="only add the offline-profile InfoGrid control to the InfoNoise runs of an existing --out JSON")  # fmt: skip
     args = p.parse_args(argv)
@@ -336,7 +332,7 @@ def main(argv=None):
     todo = sorted(str(f) for f in (Path(args.root) / "runs").glob("*.json") if f.name.split("__")[0] in races)
     import multiprocessing as mp
 
-    command = "python benchmarks/margin_eval.py " + " ".join(a for a in (argv or sys.argv[1:]))
+    command = "python -m benchmarks.margin_eval " + " ".join(a for a in (argv or sys.argv[1:]))
     out = Path(args.out)
     if args.add_offline_grid:
         doc = json.loads(out.with_suffix(".json").read_text())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Online vs offline InfoNoise schedules (the paper's Figure 5) on binarized MNIST.
 
 1. Train with ``training_scripts/train_unconditional.py`` (EDM path, ``--noise_sampler infonoise``);
@@ -12,13 +11,12 @@
 
 Writes ``<output_dir>/online_vs_offline.json`` and ``.png``. Runs on CPU or GPU (accelerate picks).
 
-    python benchmarks/online_vs_offline.py --max_train_steps 2000 --resolution 28
+    python -m benchmarks.online_vs_offline --max_train_steps 2000 --resolution 28
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -27,15 +25,7 @@ import time
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_unconditional", os.path.join(ROOT, "training_scripts", "train_unconditional.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from benchmarks import RESULTS, training_script
 
 
 def _tv(p: np.ndarray, q: np.ndarray) -> float:
@@ -55,7 +45,7 @@ def main(argv=None):
     ap.add_argument("--noise_draws", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work_dir", default="/tmp/infonoise-online-vs-offline")
-    ap.add_argument("--output_dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--output_dir", default=str(RESULTS))
     args = ap.parse_args(argv)
 
     from diffusers import EDMEulerScheduler, UNet2DModel
@@ -101,7 +91,7 @@ def main(argv=None):
         args.work_dir,
     ]
     if not os.path.exists(os.path.join(args.work_dir, "model_index.json")):
-        _script().main(train_argv)
+        training_script("train_unconditional").main(train_argv)
     train_seconds = time.time() - t0
 
     # -- online: π at every refresh ---------------------------------------------------------------
@@ -168,7 +158,7 @@ def main(argv=None):
 
     off_model, off_data = as_masses(prof_model.pi), as_masses(prof_data.pi)
     result = {
-        "command": "python benchmarks/online_vs_offline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.online_vs_offline " + " ".join(argv if argv is not None else sys.argv[1:]),
         "training_argv": train_argv,
         "seed": args.seed,
         "device": device,

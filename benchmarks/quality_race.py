@@ -17,10 +17,10 @@ Checkpoints are deleted once evaluated.
 
 Usage::
 
-    python benchmarks/quality_race.py --tier quick            # ~10-15 min on 2 free cores
-    python benchmarks/quality_race.py --tier full --jobs 2    # designed for ~2.5 h, resumable
-    python benchmarks/quality_race.py --tier quick --report_only   # re-aggregate existing runs
-    python benchmarks/quality_race.py --tier full --plan            # list the runs and the time estimate
+    python -m benchmarks.quality_race --tier quick            # ~10-15 min on 2 free cores
+    python -m benchmarks.quality_race --tier full --jobs 2    # designed for ~2.5 h, resumable
+    python -m benchmarks.quality_race --tier quick --report_only   # re-aggregate existing runs
+    python -m benchmarks.quality_race --tier full --plan            # list the runs and the time estimate
 
 Outputs: ``benchmarks/results/quality_race_<tier>.json`` (all runs + summary),
 ``quality_race_<tier>_curves.png``, ``quality_race_<tier>_pi.png``, ``quality_race_<tier>.md``; the
@@ -37,23 +37,19 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.race_harness import RESULTS, finished_runs, print_plan, reuse_run, run_all, run_specs  # noqa: E402
-from benchmarks.race_report import results_meta, write_report  # noqa: E402
-from benchmarks.race_summary import summarize  # noqa: E402
-from benchmarks.race_tiers import smoke_races, tier_races  # noqa: E402
-from benchmarks.sample_quality import Scorer  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race.harness import finished_runs, print_plan, reuse_run, run_all, run_specs
+from benchmarks.race.report import results_meta, write_report
+from benchmarks.race.sample_quality import Scorer
+from benchmarks.race.summary import summarize
+from benchmarks.race.tiers import TIERS, smoke_races, tier_races
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--tier",
-        choices=("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin"),
+        choices=TIERS,
         default="quick",
     )
     p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
@@ -115,8 +111,10 @@ def main(argv=None):
         schedule_plots=args.schedule_plots,
     )
     if args.plan:
-        print_plan(specs, out, jobs=args.jobs, tier=args.tier)
+        print_plan(specs, out, jobs=args.jobs, tier=args.tier, races=races)
         return
+    if not args.report_only:
+        print_plan(specs, out, jobs=args.jobs, tier=args.tier, races=races, runs=False)
     (root / "runs").mkdir(parents=True, exist_ok=True)
     if args.reuse:
         for sp in specs:
@@ -135,7 +133,7 @@ def main(argv=None):
 
     wall = time.time() - t0
     invocation = {
-        "command": "python " + shlex.join(["benchmarks/quality_race.py"] + (argv if argv is not None else sys.argv[1:])),
+        "command": "python " + shlex.join(["-m", "benchmarks.quality_race"] + (argv if argv is not None else sys.argv[1:])),
         "tier": args.tier,
         "jobs": args.jobs,
         "threads": args.threads,

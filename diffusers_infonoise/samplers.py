@@ -12,7 +12,8 @@ model and the scheduler take::
 
 :class:`InfoNoiseTrainingTimestepSampler` learns ``π ∝ ρ̂/w`` online; :class:`FixedDensitySampler`
 draws from a fixed density (EDM log-normal, logit-normal, uniform t, ...); :class:`KingmaGaoSampler`
-is the VDM++ adaptive importance sampler that keeps the objective. :func:`make_sampler` builds any
+is the VDM++ adaptive importance sampler that keeps the objective; :class:`~diffusers_infonoise.loss_slope.LossSlopeSampler`
+draws from the slope of the training loss over ln σ (CDCD-style time warping). :func:`make_sampler` builds any
 of them by name.
 """
 
@@ -26,6 +27,7 @@ from . import densities
 from .adaptive import _ADAPTIVE_KEYS, _AdaptiveSampler, default_warmup_steps  # noqa: F401
 from .baselines import FIXED_DENSITY_NAMES, FixedDensitySampler, _resolve_base, base_density  # noqa: F401
 from .logs import get_logger
+from .loss_slope import LossSlopeSampler
 from .paths import NoisePath, path_from_scheduler
 from .sampler_base import (  # noqa: F401
     NoiseLevels,
@@ -44,6 +46,7 @@ __all__ = [
     "FixedDensitySampler",
     "InfoNoiseTrainingTimestepSampler",
     "KingmaGaoSampler",
+    "LossSlopeSampler",
     "SAMPLER_NAMES",
     "make_sampler",
     "base_density",
@@ -495,8 +498,8 @@ class KingmaGaoSampler(_AdaptiveSampler):
         return w.to(torch.float32).to(levels.sigmas.device)
 
 
-#: every sampler :func:`make_sampler` builds: InfoNoise, the fixed densities, Kingma & Gao
-SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, "kingma_gao")
+#: every sampler :func:`make_sampler` builds: InfoNoise, the fixed densities, Kingma & Gao, the loss slope
+SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, "kingma_gao", "loss_slope")
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:
@@ -508,7 +511,8 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
         **kwargs: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` for every sampler;
             the density parameters of :func:`base_density` for fixed samplers (``P_mean``, ``P_std``;
             ``mean``, ``std``; ``scale``; ``sigma_data``); the hyperparameters of
-            :class:`InfoNoiseTrainingTimestepSampler` for ``infonoise`` and ``kingma_gao``.
+            :class:`InfoNoiseTrainingTimestepSampler` for ``infonoise``, ``kingma_gao`` and ``loss_slope`` (its
+            accepted ones: :class:`~diffusers_infonoise.loss_slope.LossSlopeSampler`).
 
     Raises:
         ValueError: unknown name or keyword (the message lists the accepted ones).
@@ -525,9 +529,9 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
         return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **common, **kwargs)
     path = path_from_scheduler(noise_scheduler, mu=mu)
     common.setdefault("prediction_type", default_prediction_type(noise_scheduler))
-    if name == "kingma_gao":
+    if name in ("kingma_gao", "loss_slope"):
         unknown = set(kwargs) - _ADAPTIVE_KEYS
         if unknown:
-            raise ValueError(f"kingma_gao: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS)}")
-        return KingmaGaoSampler(path, **common, **kwargs)
+            raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS)}")
+        return (KingmaGaoSampler if name == "kingma_gao" else LossSlopeSampler)(path, **common, **kwargs)
     return FixedDensitySampler(path, base_density(name, path, **kwargs), name=name, **common)

@@ -270,7 +270,7 @@ def build_noise_sampler(
     if mu is not None:  # the training path of a dynamic-shift flow scheduler (training.flow.training_mu)
         common["mu"] = mu
     name = name or args.noise_sampler
-    if name in ("infonoise", "kingma_gao"):
+    if name in ("infonoise", "kingma_gao", "loss_slope"):
         base = args.infonoise_base or default_base
         if isinstance(base, str) and baseline_density_params(args, base) is not None:
             base = (base, baseline_density_params(args, base))

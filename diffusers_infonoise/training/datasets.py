@@ -319,12 +319,17 @@ def unconditional_dataset(
     """The training examples of ``train_unconditional.py``; returns ``(dataset, collate_fn, channels, length)``.
 
     Images: (C, R, R) float32 in [−1, 1] (:class:`AugmentedImageDataset`; C = 1 for grey-scale modes,
-    else 3), ``length`` None. Sequences (``sequence_column``): one-hot (len(alphabet), L) in {−1, 1}
-    (:func:`diffusers_infonoise.data.one_hot_sequences`), ``length`` = L.
+    else 3), ``length`` None. Arrays (an image column of ``datasets.Array2D`` (R, R) or ``Array3D`` (C, R, R)
+    floats, e.g. latents, dequantized or rescaled data): float32 x0 as stored, in the model's own units (no
+    mapping to [−1, 1], no resize, crop or flip), ``length`` None. Sequences (``sequence_column``): one-hot
+    (len(alphabet), L) in {−1, 1} (:func:`diffusers_infonoise.data.one_hot_sequences`), ``length`` = L.
 
     Raises:
-        ValueError: the column is not in the data set (naming the columns there are).
+        ValueError: the column is not in the data set (naming the columns there are); arrays whose size is
+            not ``--resolution``, that hold a non-finite value, or with ``--random_flip``.
     """
+    import datasets
+
     from ..data import one_hot_sequences
 
     dataset = load_image_dataset(data)
@@ -335,6 +340,9 @@ def unconditional_dataset(
         # one-hot once (a few MB for tens of thousands of short sequences); batches index into it
         encoded = one_hot_sequences(dataset[sequence_column], alphabet)
         return torch.utils.data.TensorDataset(encoded), _stack_first, encoded.shape[1], encoded.shape[2]
+    if isinstance(dataset.features.get(column), (datasets.Array2D, datasets.Array3D)):
+        arrays = _x0_arrays(dataset.with_format("numpy")[column], data)
+        return torch.utils.data.TensorDataset(arrays), _stack_first, arrays.shape[1], None
     channels = 1 if dataset[0][column].mode in ("L", "1", "I", "F") else 3
     images = AugmentedImageDataset(
         dataset,
@@ -347,6 +355,22 @@ def unconditional_dataset(
         binary=binary_data(data),
     )
     return images, None, channels, None
+
+
+def _x0_arrays(values, data: DataConfig) -> torch.Tensor:
+    """(N, C, R, R) float32 training x0 from an array column, checked against the run's flags."""
+    x = torch.from_numpy(np.ascontiguousarray(np.asarray(values, dtype=np.float32)))
+    x = x[:, None] if x.ndim == 3 else x
+    if x.ndim != 4 or tuple(x.shape[-2:]) != (data.resolution, data.resolution):
+        raise ValueError(
+            f"--resolution {data.resolution}: the arrays of --image_column {data.image_column!r} have shape "
+            f"{tuple(x.shape[1:])}; arrays are trained on as they are (no resize): pass --resolution {x.shape[-1]}"
+        )
+    if data.random_flip:
+        raise ValueError("--random_flip: not applied to array data (x0 is trained on as stored); drop the flag")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"--image_column {data.image_column!r}: the arrays hold a non-finite value")
+    return x
 
 
 def _stack_first(examples: list) -> torch.Tensor:

@@ -270,7 +270,7 @@ def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
     if args.training_mu is not None and not (math.isfinite(args.training_mu) and abs(args.training_mu) <= 20):
         parser.error(f"--training_mu must be a finite number with |mu| <= 20 (a shift of exp(mu)), got {args.training_mu}")
     if (
-        args.noise_sampler not in (None, "infonoise", "kingma_gao")
+        args.noise_sampler not in (None, "infonoise", "kingma_gao", "loss_slope")
         and args.weighting_scheme in DENSITY_SCHEMES
         and args.noise_sampler != args.weighting_scheme
     ):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import inception as I  # noqa: E402
+from benchmarks import inception as I
 from benchmarks.metrics import frechet_distance_features  # noqa: E402
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks import dna  # noqa: E402
+from benchmarks import dna
 from benchmarks.metrics import frechet_distance, frechet_distance_features, gaussian_stats  # noqa: E402
 
 scipy_linalg = pytest.importorskip("scipy.linalg")

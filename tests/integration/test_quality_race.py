@@ -1,4 +1,4 @@
-"""The quality race's bookkeeping (benchmarks/quality_race.py and the modules it runs on): steps-to-target,
+"""The quality race's bookkeeping (benchmarks/quality_race.py and benchmarks/race/): steps-to-target,
 speedup, run order, reuse of identical runs, the allocation measures. Values computed by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from benchmarks import allocation_metrics, race_harness, race_tiers, steps_to_target  # noqa: E402
+from benchmarks import RESULTS
+from benchmarks.race import allocation_metrics, harness, steps_to_target, tiers
 
 
 def test_steps_to_reach_interpolates_linearly():
@@ -35,19 +36,19 @@ def test_smooth_and_speedup_by_hand():
 
 
 def _spec(tier, race_name, sampler, seed=0, root="/tmp/x"):
-    race = next(r for r in race_tiers.tier_races(tier) if r.name == race_name)
-    return race_harness.RunSpec(tier, race, sampler, seed, root)
+    race = next(r for r in tiers.tier_races(tier) if r.name == race_name)
+    return harness.RunSpec(tier, race, sampler, seed, root)
 
 
 def test_full_tier_runs_the_central_question_first():
-    rank = lambda race, sampler: race_tiers.run_priority("full", _spec("full", race, sampler))  # noqa: E731
+    rank = lambda race, sampler: tiers.run_priority("full", _spec("full", race, sampler))  # noqa: E731
     assert rank("edm-binarized_mnist16", "infonoise") == rank("edm-binarized_mnist16", "edm_lognormal") == 0
     assert rank("edm-dna64", "infonoise") == rank("edm-dna64", "edm_lognormal") == 1
     assert rank("ddpm-binarized_digits", "uniform") < rank("edm-binarized_digits", "cosine") < rank("edm-dna64", "cosine")
     assert rank("edm-dna64", "cosine") < rank("edm-digits", "cosine")
-    assert rank("edm-mnist16", "infonoise") == len(race_tiers.TIER_PRIORITY["full"]) - 1
+    assert rank("edm-mnist16", "infonoise") == len(tiers.TIER_PRIORITY["full"]) - 1
     # a tier without a priority list runs race by race
-    assert race_tiers.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
+    assert tiers.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
 
 
 def test_reuse_copies_only_the_same_experiment(tmp_path):
@@ -56,10 +57,10 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
     src_dir = tmp_path / "quick" / "runs"
     src_dir.mkdir(parents=True)
     race = spec.race
-    (src_dir / f"unet_{race.name}.json").write_text(json.dumps(race_tiers.unet_config(8, race.channels)))
+    (src_dir / f"unet_{race.name}.json").write_text(json.dumps(tiers.unet_config(8, race.channels)))
     other = dataclasses.replace(spec, root=str(tmp_path / "quick"))
     result = {
-        "command": race_harness.script_command(other),
+        "command": harness.script_command(other),
         "steps": list(range(race.eval_every, race.steps + 1, race.eval_every)),
         "inference": {"num_samples": race.num_samples},
         "jitter": None,
@@ -68,34 +69,34 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
     source = src_dir / f"{spec.run_id}.json"
 
     source.write_text(json.dumps({**result, "command": result["command"].replace("--learning_rate 0.001", "--learning_rate 0.002")}))
-    assert not race_harness.reuse_run(spec, source) and not spec.result_path.exists()
+    assert not harness.reuse_run(spec, source) and not spec.result_path.exists()
     source.write_text(json.dumps(result))
-    assert race_harness.reuse_run(spec, source)
+    assert harness.reuse_run(spec, source)
     copied = json.loads(spec.result_path.read_text())
     assert copied["reused_from"].endswith(f"{spec.run_id}.json") and copied["command"] == result["command"]
 
 
 def test_variant_samplers_name_their_flags():
-    assert race_harness.variant_args(["gate_none"]) == ["--infonoise_gate", "none"]
-    assert race_harness.variant_args(["warmup_steps_auto", "base=logit_normal"]) == [
+    assert harness.variant_args(["gate_none"]) == ["--infonoise_gate", "none"]
+    assert harness.variant_args(["warmup_steps_auto", "base=logit_normal"]) == [
         "--infonoise_warmup_steps",
         "auto",
         "--infonoise_base",
         "logit_normal",
     ]
     with pytest.raises(ValueError, match="variant option"):
-        race_harness.variant_args(["gate"])
+        harness.variant_args(["gate"])
     # recheck_full: the three main samplers, then the variants, then the other samplers on DNA
-    rank = lambda race, sampler: race_tiers.run_priority("recheck_full", _spec("recheck_full", race, sampler))  # noqa: E731
+    rank = lambda race, sampler: tiers.run_priority("recheck_full", _spec("recheck_full", race, sampler))  # noqa: E731
     assert rank("edm-binarized_mnist16", "logit_normal") == 0
     assert rank("edm-binarized_mnist16", "infonoise-ema_decay_0.5") == 2
-    assert rank("edm-dna64", "cosine") == len(race_tiers.TIER_PRIORITY["recheck_full"]) - 1
+    assert rank("edm-dna64", "cosine") == len(tiers.TIER_PRIORITY["recheck_full"]) - 1
 
 
 def test_allocation_width_by_hand():
     """π with mass 1/2 in each of two bins of ln σ [0, 1] and [1, 3]: centres 0.5 and 2, mean 1.25, std
     0.75; the 10% quantile at ln σ 0.2, the 90% one at 1 + 0.8·2 = 2.6 (uniform inside a bin)."""
-    race = race_tiers.tier_races("recheck_full")[0]
+    race = tiers.tier_races("recheck_full")[0]
     run = {"sampler": "infonoise", "schedule": {"edges": [0.0, 1.0, 3.0], "pi": [0.5, 0.5]}}
     w = allocation_metrics.allocation_width(race, run, None)
     assert w["std_log_sigma"] == pytest.approx(0.75)
@@ -111,18 +112,18 @@ def test_stored_schedule_reads_the_payload_with_the_library_reader(tmp_path):
     from diffusers_infonoise import ScheduleError, write_schedule
     from diffusers_infonoise.samplers import make_sampler
 
-    scheduler = race_tiers.train_scheduler(race_tiers.tier_races("quick")[0])
+    scheduler = tiers.train_scheduler(tiers.tier_races("quick")[0])
     payload = write_schedule(scheduler, make_sampler("infonoise", scheduler))
     scheduler.save_pretrained(tmp_path / "run" / "scheduler")
-    schedule = race_harness.stored_schedule(tmp_path / "run")
-    assert list(schedule) == list(race_harness.SCHEDULE_FIELDS)
+    schedule = harness.stored_schedule(tmp_path / "run")
+    assert list(schedule) == list(harness.SCHEDULE_FIELDS)
     assert schedule["edges"] == [round(v, 6) for v in payload["edges"]] and schedule["pi"] == [round(v, 6) for v in payload["pi"]]
     assert schedule["hyperparameters"] == payload["hyperparameters"] and schedule["optimizer_steps"] == payload["optimizer_steps"]
-    assert race_harness.stored_schedule(tmp_path / "no_run") is None
+    assert harness.stored_schedule(tmp_path / "no_run") is None
     config = tmp_path / "run" / "scheduler" / "scheduler_config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "_infonoise_schedule": {**payload, "version": 99}}))
     with pytest.raises(ScheduleError, match="version"):
-        race_harness.stored_schedule(tmp_path / "run")
+        harness.stored_schedule(tmp_path / "run")
 
 
 def test_entry_point_keeps_its_options():
@@ -130,15 +131,13 @@ def test_entry_point_keeps_its_options():
 
     args = quality_race.parse_args(["--tier", "recheck_full", "--report_only", "--jobs", "1", "--only", "edm-dna64"])
     assert (args.tier, args.report_only, args.jobs, args.only, args.threads) == ("recheck_full", True, 1, "edm-dna64", 1)
-    assert args.out == str(race_harness.RESULTS) and not (args.smoke or args.plan or args.schedule_plots)
+    assert args.out == str(RESULTS) and not (args.smoke or args.plan or args.schedule_plots)
 
 
 def test_curve_counts_where_infonoise_is_ahead_by_hand():
-    from benchmarks import race_report, race_summary
+    from benchmarks.race import report, summary
 
-    race = dataclasses.replace(
-        next(r for r in race_tiers.tier_races("margin") if r.name == "m4x-edm-binarized_mnist16"), eval_steps=(300, 600)
-    )
+    race = dataclasses.replace(next(r for r in tiers.tier_races("margin") if r.name == "m4x-edm-binarized_mnist16"), eval_steps=(300, 600))
 
     def run(sampler, seed, fd):
         return {"sampler": sampler, "seed": seed, "steps": [300, 600], "quality": {"fd_thresholded": fd}}
@@ -149,13 +148,13 @@ def test_curve_counts_where_infonoise_is_ahead_by_hand():
         "logit_normal": [run("logit_normal", 0, [45, 35]), run("logit_normal", 1, [70, 38])],
         "edm_lognormal": [],
     }
-    c = race_summary.curve(race, by, "fd_thresholded")
+    c = summary.curve(race, by, "fd_thresholded")
     assert c["steps"] == [300, 600]
     assert [v["mean"] for v in c["samplers"]["infonoise"]] == [55, 35]
     assert [v["mean"] for v in c["samplers"]["logit_normal"]] == [57.5, 36.5]
     assert c["infonoise_ahead"]["logit_normal"] == [{"wins": 1, "seeds": 2}, {"wins": 1, "seeds": 2}]
     assert "edm_lognormal" not in c["samplers"]
-    table = race_report._curve_table(c, "fd_thresholded")
+    table = report._curve_table(c, "fd_thresholded")
     assert table[2] == "| step | infonoise | logit_normal | InfoNoise ahead of logit_normal |"
     assert table[4].startswith("| 300 | 55 ± 7.1 | 57.5 ± 18 | 1/2 |")
 

@@ -9,19 +9,31 @@ import numpy as np
 
 from benchmarks import dna as DNA
 from benchmarks import metrics as M
-from benchmarks.race_data import DataSpec, load_data
+from benchmarks.race.data import DataSpec, load_data
 from diffusers_infonoise.data import decode_sequences
 
 
+def in_data_units(images, scale: float):
+    """Samples as :func:`~diffusers_infonoise.generation.generate_images` returns them ((x + 1)/2 clamped to [0, 1], x
+    in model units) of data trained at ``scale`` times its own units (:attr:`DataSpec.scale`), in the data's own
+    [0, 1]: x divided by ``scale``. Exact for a scale ≤ 1 (|x| ≤ 1 holds the data); for a scale > 1 only the sign of
+    x survives the clamp."""
+    if scale == 1:
+        return images
+    return ((images * 2 - 1) / scale / 2 + 0.5).clamp(0, 1)
+
+
 class Scorer:
-    """Scores generated samples (N, 1, H, W) in [0, 1] of one data set against its held-out split."""
+    """Scores generated samples (N, 1, H, W) in [0, 1] of one data set against its held-out split (a data set that
+    transforms another, :attr:`DataSpec.base`, shares that one's held-out split and classifier: its samples are
+    brought back to the base's units first, :func:`in_data_units`)."""
 
     def __init__(self, name: str):
         self.data = load_data(name)
         self.spec: DataSpec = self.data["spec"]
         if self.spec.kind == "image":
             self.net, self.classifier_info = M.classifier_for(
-                name,
+                self.spec.base or name,
                 self.data["train"],
                 self.data["train_labels"],
                 self.data["heldout"],
@@ -42,7 +54,12 @@ class Scorer:
 
         images = torch.as_tensor(images, dtype=torch.float32)
         if self.spec.kind == "dna":
-            return DNA.kmer_metrics(decode_sequences(images, DNA.ALPHABET), self.data["heldout"])
+            tokens = decode_sequences(images, DNA.kmer_alphabet(self.spec.kmer))
+            return DNA.kmer_metrics(DNA.kmer_bases(tokens, self.spec.kmer), self.data["heldout"])
+        images = in_data_units(images, self.spec.scale)
+        if self.spec.scale > 1:  # the clamp kept only the signs: the thresholded samples are exact, nothing else is
+            hard = (images > 0.5).float()
+            return {"fd_thresholded": M.frechet_distance_features(M.extract_features(self.net, hard), self.ref)}
         out = {"fd": M.frechet_distance_features(M.extract_features(self.net, images), self.ref)}
         if self.spec.binary:
             hard = (images > 0.5).float()

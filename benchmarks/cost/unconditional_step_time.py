@@ -29,14 +29,13 @@ every refresh.
 
 Usage::
 
-    python benchmarks/unconditional_step_time.py            # writes benchmarks/results/unconditional_step_time.json
-    python benchmarks/unconditional_step_time.py --repeats 2 --steps 35 --skip 10 --output /tmp/x.json
+    python -m benchmarks.cost.unconditional_step_time            # writes benchmarks/results/unconditional_step_time.json
+    python -m benchmarks.cost.unconditional_step_time --repeats 2 --steps 35 --skip 10 --output /tmp/x.json
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -49,15 +48,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("train_unconditional", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import RESULTS, training_script
 
 
 def script_args(sampler: str, output_dir: str, opts) -> list[str]:
@@ -215,14 +206,14 @@ def main(argv=None) -> int:
         default=1,
         help="torch threads (1: on a shared 2-core machine a second OpenMP thread spins against other jobs)",
     )
-    p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "unconditional_step_time.json"))
+    p.add_argument("--output", default=str(RESULTS / "unconditional_step_time.json"))
     opts = p.parse_args(argv)
     torch.set_num_threads(opts.threads)
 
     import logging
 
     logging.getLogger().setLevel(logging.WARNING)
-    script = load_script()
+    script = training_script("train_unconditional")
     load_start = os.getloadavg()
     t_start = time.time()
     timed_run(script, "uniform", opts)  # warm-up run (imports, caches, first-call costs); not recorded

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from benchmarks.allocation_metrics import base_density
+from benchmarks.race.allocation_metrics import base_density
 
 
 def _pyplot():
@@ -45,8 +45,8 @@ def plot_curves(races, runs, summary, path):
             continue
         metric = summary[race.name]["primary_metric"]
         panels.append((race, metric))
-        if metric == "fd_thresholded":
-            panels.append((race, "fd"))
+        if metric == "fd_thresholded" and any("fd" in f for f in summary[race.name]["final"].values()):
+            panels.append((race, "fd"))  # the continuous samples' FD beside (not measured at a scale > 1)
     if not panels:
         return
     fig, axes = _panel_grid(plt, len(panels), 4.6, 3.6)

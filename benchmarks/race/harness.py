@@ -13,7 +13,6 @@ tier."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import shlex
@@ -24,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.race_data import DATASETS, load_data
-from benchmarks.race_tiers import (
+from benchmarks import REPO, RESULTS, code_version, training_script
+from benchmarks.race.data import DATASETS, load_data
+from benchmarks.race.sample_quality import Scorer
+from benchmarks.race.tiers import (
     ALL_SAMPLERS,
     EVAL_SEED,
     JITTER_SEEDS,
@@ -34,18 +35,27 @@ from benchmarks.race_tiers import (
     Pretrain,
     Race,
     eval_scheduler,
+    parse_arm,
     run_priority,
+    split_arms,
     tier_pretrains,
     unet_config,
 )
-from benchmarks.sample_quality import Scorer
 from diffusers_infonoise import read_schedule
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
-RESULTS = REPO / "benchmarks" / "results"
 #: Samplers that take the race's ``extra_args`` (the InfoNoise options, e.g. its warm-up).
-ADAPTIVE_SAMPLERS = ("infonoise", "kingma_gao")
+ADAPTIVE_SAMPLERS = ("infonoise", "kingma_gao", "loss_slope")
+#: The script's flag of each fixed-density parameter of an arm (``logit_normal@mean=-2``; :func:`parse_arm`), and the
+#: value it takes: ``--logit_mean`` has diffusers' sign (> 0: less noise), the library's ``mean`` the SD3 paper's
+#: (> 0: more noise; on VE the centre of ln σ), so it is passed negated
+FIXED_PARAM_FLAGS = {
+    ("logit_normal", "mean"): ("--logit_mean", lambda v: 0.0 - v),
+    ("logit_normal", "std"): ("--logit_std", float),
+    ("edm_lognormal", "P_mean"): ("--edm_p_mean", float),
+    ("edm_lognormal", "P_std"): ("--edm_p_std", float),
+    ("mode", "scale"): ("--mode_scale", float),
+}
 #: The fields of the stored InfoNoise schedule that a run's results keep.
 SCHEDULE_FIELDS = (
     "edges",
@@ -95,16 +105,17 @@ class RunSpec:
     def sampler_args(self) -> list[str]:
         """The race's ``extra_args`` when the sampler takes them, else none; then the sampler's own
         (``sampler_extra_args``, a pretrain's folder for ``{pretrained:NAME}``)."""
-        args = list(self.race.extra_args) if self.sampler.split("-")[0] in ADAPTIVE_SAMPLERS else []
+        args = list(self.race.extra_args) if parse_arm(self.sampler).name in ADAPTIVE_SAMPLERS else []
         return args + [_pretrained_arg(a, self.root) for a in self.race.sampler_extra_args.get(self.sampler, ())]
 
     def argv(self) -> list[str]:
         r = self.race
         data = load_data(r.dataset)
-        # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto
-        name, *options = self.sampler.split("-")
+        # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto;
+        # fixed densities with parameters "logit_normal@mean=-2": the baseline flags (FIXED_PARAM_FLAGS)
+        arm = parse_arm(self.sampler)
         model = (
-            ["--pretrained_model_name_or_path", str(pretrain_dir(self.root, r.pretrained))]
+            ["--pretrained_model_name_or_path", str(pretrained_folder(self.root, r))]
             if r.pretrained
             else ["--model_config_name_or_path", str(self.model_config_path)]
         )
@@ -115,7 +126,7 @@ class RunSpec:
                 "--diffusion",
                 r.diffusion,
                 "--noise_sampler",
-                name,
+                arm.name,
                 "--seed",
                 str(self.seed),
                 "--train_batch_size",
@@ -146,12 +157,57 @@ class RunSpec:
                 "0" if self.schedule_plots else "-1",
             ]
         )
-        return a + self.sampler_args + variant_args(options)
+        return a + fixed_param_args(self.sampler) + self.sampler_args + variant_args(list(arm.options))
+
+
+def fixed_param_args(arm: str) -> list[str]:
+    """The baseline flags of a fixed density's explicit parameters (``logit_normal@mean=-2`` gives
+    ``--logit_mean 2.0``; :data:`FIXED_PARAM_FLAGS`); none for an arm without parameters.
+
+    Raises:
+        ValueError: a parameter the sampler has no flag for (naming the accepted ones)."""
+    a = parse_arm(arm)
+    out = []
+    for key, value in a.params:
+        if (a.name, key) not in FIXED_PARAM_FLAGS:
+            accepted = ", ".join(k for n, k in FIXED_PARAM_FLAGS if n == a.name) or "none"
+            raise ValueError(f"arm {arm!r}: {a.name} has no parameter {key!r}; accepted: {accepted}")
+        flag, convert = FIXED_PARAM_FLAGS[(a.name, key)]
+        out += [flag, repr(convert(value))]
+    return out
 
 
 def pretrain_dir(root, name: str) -> Path:
-    """Where a pretrain of :data:`~benchmarks.race_tiers.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
+    """Where a pretrain of :data:`~benchmarks.race.tiers.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
     return Path(root) / "pretrained" / name
+
+
+def pretrained_folder(root, race: Race) -> Path:
+    """The pipeline a fine-tuning race starts from: its pretrain's folder, or, when the race's data has another
+    resolution than the pretrain's, a copy at ``<root>/pretrained/<name>-at<R>`` whose UNet config says
+    ``sample_size`` R (:func:`resized_pretrain`)."""
+    p = PRETRAINS[race.pretrained]
+    side = DATASETS[race.dataset].resolution
+    if DATASETS[p.dataset].resolution == side:
+        return pretrain_dir(root, p.name)
+    return pretrain_dir(root, f"{p.name}-at{side}")
+
+
+def resized_pretrain(root, race: Race) -> Path:
+    """Write :func:`pretrained_folder`'s copy of a pretrain at the race's resolution (once): the same weights (a
+    ``UNet2DModel``'s convolutions and attention do not depend on the image size), its scheduler, and a UNet config
+    with the new ``sample_size``, which is what the script checks against ``--resolution``. Returns the folder."""
+    out = pretrained_folder(root, race)
+    source = pretrain_dir(root, race.pretrained)
+    if out != source and not (out / "model_index.json").exists():
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+        for config in tmp.glob("unet*/config.json"):
+            cfg = json.loads(config.read_text())
+            config.write_text(json.dumps({**cfg, "sample_size": DATASETS[race.dataset].resolution}, indent=2))
+        tmp.replace(out)
+    return out
 
 
 def _pretrained_arg(arg: str, root) -> str:
@@ -194,7 +250,7 @@ def run_pretrain(job: tuple) -> tuple[str, str | None]:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         t0 = time.time()
-        _load_script().main(pretrain_argv(p, root))
+        training_script("train_unconditional").main(pretrain_argv(p, root))
         (out.parent / f"{p.name}.json").write_text(json.dumps({
             "pretrain": dataclasses.asdict(p), "wall_time_s": round(time.time() - t0, 1),
             "command": "python " + shlex.join([str(SCRIPT.relative_to(REPO))] + [_rel(a) for a in pretrain_argv(p, root)]),
@@ -239,7 +295,7 @@ def run_specs(
     specs = []
     for race in races:
         for s in race.samplers:
-            if samplers and s not in samplers.split(","):
+            if samplers and s not in split_arms(samplers):
                 continue
             for seed in race.seeds[s]:
                 # evaluation jitter from the seed-0 runs of InfoNoise and the baseline (extra samplings)
@@ -252,7 +308,7 @@ def run_specs(
                         str(root),
                         threads,
                         schedule_plots,
-                        jitter=(seed == 0 and s in ("infonoise", race.baseline)),
+                        jitter=(race.jitter and seed == 0 and s in ("infonoise", race.baseline)),
                     )
                 )
     specs.sort(key=lambda sp: (run_priority(tier, sp), sp.seed, ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
@@ -262,7 +318,7 @@ def run_specs(
 def model_config(race: Race) -> dict:
     """The race's denoiser config for its data set (written beside the runs as ``unet_<race>.json``)."""
     data = DATASETS[race.dataset]
-    return unet_config(data.resolution, race.channels, data.kind)
+    return unet_config(data.resolution, race.channels, data.kind, in_channels=4**data.kmer if data.kind == "dna" else None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,13 +340,6 @@ def sample(unet, race: Race, seed: int, n: int | None = None):
             generate_images(unet, sched, min(race.sample_batch, n - i), num_inference_steps=NUM_INFERENCE_STEPS, generator=gen).cpu()
         )
     return torch.cat(out)
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_unconditional", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
@@ -342,6 +391,28 @@ def stored_schedule(out_dir: Path) -> dict | None:
     return json.loads(json.dumps(schedule), parse_float=lambda s: round(float(s), 6))
 
 
+def checkpoint_pi(checkpoint: Path) -> dict | None:
+    """The draw density of an adaptive sampler that stores no schedule (Kingma & Gao, the loss slope) at a checkpoint,
+    from the sampler state the script saves there (rank 0's): ``{"edges", "pi", "adapted"}``, the bin masses of π on
+    its log-σ bins (the base density's while it has not adapted: ``pi`` None), floats to 6 decimals; None without a
+    state."""
+    from safetensors.torch import load_file
+
+    from diffusers_infonoise.schedule_io import SAMPLER_STATE_TENSORS
+    from diffusers_infonoise.training.checkpoints import SAMPLER_SUBDIR
+
+    path = checkpoint / SAMPLER_SUBDIR / "rank_0" / SAMPLER_STATE_TENSORS
+    if not path.exists():
+        return None
+    state = load_file(str(path))
+    probs = state.get("probs")
+    return {
+        "edges": [round(float(v), 6) for v in state["edges"]],
+        "pi": None if probs is None else [round(float(v), 6) for v in probs],
+        "adapted": probs is not None,
+    }
+
+
 def run_one(spec: RunSpec) -> dict:
     """Train (one call of the script's ``main``), evaluate every checkpoint, write the result JSON."""
     if spec.result_path.exists():
@@ -361,7 +432,7 @@ def run_one(spec: RunSpec) -> dict:
     resumed = bool(_checkpoints(spec.out_dir))
     if resumed:
         argv += ["--resume_from_checkpoint", "latest"]
-    script = _load_script()
+    script = training_script("train_unconditional")
     t0, c0 = time.time(), time.process_time()
     script.main(argv)
     train_s, train_cpu = time.time() - t0, time.process_time() - c0
@@ -404,6 +475,7 @@ def run_one(spec: RunSpec) -> dict:
         "quality": {k: [round(float(e[k]), 6) for e in evals] for k in evals[0]} if evals else {},
         "jitter": jitter,
         "schedule": stored_schedule(spec.out_dir),
+        **({"final_pi": checkpoint_pi(ckpts[-1][1])} if ckpts and parse_arm(spec.sampler).kind == "adaptive" else {}),
         "wall_time_s": {"train": round(train_s, 1), "eval": round(eval_s, 1), "total": round(train_s + eval_s, 1)},
         "cpu_time_s": {
             "train": round(train_cpu, 1),
@@ -413,6 +485,7 @@ def run_one(spec: RunSpec) -> dict:
         },
         "resumed": resumed,
         "threads": spec.threads,
+        "code": code_version(),
         "command": script_command(spec),
     }
     if getattr(scorer, "classifier_info", None):
@@ -512,6 +585,9 @@ def run_all(specs: list[RunSpec], races: list[Race], *, jobs: int, threads: int,
                     errors[f"pretrain {name}"] = err
         if errors:
             return errors
+        for race in races:  # a fine-tune at another resolution starts from a copy of its pretrain at that size
+            if race.pretrained:
+                resized_pretrain(root, race)
     with mp.get_context("spawn").Pool(jobs) as pool:  # workers are reused: one import each
         for run_id, err in pool.imap_unordered(_run_in_worker, todo):
             print(f"[{time.time() - t0:7.0f} s] {run_id}: {'ok' if err is None else 'FAILED ' + err}", flush=True)
@@ -537,29 +613,75 @@ def quick_calibration(out: Path) -> dict:
     return {"step_s": float(np.median(step)), "eval_s": float(np.median(ev)), "source": str(path.relative_to(REPO))}
 
 
-def estimate_seconds(race: Race, quick_timing: dict | None = None) -> float:
-    """Rough wall time of one run: train steps + evaluations, from the quick tier's measured 8x8 costs,
-    scaled by pixels (and ×1.3 for a third UNet level) for 16x16 and 28x28, ×2 for the DNA race."""
+#: the committed runs whose measured costs calibrate the 16x16 image and DNA estimates (:func:`measured_calibration`)
+CALIBRATION_RUNS = {
+    "image16": "quality_race_recheck_full_runs_edm-binarized_mnist16.json",
+    "dna64": "quality_race_recheck_full_runs_edm-dna64.json",
+}
+
+
+def measured_calibration() -> dict:
+    """Seconds per training step (batch 64) and per 2000-sample evaluation of the 16x16 UNet (channels 16, 32) and
+    the DNA UNet (32, 64) on 4 x 64, medians over the committed runs of :data:`CALIBRATION_RUNS` (wall time, 2 jobs
+    on 2 cores; the machine's load then included). Kinds without a committed file are left out."""
+    out = {}
+    for kind, name in CALIBRATION_RUNS.items():
+        path = RESULTS / name
+        if path.exists():
+            runs = json.loads(path.read_text())["runs"]
+            step = [r["wall_time_s"]["train"] / r["hyperparameters"]["steps"] for r in runs]
+            ev = [r["wall_time_s"]["eval"] / (r["cpu_time_s"]["num_evals"] + r["cpu_time_s"]["num_jitter_samplings"]) * 2000
+                  / r["inference"]["num_samples"] for r in runs]  # fmt: skip
+            out[kind] = {"step_s": float(np.median(step)), "eval_s": float(np.median(ev)), "source": name}
+    return out
+
+
+def estimate_seconds(race: Race, quick_timing: dict | None = None, measured: dict | None = None) -> float:
+    """Rough wall time of one run: train steps + evaluations. From ``measured`` (:func:`measured_calibration`) where
+    it has the kind: 16x16 costs scaled by pixels for images of 16x16 and more, DNA costs scaled by the sequence
+    length; else from the quick tier's measured 8x8 costs, scaled by pixels (and ×1.3 for a third UNet level) for
+    16x16 and 28x28, ×2 for DNA."""
     t = quick_timing or {"step_s": 0.27, "eval_s": 33.0}
+    measured = measured or {}
     spec = DATASETS[race.dataset]
-    if spec.kind == "dna":  # the 1-D UNet on 4 x 64: measured ~1.4x (steps) to ~2.5x (evaluation) the 8x8 model
+    if spec.kind == "dna" and "dna64" in measured:
+        t, scale = measured["dna64"], spec.resolution / 64
+    elif spec.kind == "image" and spec.resolution >= 16 and len(race.channels) == 2 and "image16" in measured:
+        t, scale = measured["image16"], (spec.resolution / 16) ** 2
+    elif spec.kind == "dna":  # the 1-D UNet on 4 x 64: measured ~1.4x (steps) to ~2.5x (evaluation) the 8x8 model
         scale = 2.0
     else:
         scale = (spec.resolution / 8) ** 2 * (1.3 if len(race.channels) > 2 else 1.0)
-    n_eval = race.steps // race.eval_every
+    n_eval = len(race.eval_steps) if race.eval_steps else race.steps // race.eval_every
     return scale * (race.steps * t["step_s"] * race.batch_size / 64 + n_eval * t["eval_s"] * race.num_samples / 2000)
 
 
-def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str) -> None:
-    """Print each run with its estimated wall time, and the total (``--plan``)."""
-    total = 0.0
-    cal = quick_calibration(Path(out))
+def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str, races: list[Race] | None = None, runs: bool = True) -> float:
+    """Print each run with its estimated wall time (``done`` where its result exists), the pretrains still to train,
+    and the totals (``--plan``; ``runs=False``: the totals only). Returns the seconds of worker time still to run."""
+    total = left = 0.0
+    cal, measured = quick_calibration(Path(out)), measured_calibration()
     print(f"calibration: {cal['step_s']:.3f} s/step, {cal['eval_s']:.1f} s/evaluation at 8x8 ({cal['source']})")
+    for kind, m in measured.items():
+        print(f"calibration: {m['step_s']:.3f} s/step, {m['eval_s']:.1f} s/2000-sample evaluation for {kind} ({m['source']})")
+    for p in tier_pretrains(races or []):
+        if specs and not (pretrain_dir(specs[0].root, p.name) / "model_index.json").exists():
+            as_race = Race(p.name, p.dataset, p.diffusion, (), "", {}, p.steps, p.steps, channels=p.channels, num_samples=0)
+            est = estimate_seconds(as_race, cal, measured)
+            total += est
+            left += est
+            if runs:
+                print(f"{'pretrain ' + p.name:70s} ~{est:6.0f} s")
     for sp in specs:
-        est = estimate_seconds(sp.race, cal) + (len(JITTER_SEEDS) * cal["eval_s"] if sp.jitter else 0)
+        est = estimate_seconds(sp.race, cal, measured) + (len(JITTER_SEEDS) * cal["eval_s"] if sp.jitter else 0)
+        done = sp.result_path.exists()
         total += est
-        print(f"{sp.run_id:55s} ~{est:6.0f} s")
+        left += 0 if done else est
+        if runs:
+            print(f"{sp.run_id:70s} ~{est:6.0f} s" + ("  done" if done else ""))
     print(
         f"{len(specs)} runs, ~{total / 3600:.2f} h of worker time at the calibration's speed, "
-        f"~{total / 3600 / max(1, jobs):.2f} h with --jobs {jobs}" + (" (CPU calibration: meaningless for a GPU)" if tier == "gpu" else "")
+        f"~{total / 3600 / max(1, jobs):.2f} h with --jobs {jobs}; still to run ~{left / 3600 / max(1, jobs):.2f} h"
+        + (" (CPU calibration: meaningless for a GPU)" if tier == "gpu" else "")
     )
+    return left

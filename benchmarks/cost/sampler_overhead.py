@@ -9,8 +9,8 @@ median(sampler time per step) / median(training step time).
 
 Usage::
 
-    python benchmarks/sampler_overhead.py                 # writes benchmarks/results/sampler_overhead.json
-    python benchmarks/sampler_overhead.py --repeats 3 --output /tmp/overhead.json
+    python -m benchmarks.cost.sampler_overhead                 # writes benchmarks/results/sampler_overhead.json
+    python -m benchmarks.cost.sampler_overhead --repeats 3 --output /tmp/overhead.json
 
 Prints one line: ``sampler overhead: max X.XXX% of a training step (...)``.
 """
@@ -28,15 +28,11 @@ import time
 from pathlib import Path
 
 import torch
+from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel  # noqa: E402
-
-import diffusers_infonoise  # noqa: E402
-from diffusers_infonoise import InfoNoiseTrainingTimestepSampler  # noqa: E402
+import diffusers_infonoise
+from benchmarks import REPO, RESULTS
+from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 
 SCHEDULERS = {
     "vp": ("DDPMScheduler", DDPMScheduler, "epsilon", "none"),
@@ -110,7 +106,7 @@ def _command(argv) -> str:
     if exe.startswith(str(REPO) + os.sep):
         exe = os.path.relpath(exe, REPO)
     args = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(shlex.quote(a) for a in [exe, os.path.relpath(os.path.abspath(__file__), REPO), *args])
+    return " ".join(shlex.quote(a) for a in [exe, "-m", "benchmarks.cost.sampler_overhead", *args])
 
 
 def main(argv=None) -> dict:
@@ -122,7 +118,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--unet-steps", type=int, default=1, help="training steps per timed UNet block")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "sampler_overhead.json"))
+    parser.add_argument("--output", default=str(RESULTS / "sampler_overhead.json"))
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -3,20 +3,22 @@ density π on the bins of an InfoNoise schedule — TV(φ, ρ̂) between its eff
 and the schedule's final ρ̂ (:func:`allocation_tv`, METHOD.md §5), the width of π
 (:func:`allocation_width`) and the baseline's mass where InfoNoise's π is negligible
 (:func:`base_mass_where_pi_small`, METHOD.md §7). Schedules are the ``schedule`` records of the run
-results (:func:`benchmarks.race_harness.stored_schedule`)."""
+results (:func:`benchmarks.race.harness.stored_schedule`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.race_tiers import Race, train_scheduler
+from benchmarks.race.tiers import Race, parse_arm, train_scheduler
 
 
 def base_density(race: Race, sampler_name: str):
-    """The density a sampler draws from on the race's path (an adaptive sampler's: its base density)."""
+    """The density an arm draws from on the race's path (a fixed density with its explicit parameters,
+    ``logit_normal@mean=-2``; an adaptive sampler's: its base density)."""
     from diffusers_infonoise.samplers import make_sampler
 
-    return make_sampler(sampler_name, train_scheduler(race)).density
+    arm = parse_arm(sampler_name)
+    return make_sampler(arm.name, train_scheduler(race), **dict(arm.params)).density
 
 
 def _infonoise_sampler(race: Race, num_bins: int):
@@ -71,22 +73,22 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
 
 
 def _run_pi(race: Race, run: dict, edges: np.ndarray) -> np.ndarray:
-    """A run's π masses on the bins ``edges``: its stored final π (an InfoNoise run, on its own bins), else
-    its fixed density's."""
+    """A run's π masses on the bins ``edges``: its stored final π (an InfoNoise run, on its own bins; another adaptive
+    sampler's from its last checkpoint, ``final_pi``), else its fixed (or not yet adapted adaptive sampler's base) density's."""
     import torch
 
     from diffusers_infonoise.densities import bin_masses
 
-    own = (run.get("schedule") or {}).get("pi")
+    own = (run.get("schedule") or {}).get("pi") or (run.get("final_pi") or {}).get("pi")
     if own and len(own) == len(edges) - 1:
         return np.asarray(own, float)
     return bin_masses(base_density(race, run["sampler"]), torch.from_numpy(np.asarray(edges, float))).numpy()
 
 
 def _adaptive_without_schedule(run: dict) -> bool:
-    """An adaptive sampler (Kingma & Gao) that stored no schedule: its final π is unknown, and its base
-    density would stand in for it wrongly."""
-    return run["sampler"].split("-")[0] == "kingma_gao" and not (run.get("schedule") or {}).get("pi")
+    """An adaptive sampler other than InfoNoise (Kingma & Gao, the loss slope) whose final π was not recorded
+    (runs before ``final_pi``): it is unknown, and its base density would stand in for it wrongly."""
+    return parse_arm(run["sampler"]).kind == "adaptive" and not (run.get("schedule") or {}).get("pi") and not run.get("final_pi")
 
 
 def allocation_tv(race: Race, run: dict, reference: dict | None) -> float | None:

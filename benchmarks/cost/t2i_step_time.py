@@ -7,7 +7,7 @@ logit-normal(0, 1) for ``train_text_to_image_sd3.py`` (SD3, ``--weighting_scheme
 uniform s for ``train_text_to_image_flux.py`` (Flux, ``--weighting_scheme none``). SDXL and Flux
 have a tiny stand-in only (``--size tiny``).
 
-Method (as ``benchmarks/unconditional_step_time.py``). Both configurations run the unmodified script
+Method (as ``benchmarks/cost/unconditional_step_time.py``). Both configurations run the unmodified script
 in this one process through its ``main([...])`` (same seed, model, data, loss), alternating run by
 run and swapping which goes first at every repeat, after one untimed warm-up run. ``main`` returns
 the wall time of every optimizer step (the loop measures from the end of one step to the end of the
@@ -34,15 +34,14 @@ downloaded. ``--synthetic_data`` uses random captioned images instead of the bui
 
 Usage::
 
-    python benchmarks/t2i_step_time.py                  # CPU, --size small, writes benchmarks/results/t2i_step_time.json
-    python benchmarks/t2i_step_time.py --size full --mixed_precision bf16 --synthetic_data \\
+    python -m benchmarks.cost.t2i_step_time                  # CPU, --size small, writes benchmarks/results/t2i_step_time.json
+    python -m benchmarks.cost.t2i_step_time --size full --mixed_precision bf16 --synthetic_data \\
         --output benchmarks/results/t2i_step_time_h200.json   # on a GPU
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -55,10 +54,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-for extra in (REPO, REPO / "tests"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
+from benchmarks import RESULTS, training_script
 
 SCRIPTS = {
     "sd": ("train_text_to_image", "uniform"),
@@ -68,16 +64,9 @@ SCRIPTS = {
 }
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "training_scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def build_model(kind: str, size: str, folder: str, dtype: str = "float32") -> str:
     """Save a random pipeline of ``size`` to ``folder`` (weights stored in ``dtype``); returns ``folder``."""
-    from helpers.tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
+    from tests.helpers.tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
 
     if kind in ("sdxl", "flux"):
         if size != "tiny":
@@ -95,29 +84,25 @@ def build_model(kind: str, size: str, folder: str, dtype: str = "float32") -> st
         torch.set_default_dtype(previous)
 
 
-def use_synthetic_data(num_images: int = 64, side: int = 96) -> None:
-    """Replace the data set loader of the training layer by random captioned RGB images in memory."""
+def save_synthetic_data(folder: str, num_images: int = 64, side: int = 96) -> str:
+    """Random captioned RGB images (columns ``image``, ``text``) saved as a ``datasets`` folder that the scripts
+    load with ``--dataset_name FOLDER``; returns ``folder``."""
+    import datasets
     import numpy as np
     from PIL import Image
 
-    import diffusers_infonoise.training as training
-
-    from helpers.tiny_pipelines import CAPTIONS
+    from tests.helpers.tiny_pipelines import CAPTIONS
 
     rng = np.random.default_rng(0)
-    rows = [
-        {"image": Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)), "text": CAPTIONS[i % len(CAPTIONS)]}
-        for i in range(num_images)
-    ]
-
-    class Rows(list):
-        column_names = ["image", "text"]
-
-    training.datasets.load_captioned_dataset = lambda data: Rows(rows)  # where captioned_dataloader looks it up
+    images = [Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)) for _ in range(num_images)]
+    captions = [CAPTIONS[i % len(CAPTIONS)] for i in range(num_images)]
+    features = datasets.Features({"image": datasets.Image(), "text": datasets.Value("string")})
+    datasets.Dataset.from_dict({"image": images, "text": captions}, features=features).save_to_disk(folder)
+    return folder
 
 
 def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opts) -> list[str]:
-    from helpers.tiny_pipelines import SIZES
+    from tests.helpers.tiny_pipelines import SIZES
 
     args = [
         "--pretrained_model_name_or_path",
@@ -243,7 +228,7 @@ def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
 
 def bench_script(kind: str, opts, tmp: str) -> dict:
     name, default = SCRIPTS[kind]
-    script = load_script(name)
+    script = training_script(name)
     t0 = time.perf_counter()
     model = build_model(kind, opts.size, os.path.join(tmp, f"{kind}_{opts.size}"), opts.model_dtype)
     build_s = time.perf_counter() - t0
@@ -333,14 +318,10 @@ def main(argv=None) -> int:
         "--threads", type=int, default=None, help="torch threads (default: 1 on CPU, where a second OpenMP thread spins against other jobs)"
     )
     p.add_argument("--threshold", type=float, default=1.02)
-    p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "t2i_step_time.json"))
+    p.add_argument("--output", default=str(RESULTS / "t2i_step_time.json"))
     opts = p.parse_args(argv)
     cuda = torch.cuda.is_available()
     torch.set_num_threads(opts.threads or (torch.get_num_threads() if cuda else 1))
-    if opts.synthetic_data:
-        use_synthetic_data()
-        opts.dataset = "synthetic"
-
     import logging
 
     logging.getLogger().setLevel(logging.WARNING)
@@ -348,11 +329,13 @@ def main(argv=None) -> int:
     t_start = time.time()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        if opts.synthetic_data:
+            opts.dataset = save_synthetic_data(os.path.join(tmp, "synthetic"))
         for kind in opts.scripts:
             results[kind] = bench_script(kind, opts, tmp)
     import diffusers
 
-    from helpers.tiny_pipelines import SIZES
+    from tests.helpers.tiny_pipelines import SIZES
 
     result = {
         "benchmark": "per-step wall time of the text-to-image scripts, --noise_sampler infonoise vs the script's default",

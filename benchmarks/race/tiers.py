@@ -2,11 +2,12 @@
 its samplers and seeds, the training budget), the race's denoiser (:func:`unet_config`), its
 schedulers (:func:`train_scheduler`; :func:`eval_scheduler`, the fixed inference sampler), the tiers
 (:func:`tier_races`), what each tier leaves out (:data:`TIER_SIZING`) and the order its runs start in
-(:data:`TIER_PRIORITY`, :func:`run_priority`)."""
+(:data:`TIER_PRIORITY`, :func:`run_priority`), and what an arm's name means (:func:`parse_arm`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 ALL_SAMPLERS = ("infonoise", "edm_lognormal", "logit_normal", "uniform", "log_uniform", "cosine", "kingma_gao")
@@ -15,16 +16,17 @@ EVAL_SEED = 1234  # the sampling seed of every evaluation (common random numbers
 JITTER_SEEDS = (1, 2, 3)  # EVAL_SEED + each: the extra samplings of a final model that measure the evaluation jitter
 
 
-def unet_config(resolution: int, channels: tuple, kind: str = "image") -> dict:
-    """The race's denoiser: a ``UNet2DModel`` (images) or a ``UNet1DModel`` (one-hot DNA, length
-    ``resolution``) of temporal-ResNet blocks, which take the noise level in every block."""
+def unet_config(resolution: int, channels: tuple, kind: str = "image", in_channels: int | None = None) -> dict:
+    """The race's denoiser: a ``UNet2DModel`` (images, ``in_channels`` 1) or a ``UNet1DModel`` (one-hot DNA or
+    k-mer tokens, length ``resolution``, ``in_channels`` the alphabet's size, 4 by default) of temporal-ResNet
+    blocks, which take the noise level in every block."""
     levels = len(channels)
     if kind == "dna":
         return {
             "_class_name": "UNet1DModel",
             "sample_size": resolution,
-            "in_channels": 4,
-            "out_channels": 4,
+            "in_channels": in_channels or 4,
+            "out_channels": in_channels or 4,
             "extra_in_channels": 0,
             "time_embedding_type": "positional",
             "use_timestep_embedding": True,
@@ -55,7 +57,9 @@ def unet_config(resolution: int, channels: tuple, kind: str = "image") -> dict:
 @dataclass
 class Race:
     """One race: the samplers (each with its seeds) trained on one data set and path with the same budget,
-    against ``baseline``; a sampler ``infonoise-<option>...`` is a variant of InfoNoise (:func:`benchmarks.race_harness.variant_args`)."""
+    against ``baseline``. Each sampler is an arm name (:func:`parse_arm`): ``infonoise-<option>...`` is a variant
+    of InfoNoise (:func:`benchmarks.race.harness.variant_args`), ``logit_normal@mean=-2`` a fixed density with
+    explicit parameters, ``infonoise#tag`` the same arm re-run under another label."""
 
     name: str
     dataset: str
@@ -82,6 +86,85 @@ class Race:
     pretrain_steps: int | None = None
     #: keep the evaluated checkpoints (the margin study profiles them offline afterwards)
     keep_checkpoints: bool = False
+    #: measure the evaluation jitter on the seed-0 runs of InfoNoise and the baseline (extra samplings)
+    jitter: bool = True
+    #: transfer tier: the arms of one fixed family's location sweep, whose best point is the task's oracle
+    sweep: tuple = ()
+    #: transfer tier: what the task moves, and the race of its unmoved reference
+    task: str = ""
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What a race's sampler name says (:func:`parse_arm`): ``<sampler>[-<option>...][@<key>=<value>,...][#<tag>]``.
+
+    ``name`` is the library's sampler (``--noise_sampler``); ``options`` are InfoNoise-style variant options
+    (``<flag>_<value>`` or ``<flag>=<value>``: ``--infonoise_<flag> <value>``, for the adaptive samplers);
+    ``params`` the parameters of a fixed density in the library's convention (the keywords of
+    :func:`diffusers_infonoise.baselines.base_density`: logit_normal's ``mean`` is the centre of ln σ on VE, > 0
+    more noise; ``std``; edm_lognormal's ``P_mean``, ``P_std``; mode's ``scale``); ``tag`` a label only (the same
+    arguments under another name, e.g. ``infonoise#v2`` for InfoNoise re-run on newer code)."""
+
+    name: str
+    options: tuple = ()
+    params: tuple = ()  # ((key, value), ...), in the order given
+    tag: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``"infonoise"`` (InfoNoise and its variants), ``"fixed"`` (a fixed density) or ``"adaptive"`` (another
+        adaptive sampler: Kingma & Gao, the loss slope)."""
+        from diffusers_infonoise.samplers import FIXED_DENSITY_NAMES
+
+        return "infonoise" if self.name == "infonoise" else "fixed" if self.name in FIXED_DENSITY_NAMES else "adaptive"
+
+
+def parse_arm(arm: str) -> Arm:
+    """The :class:`Arm` of a sampler name such as ``infonoise``, ``infonoise-gate_none``, ``logit_normal@mean=-2``,
+    ``logit_normal@mean=-1.3,std=0.8`` or ``infonoise#v2``.
+
+    Raises:
+        ValueError: an unknown sampler, a parameter that is not ``<key>=<number>``, parameters on an adaptive
+            sampler or variant options on a fixed density (naming the arm and what is accepted).
+    """
+    from diffusers_infonoise.samplers import FIXED_DENSITY_NAMES, SAMPLER_NAMES
+
+    head, _, tag = arm.partition("#")
+    head, at, text = head.partition("@")
+    name, *options = head.split("-")
+    if name not in SAMPLER_NAMES:
+        raise ValueError(f"arm {arm!r}: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
+    params = []
+    for item in text.split(",") if at else ():
+        key, eq, value = item.partition("=")
+        try:
+            params.append((key, float(value)))
+        except ValueError:
+            eq = ""
+        if not (key and eq):
+            raise ValueError(f"arm {arm!r}: parameter {item!r} is not <key>=<number>")
+    if params and name not in FIXED_DENSITY_NAMES:
+        raise ValueError(f"arm {arm!r}: @parameters are a fixed density's ({', '.join(FIXED_DENSITY_NAMES)})")
+    if options and name in FIXED_DENSITY_NAMES:
+        raise ValueError(f"arm {arm!r}: -<flag>_<value> options are for the adaptive samplers, not a fixed density")
+    return Arm(name, tuple(options), tuple(params), tag)
+
+
+def split_arms(text: str) -> list[str]:
+    """A comma-separated list of arm names (``--samplers``), where a comma inside ``@key=value,key=value`` does not
+    separate two arms: ``"infonoise,logit_normal@mean=-1.3,std=0.8"`` is two arms."""
+    arms: list[str] = []
+    for piece in text.split(","):
+        if arms and "@" in arms[-1] and "#" not in arms[-1] and re.fullmatch(r"\w+=[^@#]*(#.*)?", piece):
+            arms[-1] += "," + piece  # the next parameter of the previous arm
+        elif piece:
+            arms.append(piece)
+    return arms
+
+
+#: the Race fields that only the transfer tier sets: left out of a results file where they keep their defaults
+TRANSFER_FIELDS = {"jitter": True, "sweep": (), "task": "", "reference": None}
 
 
 @dataclass(frozen=True)
@@ -114,6 +197,8 @@ PRETRAINS = {
         # the transfer races' sources: another seed's from-scratch run of the same race, and an 8x8 run
         Pretrain("edm-infonoise-binarized_mnist16-s1", "binarized_mnist16", "edm", "infonoise", steps=600, seed=1),
         Pretrain("edm-infonoise-binarized_digits-s1", "binarized_digits", "edm", "infonoise", steps=600, seed=1),
+        # the transfer tier's fine-tunes (to 32x32, to data scaled by 0.25) start from EDM's conventional density
+        Pretrain("edm-edm_lognormal-binarized_mnist16", "binarized_mnist16", "edm", "edm_lognormal"),
     )
 }
 
@@ -237,6 +322,92 @@ def _margin_races() -> list[Race]:
     ]  # fmt: skip
 
 
+#: the estimator before issue 31, on today's code: InfoNoise with an EMA of β = 0.9 a refresh and no clean-end bound
+FORMER_ESTIMATOR = "infonoise-ema_decay=0.9-clean_end_bound=false"
+
+
+#: the transfer tier's sweep of logit-normal's location (issue 30): the centre of ln σ (VE σ) at −2, −1, 1, 2, in the
+#: library's convention (``mean`` > 0: more noise; the harness passes ``--logit_mean`` with diffusers' sign, −mean);
+#: the centre 0 with std 1 is the default ``logit_normal`` itself, whose runs the sweep reuses
+TRANSFER_SWEEP = ("logit_normal@mean=-2", "logit_normal@mean=-1", "logit_normal", "logit_normal@mean=1", "logit_normal@mean=2")
+#: the arms of every transfer task, each one's seeds (the defaults and InfoNoise 3, the sweep and the peers 1)
+TRANSFER_ARMS = (
+    "infonoise",
+    "logit_normal",
+    "edm_lognormal",
+    *(a for a in TRANSFER_SWEEP if a != "logit_normal"),
+    "kingma_gao",
+    "loss_slope",
+    # the estimator before issue 31: today's defaults measured as they were, on the same code as the tracking
+    # estimator the library now uses (docs/METHOD.md §5.10)
+    FORMER_ESTIMATOR,
+)
+
+
+def _transfer_races() -> list[Race]:
+    """Issue 30: tasks whose informative noise window moves, each beside its unmoved reference, with the same arms
+    and budget: InfoNoise with the library's defaults (no pinned warm-up), the path defaults (logit-normal(0, 1),
+    EDM log-normal(−1.2, 1.2)), the sweep of logit-normal's centre (:data:`TRANSFER_SWEEP`, whose best point is the
+    task's oracle), Kingma & Gao and the loss slope. Sized for about 5 hours of 2 cores (``--plan``): 1000 samples
+    per evaluation, evaluations at a third, two thirds and the end; 450 steps at 16x16, 300 at 32x32, 600 on DNA;
+    the fine-tunes 240 steps at a third of the learning rate from an EDM log-normal pretrain of binarized MNIST
+    16x16 (1200 steps): a full fine-tune at the new resolution (the script has no LoRA for unconditional UNets) and
+    one onto data scaled by 0.25. The fine-tunes' references are the from-scratch tasks of the same data."""
+    main = ("infonoise", FORMER_ESTIMATOR, "logit_normal", "edm_lognormal")
+    seeds = {a: [0, 1, 2] if a in main else [0] for a in TRANSFER_ARMS}
+    common = dict(
+        samplers=TRANSFER_ARMS,
+        diffusion="edm",
+        baseline="logit_normal",
+        seeds=seeds,
+        sweep=TRANSFER_SWEEP,
+        num_samples=1000,
+        sample_batch=1000,
+        extra_args=(),
+        jitter=False,
+    )
+    img16 = dict(steps=450, eval_every=150, **common)
+    dna = dict(steps=600, eval_every=200, channels=(32, 64), **common)
+    tune = dict(
+        steps=240, eval_every=80, learning_rate=3e-4, lr_warmup_steps=20, pretrained="edm-edm_lognormal-binarized_mnist16", **common
+    )
+    return [
+        Race("tf-bin16", "binarized_mnist16", task="binarized MNIST 16x16 (reference)", **img16),
+        Race("tf-bin16-x0.25", "binarized_mnist16_x0.25", task="data scale: x0 times 0.25", reference="tf-bin16", **img16),
+        Race("tf-bin16-x4", "binarized_mnist16_x4", task="data scale: x0 times 4", reference="tf-bin16", **img16),
+        Race("tf-deq16", "dequantized_mnist16", task="continuous (dequantized) against binarized", reference="tf-bin16", **img16),
+        Race("tf-dna64", "dna64", task="DNA, one-hot over 4 letters (reference)", **dna),
+        Race("tf-dna2mer32", "dna2mer32", task="vocabulary: 2-mer tokens, one-hot over 16 letters", reference="tf-dna64", **dna),
+        Race("tf-ft16-x0.25", "binarized_mnist16_x0.25", task="fine-tune onto data scaled by 0.25", reference="tf-bin16-x0.25", **tune),
+        Race("tf-bin32", "binarized_mnist32", steps=300, eval_every=100, task="resolution: 32x32", reference="tf-bin16", **common),
+        Race("tf-ft16to32", "binarized_mnist32", task="fine-tune 16x16 -> 32x32", reference="tf-bin32", **tune),
+    ]  # fmt: skip
+
+
+def _tracking_races() -> list[Race]:
+    """Issue 31: the tracking estimator (docs/METHOD.md §5.10: a memory sized to the run, the clean-end bound), the
+    library's default, against the same-code control (:data:`FORMER_ESTIMATOR`) and logit-normal, the best fixed
+    density of every earlier binarized and fine-tune race, 3 seeds each: the finetune tier's three fine-tunes as it
+    ran them (the EDM log-normal MNIST 16x16 pretrain fine-tuned for 400 steps onto binarized MNIST 16x16, binarized
+    digits and digits at 16x16, evaluated at 100, 200 and 400 steps; InfoNoise's ``auto`` start is ``profile`` there,
+    and their final models are what ``benchmarks.finetune_lag`` profiles), and from scratch binarized MNIST 16x16 (600
+    steps) and DNA (800 steps) with the library's automatic warm-up, evaluated from a quarter of the run on."""
+    arms = ("infonoise", FORMER_ESTIMATOR, "logit_normal")
+    seeds = _seeds(arms, 3)
+    tune = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400), learning_rate=3e-4, lr_warmup_steps=20, extra_args=(), jitter=False)
+    races = [
+        Race(f"tk-ft-{d}", d, "edm", arms, "logit_normal", seeds, pretrained="edm-edm_lognormal-mnist16", **tune)
+        for d in ("binarized_mnist16", "binarized_digits16", "digits16")
+    ]
+    races += [
+        Race("tk-edm-binarized_mnist16", "binarized_mnist16", "edm", arms, "logit_normal", seeds, steps=600, eval_every=150,
+             extra_args=(), jitter=False),
+        Race("tk-edm-dna64", "dna64", "edm", arms, "logit_normal", seeds, steps=800, eval_every=200, channels=(32, 64),
+             sample_batch=2000, extra_args=(), jitter=False),
+    ]  # fmt: skip
+    return races
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -247,12 +418,20 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     return [p if steps is None else dataclasses.replace(p, steps=steps) for name, p in PRETRAINS.items() if name in names]
 
 
+#: every tier :func:`tier_races` knows (``--tier``)
+TIERS = ("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking")
+
+
 def tier_races(tier: str) -> list[Race]:
     """The races of a tier, in the tier's order."""
     if tier == "finetune":
         return _finetune_races()
     if tier == "margin":
         return _margin_races()
+    if tier == "transfer":
+        return _transfer_races()
+    if tier == "tracking":
+        return _tracking_races()
     if tier == "quick":
         samplers = ("infonoise", "edm_lognormal")
         return [
@@ -491,6 +670,15 @@ def tier_races(tier: str) -> list[Race]:
 
 #: What a tier leaves out of the issue's specification to fit its time budget (recorded in the results).
 TIER_SIZING = {
+    "tracking": "3 seeds of each arm; the finetune tier's three fine-tunes at its budget (400 steps, evaluated at 100, "
+    "200, 400 with 2000 samples; no jitter samplings: the seeds' std includes the evaluation's) and two from-scratch "
+    "races at the recheck_full tier's "
+    "budgets (binarized MNIST 16x16 600 steps, DNA 800), with the library's automatic warm-up instead of a pinned one",
+    "transfer": "first pass sized for about 5 h of 2 cores: 1000 samples per evaluation at a third, two thirds and the "
+    "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise, the former estimator "
+    "(issue 31's control) and the two defaults, 1 "
+    "of each sweep point and adaptive peer; no jitter samplings (the seeds' std includes the evaluation's); the "
+    "fine-tunes' unmoved references are the from-scratch tasks of the same data",
     "recheck_full": "cut to ~100 min on 2 shared cores, then seeds 3-4 added: 5 seeds of infonoise/edm_lognormal/"
     "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on "
     "DNA; 4 evaluations at 16x16; then a settings study (2 seeds of 9 variants, a same-code control "
@@ -507,9 +695,15 @@ TIER_SIZING = {
 
 #: The order runs start in, as (race, which runs): "pair" = InfoNoise and the race's baseline,
 #: "others" = the other samplers, "main" = InfoNoise, EDM log-normal and logit-normal, "variants" =
-#: InfoNoise's variants, "rest" = the samplers neither main nor a variant, "all". The full tier puts the issue's central question first
-#: (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other paths, then every sampler.
+#: InfoNoise's variants, "rest" = the samplers neither main nor a variant, "fixed" / "infonoise" / "peers" =
+#: the arms of that kind (:attr:`Arm.kind`: fixed densities, InfoNoise and its variants, the other adaptive
+#: ones), "all". The full tier puts the issue's central question first (binarized MNIST and DNA, InfoNoise vs
+#: EDM log-normal), then the other paths, then every sampler.
 TIER_PRIORITY = {
+    # per task, the fixed arms first (the defaults, then the sweep: they do not change when the estimator does), then
+    # InfoNoise, the next task after; the adaptive peers last
+    "transfer": [(r, which) for r in (r.name for r in _transfer_races()) for which in ("fixed", "infonoise")]
+    + [(r.name, "peers") for r in _transfer_races()],
     "recheck_full": [
         ("edm-binarized_mnist16", "main"),
         ("edm-dna64", "main"),
@@ -539,7 +733,8 @@ def run_priority(tier: str, spec) -> int:
     if not rules:
         return names.index(spec.race.name) if spec.race.name in names else len(names)
     pair = spec.sampler in ("infonoise", spec.race.baseline)
-    variant = "-" in spec.sampler  # "infonoise-<flag>_<value>"
+    arm = parse_arm(spec.sampler)
+    variant = bool(arm.options)  # "infonoise-<flag>_<value>"
     for i, (race, which) in enumerate(rules):
         if race != spec.race.name:
             continue
@@ -550,16 +745,19 @@ def run_priority(tier: str, spec) -> int:
             or (which == "main" and main)
             or (which == "variants" and variant)
             or (which == "rest" and not main and not variant)
+            or (which, arm.kind) in (("fixed", "fixed"), ("infonoise", "infonoise"), ("peers", "adaptive"))
         ):
             return i
     return len(rules)
 
 
 def smoke_races(races: list[Race]) -> list[Race]:
-    """The races with the budgets of ``--smoke``: a seconds-long check of the harness, not a measurement."""
+    """The races with the budgets of ``--smoke``: a seconds-long check of the harness, not a measurement (a race
+    with a sweep keeps InfoNoise, its baseline, one more sweep point and the loss slope)."""
     return [
         dataclasses.replace(
             r,
+            samplers=(tuple(a for a in r.samplers if a in ("infonoise", r.baseline, r.sweep[1], "loss_slope")) if r.sweep else r.samplers),
             steps=60,
             eval_every=30,
             num_samples=200,

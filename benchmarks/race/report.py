@@ -9,9 +9,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.race_data import DATASETS
-from benchmarks.race_figures import plot_curves, plot_pi
-from benchmarks.race_tiers import NUM_INFERENCE_STEPS, TIER_SIZING
+from benchmarks.race import transfer
+from benchmarks.race.data import DATASETS
+from benchmarks.race.figures import plot_curves, plot_pi
+from benchmarks.race.tiers import NUM_INFERENCE_STEPS, TIER_SIZING, TRANSFER_FIELDS
 
 # ----------------------------------------------------------------------------------------------
 # the results file
@@ -49,12 +50,12 @@ def design(races, tier: str) -> dict:
         "smoothed by a centred 3-evaluation moving average, linear interpolation between evaluations, "
         "paired by seed; median over seeds",
         "datasets": {r.dataset: DATASETS[r.dataset].note for r in races},
-        "races": [asdict(r) for r in races],
+        "races": [{k: v for k, v in asdict(r).items() if k not in TRANSFER_FIELDS or v != TRANSFER_FIELDS[k]} for r in races],
         "other_tiers": {
             "full": "NOT RUN in this results file (not enough session time): every data set (digits cont/bin, "
             "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "
             "binarized MNIST and DNA), plus a DDPM-eps race and a flow race: 125 runs; run with "
-            "`python benchmarks/quality_race.py --tier full --jobs 2` (resumable); `--plan` prints the run list "
+            "`python -m benchmarks.quality_race --tier full --jobs 2` (resumable); `--plan` prints the run list "
             "and an estimate calibrated on this quick tier: ~32 h with 2 jobs at this session's contended speed "
             "(load ~4.5 on 2 cores), i.e. several times the ~2.5 h the issue asks for even on free cores; "
             "2000 samples x 18 steps per evaluation makes evaluation as costly as training, and the 16x16 "
@@ -114,6 +115,8 @@ def write_report(tier_name: str, tier: str, races, runs: list, summary: dict, me
     write_results_json({"meta": meta, "design": design(races, tier), "summary": summary, "runs": runs}, out_json)
     plot_curves(races, runs, summary, out / f"quality_race_{tier_name}_curves.png")
     plot_pi(races, runs, out / f"quality_race_{tier_name}_pi.png")
+    if summary.get("transfer"):
+        transfer.plot_regret(summary["transfer"], out / f"quality_race_{tier_name}_regret.png")
     if meta.get("wall_time_s") is None:
         meta["wall_time_s"] = float("nan")
     write_markdown(tier_name, races, summary, meta, out / f"quality_race_{tier_name}.md")
@@ -130,7 +133,7 @@ def _fmt(s: dict) -> str:
 
 
 def _per_seed_speedups(sp: dict) -> str:
-    """The seeds' speedups of :func:`benchmarks.steps_to_target.paired_speedups`, ``<x`` for a seed that
+    """The seeds' speedups of :func:`benchmarks.race.steps_to_target.paired_speedups`, ``<x`` for a seed that
     did not reach the target (x its upper bound)."""
     return ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}" for p in sp["per_seed"])
 
@@ -177,6 +180,8 @@ def write_markdown(tier, races, summary, meta, path: Path):
         summary_table(races, summary),
         "",
     ]
+    if summary.get("transfer"):
+        L += transfer.markdown(summary["transfer"], f"quality_race_{tier}_regret.png")
     for race in races:
         if summary.get(race.name):
             L += _race_section(race, summary[race.name])
@@ -224,7 +229,7 @@ def _race_section(race, e: dict) -> list[str]:
         )
         gates = {f"{g['source']} {g['pivot']}" + (f" ({g['reason']})" if g.get("reason") else "") for g in e["gate"].values()}
         L.append(f"Gate at the end of the InfoNoise runs: {'; '.join(sorted(gates))}.")
-    cont = m == "fd_thresholded"
+    cont = m == "fd_thresholded" and any("fd" in f for f in e["final"].values())
     L += [
         "",
         f"| sampler | final `{m}` mean ± std [seeds] | 25% | 50% | 100% | TV(φ, ρ̂) | π: std ln σ, σ 10–90% |"

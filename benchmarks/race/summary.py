@@ -1,15 +1,15 @@
 """The quality race's aggregation (issue 6): per race, each sampler's final quality and its quality at
 a quarter, half and all of the budget (mean, std, min, max over seeds), InfoNoise's and its variants'
 steps-to-target speedups against the other samplers (paired by seed), the evaluation jitter, the
-real-vs-real floors, and the allocation measures of :mod:`benchmarks.allocation_metrics`."""
+real-vs-real floors, and the allocation measures of :mod:`benchmarks.race.allocation_metrics`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.allocation_metrics import allocation_tv, allocation_width, base_mass_where_pi_small
-from benchmarks.race_tiers import Race
-from benchmarks.steps_to_target import paired_speedups
+from benchmarks.race.allocation_metrics import allocation_tv, allocation_width, base_mass_where_pi_small
+from benchmarks.race.steps_to_target import paired_speedups
+from benchmarks.race.tiers import Race
 
 
 def seed_stats(vals) -> dict:
@@ -117,6 +117,10 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             )
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by["infonoise"] if r.get("schedule")}
         summary[race.name] = entry
+    if any(r.sweep for r in races):  # the transfer tier: regret against the sweep's best point
+        from benchmarks.race.transfer import summarize_transfer  # it builds on this module's entries
+
+        summary["transfer"] = summarize_transfer(races, runs, summary)
     return summary
 
 

@@ -1,28 +1,31 @@
 """What ``--infonoise_init profile`` costs in a 1000-step run (issue 22: at most 5% of the run).
 
 Each case runs the unmodified training script in this process through its ``main([...])`` with
-``--max_train_steps 1000`` (``--steps``; what the profile is sized to) and ``--noise_sampler infonoise
---infonoise_init profile``, from a pretrained pipeline folder (random weights: the cost does not depend on
-them). The profile start's own report (forward passes, samples, seconds;
-:func:`diffusers_infonoise.starts.start_from_model`) is taken from the loop's ``apply_start`` call. The run
-is then timed over its first ``--measure_steps`` optimizer steps (a timestamp at the end of each, from the
-loop's call of ``ScheduleMonitor.after_step``) and stopped there. The share is ``profile seconds /
-(profile seconds + steps x the median step time)``, the time of a whole run extrapolated from the median
-(robust to the stalls of a shared machine); the profile's seconds include the first model calls of the run
-(allocation, the data loader's start), which the first step would otherwise pay, so the share is an upper bound.
+``--max_train_steps 1000`` (``--steps``; what the profile is sized to), ``--noise_sampler infonoise
+--infonoise_init profile`` and a tensorboard tracker, from a pretrained pipeline folder (random weights: the
+cost does not depend on them), and is timed from outside by what the run itself reports: the profile start's
+forward passes and seconds (``infonoise/start_forward_passes``, ``infonoise/start_seconds``) and each optimizer
+step's wall time (``step_time_s``), which the training loop logs to the tracker, read back from the run's event
+files; the profile's samples a bin, filled bins and TV(φ, ρ̂) from the start's log record
+(:func:`diffusers_infonoise.starts.apply_start`), and ``min_count``/``num_bins`` from the script's own
+parse of the arguments. The share is ``profile seconds / (profile seconds + steps x the median step time)``,
+the median over the first ``--measure_steps`` steps (robust to the stalls of a shared machine; the whole run's
+measured time is also given); the profile's seconds include the first model calls of the run (allocation, the
+data loader's start), which the first step would otherwise pay, so the share is an upper bound.
 
 Cases: the tiny SD, SD3 and Flux stand-ins of ``tests/helpers/tiny_pipelines.py`` (16x16 images, 8x8 latents) at
 batch 8, full fine-tuning, and SD with LoRA at batch 1, on the built-in Fashion-MNIST; the race's 16x16 UNet
 (channels 16, 32) on MNIST 16x16 at batch 64, EDM, as the finetune tier runs it.
 
-    python benchmarks/profile_cost.py                     # writes benchmarks/results/profile_cost.json
-    python benchmarks/profile_cost.py --cases sd unet16 --measure_steps 30 --output /tmp/x.json
+    python -m benchmarks.cost.profile_cost                 # writes benchmarks/results/profile_cost.json
+    python -m benchmarks.cost.profile_cost --cases sd unet16 --steps 200 --measure_steps 30 --output /tmp/x.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import shlex
@@ -32,16 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-for extra in (REPO, REPO / "tests"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
+import torch
 
-os.environ.setdefault("TQDM_DISABLE", "1")  # before tqdm is imported: it reads the variable then
-
-import torch  # noqa: E402
-
-from benchmarks.t2i_step_time import build_model, load_script  # noqa: E402
+from benchmarks import RESULTS, training_script
+from benchmarks.cost.t2i_step_time import build_model
 
 #: case: (script, stand-in kind or None for the UNet, batch size, LoRA)
 CASES = {
@@ -57,7 +54,7 @@ def save_unet16(folder: str) -> str:
     """A random pipeline folder (``unet/``, ``scheduler/``) of the finetune tier's 16x16 EDM UNet."""
     from diffusers import EDMEulerScheduler, UNet2DModel
 
-    from benchmarks.race_tiers import unet_config
+    from benchmarks.race.tiers import unet_config
 
     torch.manual_seed(0)
     UNet2DModel.from_config(unet_config(16, (16, 32))).save_pretrained(os.path.join(folder, "unet"))
@@ -70,10 +67,10 @@ def case_args(case: str, model: str, out: str, opts) -> list[str]:
     common = ["--pretrained_model_name_or_path", model, "--output_dir", out, "--train_batch_size", str(batch)]
     common += ["--max_train_steps", str(opts.steps), "--seed", "0", "--noise_sampler", "infonoise", "--infonoise_init", "profile"]
     if kind is None:
-        from benchmarks.race_data import load_data
+        from benchmarks.race.data import load_data
 
         data = load_data("mnist16")
-        args = common + data["script_args"] + ["--diffusion", "edm", "--logger", "none", "--learning_rate", "3e-4"]
+        args = common + data["script_args"] + ["--diffusion", "edm", "--logger", "tensorboard", "--learning_rate", "3e-4"]
         return args + ["--schedule_plot_steps", "-1", "--save_images_epochs", "1000000000", "--save_model_epochs", "1000000000"]
     args = common + ["--dataset_name", "fashion_mnist", "--resolution", "16", "--max_train_samples", "2048", "--report_to", "tensorboard"]
     args += ["--checkpointing_steps", "1000000", "--lr_warmup_steps", "0"]
@@ -86,48 +83,70 @@ def case_args(case: str, model: str, out: str, opts) -> list[str]:
     return args
 
 
-class _Enough(Exception):
-    """Raised from the loop once the timed window is over (the rest of the run is not needed)."""
+class _StartReport(logging.Handler):
+    """Keeps the profile start's report, the record :func:`diffusers_infonoise.starts.apply_start` logs
+    (``noise sampler start: <reason>; samples_per_bin 6, forward_passes 45, ...``), as numbers."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.info: dict | None = None
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("noise sampler start:") and "; " in message:
+            pairs = (item.split(" ", 1) for item in message.rsplit("; ", 1)[1].split(", "))
+            self.info = {k: float(v) if "." in v else int(v) for k, v in pairs}
+
+
+def logged_scalars(output_dir: str) -> dict[str, dict[int, float]]:
+    """Every scalar the run logged to its tensorboard tracker under ``output_dir``: ``{tag: {step: value}}``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, dict[int, float]] = {}
+    for events in sorted(Path(output_dir).rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return out
 
 
 def run_case(case: str, opts, tmp: str) -> dict:
-    import diffusers_infonoise.training as training
-    import diffusers_infonoise.training.loop as loop
-
     script_name, kind, batch, _ = CASES[case]
-    script = load_script(script_name)
+    script = training_script(script_name)
     model = save_unet16(os.path.join(tmp, case)) if kind is None else build_model(kind, "tiny", os.path.join(tmp, case))
-    seen: dict = {"stamps": []}
-    original_apply, original_after = loop.apply_start, training.ScheduleMonitor.after_step
-
-    def apply_start(sampler, start, **kw):
-        seen["info"] = original_apply(sampler, start, **kw)
-        seen["min_count"], seen["num_bins"] = sampler.estimator.min_count, sampler.estimator.num_bins
-        seen["stamps"].append(time.perf_counter())  # the start of step 1
-        return seen["info"]
-
-    def after_step(self, accelerator, global_step):
-        seen["stamps"].append(time.perf_counter())
-        if global_step >= opts.measure_steps:
-            raise _Enough
-        return original_after(self, accelerator, global_step)
-
-    loop.apply_start, training.ScheduleMonitor.after_step = apply_start, after_step
+    out_dir = os.path.join(tmp, case + "_out")
+    argv = case_args(case, model, out_dir, opts)
+    report = _StartReport()
+    starts_logger = logging.getLogger("diffusers_infonoise.starts")
+    level = starts_logger.level
+    starts_logger.addHandler(report)
+    starts_logger.setLevel(logging.INFO)
     try:
-        script.main(case_args(case, model, os.path.join(tmp, case + "_out"), opts))
-        raise RuntimeError(f"{case}: the run ended before {opts.measure_steps} steps")
-    except _Enough:
-        pass
+        script.main(argv)
     finally:
-        loop.apply_start, training.ScheduleMonitor.after_step = original_apply, original_after
+        starts_logger.removeHandler(report)
+        starts_logger.setLevel(level)
     from accelerate.state import AcceleratorState, GradientState
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
-    if "info" not in seen:
+    scalars = logged_scalars(out_dir)
+    if report.info is None or "infonoise/start_seconds" not in scalars:
         raise RuntimeError(f"{case}: the run did not report a profile start")
-    info, stamps = seen["info"], seen["stamps"]
-    step_s = [b - a for a, b in zip(stamps, stamps[1:])]
+    parsed = script.parse_args(argv)
+    info = {
+        "start": "profile",
+        **report.info,
+        "forward_passes": int(scalars["infonoise/start_forward_passes"][0]),
+        "seconds": round(float(scalars["infonoise/start_seconds"][0]), 3),
+    }
+    times = scalars["step_time_s"]
+    step_s = [times[k] for k in sorted(times)]
+    if len(step_s) < opts.measure_steps:
+        raise RuntimeError(f"{case}: the run logged {len(step_s)} step times, fewer than --measure_steps {opts.measure_steps}")
+    whole_run_s = sum(step_s)
+    step_s = step_s[: opts.measure_steps]
     median = statistics.median(step_s)
     run_s = opts.steps * median
     return {
@@ -135,14 +154,15 @@ def run_case(case: str, opts, tmp: str) -> dict:
         "batch_size": batch,
         "args": case_args(case, "<model>", "<out>", opts),
         "profile": info,
-        "min_count": seen["min_count"],
-        "num_bins": seen["num_bins"],
+        "min_count": parsed.infonoise_min_count,
+        "num_bins": parsed.infonoise_num_bins,
         "seconds_per_forward_pass": round(info["seconds"] / info["forward_passes"], 5),
         "measured_steps": len(step_s),
         "median_step_s": round(median, 5),
         "mean_step_s": round(sum(step_s) / len(step_s), 5),
         "forward_pass_over_step": round(info["seconds"] / info["forward_passes"] / median, 3),
         "run_s_extrapolated": round(run_s, 1),
+        "run_s_measured": round(whole_run_s, 1),
         "share_of_run": round(info["seconds"] / (info["seconds"] + run_s), 5),
     }
 
@@ -151,12 +171,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument("--steps", type=int, default=1000, help="the run's --max_train_steps (what the profile is sized to)")
-    p.add_argument("--measure_steps", type=int, default=100, help="optimizer steps timed (then the run is stopped)")
+    p.add_argument("--measure_steps", type=int, default=100, help="the first optimizer steps whose median step time is taken")
     p.add_argument("--limit", type=float, default=0.05, help="the issue's bound on the profile's share")
-    p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "profile_cost.json"))
+    p.add_argument("--output", default=str(RESULTS / "profile_cost.json"))
     opts = p.parse_args(argv)
-    import logging
-
+    os.environ.setdefault("TQDM_DISABLE", "1")  # before the scripts import tqdm: it reads the variable then
     logging.getLogger().setLevel(logging.WARNING)
     load_start, t_start = os.getloadavg(), time.time()
     results = {}
