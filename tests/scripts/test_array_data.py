@@ -10,7 +10,7 @@ import torch
 
 from diffusers_infonoise.training.datasets import DataConfig, unconditional_dataset
 
-from _unconditional import base_args, scheduler_payload
+from helpers.unconditional import base_args, scheduler_payload
 
 
 def _save_arrays(values: np.ndarray, folder) -> str:
