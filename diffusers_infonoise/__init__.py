@@ -8,18 +8,22 @@ __version__ = "0.2.0"
 from .densities import Density  # noqa: E402
 from .integration import infonoise_sampler  # noqa: E402
 from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler  # noqa: E402
-from .samplers import (  # noqa: E402
+from .sampler import (  # noqa: E402
     SAMPLER_NAMES,
     FixedDensitySampler,
+    InfoNoiseSettings,
     InfoNoiseTrainingTimestepSampler,
     KingmaGaoSampler,
     LossSlopeSampler,
     NoiseLevels,
+    SamplerStart,
     TrainingTimestepSampler,
+    apply_start,
+    choose_start,
     make_sampler,
+    start_from_model,
 )
 from .schedule_io import ScheduleError, read_schedule, read_schedule_from, write_schedule  # noqa: E402
-from .starts import SamplerStart, apply_start, choose_start, start_from_model  # noqa: E402
 from .weighting import per_sample_mse, x0_error_factor, x0_loss_weight  # noqa: E402
 
 #: public names whose modules import diffusers' pipelines or the diagnostics: loaded on first use
@@ -59,6 +63,7 @@ __all__ = [
     "InfoNoiseTrainingTimestepSampler",
     "KingmaGaoSampler",
     "LossSlopeSampler",
+    "InfoNoiseSettings",
     "SAMPLER_NAMES",
     "make_sampler",
     "infonoise_sampler",

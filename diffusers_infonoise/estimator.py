@@ -10,9 +10,9 @@ x0-space error ``e`` the training loop already computes. At each refresh it
    every sample is weighted by ``exp(−age/H)``, so ``m̂_k`` is the time-discounted mean of bin k's
    errors with horizon H (``memory``), weighted by how many samples each refresh brought; a bin is
    first filled once it holds ``min_count`` samples and keeps them open until then (§5.4 carry-over:
-   no sample is thrown away, which is what lets a batch-1 run adapt). With ``ema_decay`` β given,
-   the former rule instead: ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in bins with at least ``min_count``
-   new samples (a bin's first value taken as is),
+   no sample is thrown away, which is what lets a batch-1 run adapt). With ``ema_decay`` β given
+   (a study knob, :mod:`~diffusers_infonoise.sampler.settings`): ``m̂_k ← β·m̂_k + (1 − β)·mean_k`` in
+   bins with at least ``min_count`` new samples (a bin's first value taken as is),
 3. interpolates bins never filled (linearly in log σ, on log m̂; see ``filled_m_hat`` for the
    ends) and smooths log m̂ with a
    Gaussian kernel of ``smoothing`` bins (both ours),
@@ -23,7 +23,7 @@ x0-space error ``e`` the training loop already computes. At each refresh it
    or from the profile (§5.5; :meth:`ProfileEstimator.resolve_gate`),
 6. returns ``ρ̂ = r/∫r`` per unit log σ.
 
-It holds no opinion on π: :mod:`diffusers_infonoise.samplers` turns ρ̂ into π ∝ ρ̂/w.
+It holds no opinion on π: :mod:`diffusers_infonoise.sampler.infonoise` turns ρ̂ into π ∝ ρ̂/w.
 Statistics are float64; inputs may be any float dtype.
 """
 
@@ -52,6 +52,7 @@ from .gate import (  # noqa: F401  (the gate's names, re-exported for callers of
 
 __all__ = [
     "ProfileEstimator",
+    "check_estimator_settings",
     "GateResult",
     "GATE_RULES",
     "parse_gate",
@@ -65,6 +66,38 @@ __all__ = [
 ]
 
 
+def check_estimator_settings(*, ema_decay, memory, min_count, smoothing, gate, gate_fallback, mmse_cap, clean_end_bound) -> None:
+    """Check the settings of a :class:`ProfileEstimator` (its keyword arguments, described there); also what an
+    adaptive sampler's settings are checked with (:class:`~diffusers_infonoise.sampler.settings.InfoNoiseSettings`).
+
+    Raises:
+        ValueError: the first invalid one, naming the argument and the accepted values.
+    """
+
+    def real(x) -> bool:  # a finite int/float, not a bool or a string
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    if not (ema_decay is None or (real(ema_decay) and 0.0 <= ema_decay < 1.0)):
+        raise ValueError(f"ema_decay: must be None (the discounted mean of docs/METHOD.md 5.10) or a float in [0, 1), got {ema_decay!r}")
+    if not (real(memory) and memory > 0):
+        raise ValueError(f"memory: must be a finite float > 0 (optimizer steps), got {memory!r}")
+    if not isinstance(clean_end_bound, bool):
+        raise ValueError(f"clean_end_bound: must be True or False, got {clean_end_bound!r}")
+    if not (isinstance(min_count, int) and not isinstance(min_count, bool) and min_count >= 1):
+        raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
+    if not (real(smoothing) and 0 <= smoothing <= 64):
+        raise ValueError(f"smoothing: must be a float in [0, 64] (bins), got {smoothing!r}")
+    if not (gate is None or (isinstance(gate, str) and gate in GATE_RULES) or (real(gate) and gate > 0)):
+        raise ValueError(
+            f"gate: accepted values are {', '.join(repr(r) for r in GATE_RULES)}, a finite positive float pivot "
+            f"(VE sigma) or None, got {gate!r}"
+        )
+    if not (real(gate_fallback) and gate_fallback > 0):
+        raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
+    if not (mmse_cap is None or (real(mmse_cap) and mmse_cap > 0)):
+        raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {mmse_cap!r}")
+
+
 class ProfileEstimator:
     """Binned, time-discounted estimate of the x0-space error ``m̂(σ)`` and the entropy-rate profile ρ̂.
 
@@ -73,20 +106,20 @@ class ProfileEstimator:
             counted (``num_outside``), except σ = +inf with ``top_includes_inf`` (a zero-terminal-SNR
             VP step, clamped into the top bin, METHOD.md §5.1).
         ema_decay: ``None`` (default): the discounted mean with horizon ``memory`` (docs/METHOD.md §5.10). A
-            float β in [0, 1): the former rule, ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (METHOD.md §5.4).
+            float β in [0, 1) (a study knob): ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (METHOD.md §5.4).
         memory: H, the horizon of the discounted mean in optimizer steps (a sample ``a`` steps old weighs
             ``exp(−a/H)``); the default for :meth:`refresh` calls that do not give their own.
         min_count: samples a bin needs before its first value; until then they stay open (carry-over).
         clean_end_bound: the clean end of docs/METHOD.md §5.10: bound m̂ by ``σ²`` per element (VE σ), the
             error of the identity predictor ``x̂0 = x_σ``, so q = m̂/σ² ≤ 1 (assumes the per-sample loss is a
             mean over elements, as the ``V`` cap does), and smooth the measured range before extending its ends
-            (:meth:`filled_m_hat`). ``False``: the former profile (comparison, and payloads written before 0.3).
+            (:meth:`filled_m_hat`). ``False``: a study knob (payloads written before 0.3 load with it).
         smoothing: standard deviation, in bins, of the Gaussian kernel applied to log m̂; 0 disables.
         gate: the clean-end gate of METHOD.md §5.5: a float pivot c (VE σ), ``None`` for no gate, or
             a rule: ``"data"``: c = a tenth of the smallest gap between the data's values
             (:meth:`set_data_grid`); ``"profile"``: the repaired paper rule
-            (:func:`profile_gate_pivot`); ``"paper"``: the rule as first implemented
-            (:func:`automatic_gate_pivot`, kept for the gate study; it misfired on every real run);
+            (:func:`profile_gate_pivot`); ``"paper"``: a study knob, the rule as first implemented
+            (:func:`automatic_gate_pivot`; it misfired on every real run);
             ``"auto"`` (default): ``"data"`` once the data's grid is known, else ``gate_fallback``.
         gate_fallback: pinned pivot used when a rule has nothing to go on (``"auto"``/``"data"``
             before any data was seen) or misfires (``"paper"``). The paper pins 0.2 for non-image data
@@ -113,30 +146,16 @@ class ProfileEstimator:
         if edges.numel() < 3 or not bool((edges[1:] > edges[:-1]).all()) or not bool(torch.isfinite(edges).all()):
             raise ValueError("edges: need at least 3 finite, strictly increasing log-sigma edges")
 
-        def real(x) -> bool:  # a finite int/float, not a bool or a string
-            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-        if not (ema_decay is None or (real(ema_decay) and 0.0 <= ema_decay < 1.0)):
-            raise ValueError(
-                f"ema_decay: must be None (the discounted mean of docs/METHOD.md 5.10) or a float in [0, 1), got {ema_decay!r}"
-            )
-        if not (real(memory) and memory > 0):
-            raise ValueError(f"memory: must be a finite float > 0 (optimizer steps), got {memory!r}")
-        if not isinstance(clean_end_bound, bool):
-            raise ValueError(f"clean_end_bound: must be True or False, got {clean_end_bound!r}")
-        if not (isinstance(min_count, int) and not isinstance(min_count, bool) and min_count >= 1):
-            raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
-        if not (real(smoothing) and 0 <= smoothing <= 64):
-            raise ValueError(f"smoothing: must be a float in [0, 64] (bins), got {smoothing!r}")
-        if not (gate is None or (isinstance(gate, str) and gate in GATE_RULES) or (real(gate) and gate > 0)):
-            raise ValueError(
-                f"gate: accepted values are {', '.join(repr(r) for r in GATE_RULES)}, a finite positive float pivot "
-                f"(VE sigma) or None, got {gate!r}"
-            )
-        if not (real(gate_fallback) and gate_fallback > 0):
-            raise ValueError(f"gate_fallback: must be a finite float > 0 (VE sigma), got {gate_fallback!r}")
-        if not (mmse_cap is None or (real(mmse_cap) and mmse_cap > 0)):
-            raise ValueError(f"mmse_cap: must be None or a finite float > 0 (per-dimension x0 variance), got {mmse_cap!r}")
+        check_estimator_settings(
+            ema_decay=ema_decay,
+            memory=memory,
+            min_count=min_count,
+            smoothing=smoothing,
+            gate=gate,
+            gate_fallback=gate_fallback,
+            mmse_cap=mmse_cap,
+            clean_end_bound=clean_end_bound,
+        )
         self.mmse_cap = None if mmse_cap is None else float(mmse_cap)
         self.edges = edges
         self.ema_decay = None if ema_decay is None else float(ema_decay)
@@ -310,7 +329,7 @@ class ProfileEstimator:
             weight = self.m_weight[ema] + counts[ema]
             self.m_hat[ema] = (self.m_weight[ema] * self.m_hat[ema] + sums[ema]) / weight
             self.m_weight[ema] = weight
-        else:  # the former rule: one EMA step a refresh, in bins with min_count new samples
+        else:  # ema_decay (a study knob): one EMA step a refresh, in bins with min_count new samples
             ema = filled & (counts >= self.min_count) & (counts > 0)
             self.m_hat[ema] = self.ema_decay * self.m_hat[ema] + (1 - self.ema_decay) * means[ema]
             self.m_weight[ema] = counts[ema]
@@ -403,7 +422,7 @@ class ProfileEstimator:
         of METHOD.md §2 (below: m̂ ∝ σ², q = m̂/σ² constant, the continuous-data limit, which the gate trims for
         discrete data; above: m̂ constant, → Var(x0) as σ → ∞). Smoothing before extending keeps every bin
         beyond the measured range at or below what its nearest measured bin reads (docs/METHOD.md §5.10; with
-        ``clean_end_bound=False`` the former order: extended first, then smoothed).
+        ``clean_end_bound=False``, a study knob: extended first, then smoothed).
 
         Raises:
             RuntimeError: before two bins hold an estimate.
@@ -420,7 +439,7 @@ class ProfileEstimator:
         t = ((inner - xk[j - 1]) / (xk[j] - xk[j - 1])).clamp(0, 1)
         y_in = yk[j - 1] + t * (yk[j] - yk[j - 1])
         y = torch.empty_like(x)
-        if not self.clean_end_bound:  # the former profile (clean_end_bound=False): extend first, then smooth it all
+        if not self.clean_end_bound:  # the profile before 0.3 (a study knob): extend first, then smooth it all
             y[lo : hi + 1] = y_in
             y[:lo] = y_in[0] + 2.0 * (x[:lo] - x[lo])
             y[hi + 1 :] = y_in[-1]

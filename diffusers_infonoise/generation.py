@@ -91,7 +91,7 @@ def model_output(
     Args:
         model: a diffusers denoiser (UNet or transformer).
         noisy: the noisy sample ``x`` (EDM: ``x0 + σ·ε``, unscaled).
-        timesteps: (B,) native timesteps (:class:`~diffusers_infonoise.samplers.NoiseLevels`).
+        timesteps: (B,) native timesteps (:class:`~diffusers_infonoise.NoiseLevels`).
         sigmas: (B,) VE σ; required on EDM, where the result is the denoiser ``D`` (an x0 estimate).
         model_kwargs: passed to the model (``encoder_hidden_states``, ``pooled_projections``, ...).
         edm_timestep_scale: the factor on EDM's ``c_noise`` (METHOD.md §7); it must be the training's.

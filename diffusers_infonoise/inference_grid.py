@@ -86,7 +86,7 @@ def entropic_time_sigmas(
 def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(log σ, g, edges) of a sampler, an offline Profile, or a scheduler/pipeline with a stored schedule."""
     from .diagnostics.grid import Profile
-    from .samplers import InfoNoiseTrainingTimestepSampler
+    from .sampler import InfoNoiseTrainingTimestepSampler
 
     if not isinstance(source, (InfoNoiseTrainingTimestepSampler, Profile)):
         scheduler = getattr(source, "scheduler", source)  # a pipeline or its scheduler

@@ -34,7 +34,7 @@ import math
 from collections.abc import Mapping
 
 from .paths import scheduler_kind
-from .samplers import InfoNoiseTrainingTimestepSampler
+from .sampler import InfoNoiseTrainingTimestepSampler
 from .weighting import per_sample_mse  # the snippets' per-sample loss (update() detaches it)
 
 __all__ = ["LOSS_WEIGHTING_SCHEMES", "DENSITY_SCHEMES", "sampler_settings", "infonoise_sampler", "per_sample_mse"]

@@ -1,15 +1,16 @@
-"""The learned schedule as a small, versioned payload inside a diffusers scheduler config: its format,
-the one writer and reader (with validation), and the checkpoint state files. A payload enters a
-sampler one way: :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`
-(``from_scheduler`` and ``from_stored`` build the sampler and call it).
+"""The learned schedule's stored format, a small versioned payload inside a diffusers scheduler config, and its
+sources: the validating reader and the writer into a scheduler config, files, folders and Hub repos, and the
+checkpoint state files. What a payload holds is written and read by the sampler itself, side by side:
+:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.to_payload` and
+:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule` (``from_scheduler`` and ``from_stored``
+build the sampler and call it).
 
-``write_schedule(noise_scheduler, sampler)`` stores plain floats (grid, π, ρ̂, m̂), the path,
-prediction type, loss weighting, hyperparameters, optimizer steps and the package version under the
-config key :data:`CONFIG_KEY`. The key starts with an underscore, which diffusers treats as a
-private attribute: ``save_pretrained`` writes it, ``from_pretrained``/``from_config`` (also into a
-compatible class) carry it along as a hidden config entry, and stock diffusers neither passes it to
-``__init__`` nor warns about it. ``read_schedule`` validates a payload and rejects a corrupted or
-unknown-version one with a clear error.
+``write_schedule(noise_scheduler, sampler)`` stores the payload (plain floats: grid, π, ρ̂, m̂; the path,
+prediction type, loss weighting, settings, optimizer steps and the package version) under the config key
+:data:`CONFIG_KEY`. The key starts with an underscore, which diffusers treats as a private attribute:
+``save_pretrained`` writes it, ``from_pretrained``/``from_config`` (also into a compatible class) carry it along
+as a hidden config entry, and stock diffusers neither passes it to ``__init__`` nor warns about it.
+``read_schedule`` validates a payload and rejects a corrupted or unknown-version one with a clear error.
 """
 
 from __future__ import annotations
@@ -18,21 +19,20 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    from .sampler import InfoNoiseTrainingTimestepSampler
+
 __all__ = [
-    "SCHEDULE_SETTINGS",
-    "stored_settings",
-    "payload_settings",
-    "settings_differences",
     "stored_mu",
     "CONFIG_KEY",
     "FORMAT",
     "VERSION",
-    "schedule_payload",
     "write_schedule",
+    "clear_schedule",
     "read_schedule",
     "validate_payload",
     "ScheduleError",
@@ -52,62 +52,6 @@ VERSION = 1
 
 class ScheduleError(ValueError):
     """A stored schedule payload is missing fields, corrupted, or of an unknown version."""
-
-
-def _floats(t: torch.Tensor) -> list:
-    # JSON has no NaN: unfilled bins are stored as null
-    return [None if not math.isfinite(v) else float(v) for v in t.tolist()]
-
-
-def schedule_payload(sampler) -> dict[str, Any]:
-    """The JSON-ready payload of an :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler`.
-
-    Fields: ``format``, ``version``, ``package_version``, ``path`` (the path's config), ``prediction_type``,
-    ``loss_weighting`` (name or ``"custom"``), ``snr_gamma``, ``edges`` (K+1 log-σ edges, VE σ),
-    ``pi`` (K bin masses summing to 1), ``rho_hat`` (K densities per unit log σ, or null before
-    adaptation), ``m_hat`` (K x0-space errors, null where never filled), ``base``, ``hyperparameters``,
-    ``gate``, ``optimizer_steps``, ``num_updates``, ``data`` (the data statistics the m̂ cap and the
-    gate were resolved from: ``variance``, ``min_gap``, null when not measured), ``tv_phi_rho``
-    (TV(φ, ρ̂) of the stored π, METHOD.md §5; null before adaptation) and ``start`` (how the run began,
-    METHOD.md §5.9: the sampler's ``start_record``, kept through resumes; null when not recorded; payloads
-    written before it have no such field).
-    """
-    from . import __version__
-
-    est = sampler.estimator
-    rho = None
-    if est.is_ready:
-        rho_t, _ = est.profile()
-        rho = _floats(rho_t)
-    probs = sampler.probs if sampler.probs is not None else sampler.base_masses
-    tv = sampler.allocation_total_variation() if (sampler.is_adapted and est.is_ready) else None
-    gate = est.last_gate
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "package_version": __version__,
-        "path": sampler.path.config(),
-        "prediction_type": sampler.prediction_type,
-        "loss_weighting": sampler.loss_weighting if isinstance(sampler.loss_weighting, str) else "custom",
-        "snr_gamma": sampler.snr_gamma,
-        "edges": _floats(sampler.edges),
-        "pi": _floats(probs),
-        "rho_hat": rho,
-        "m_hat": _floats(est.m_hat),
-        "base": sampler.base_description,
-        "hyperparameters": {k: v for k, v in sampler.hyperparameters.items()},
-        "gate": {"pivot": gate.pivot, "source": gate.source, "reason": gate.reason},
-        "optimizer_steps": int(sampler.optimizer_step),
-        # what warmup_steps="auto" became for this run (a tenth of its length)
-        "warmup_steps_resolved": int(sampler.warmup_steps),
-        "num_updates": int(sampler.num_updates),
-        "adapted": bool(sampler.is_adapted),
-        "data": {"variance": sampler.data_variance, "min_gap": est.data_min_gap},
-        "tv_phi_rho": tv,
-        "start": None if getattr(sampler, "start_record", None) is None else dict(sampler.start_record),
-        # a tempered target (temperature τ ≠ 1, a variant): TV(φ, ρ̂^τ), which the floor bounds
-        **({"tv_phi_target": sampler.allocation_total_variation(target=True)} if tv is not None and sampler.temperature != 1.0 else {}),
-    }
 
 
 def validate_payload(payload: Any) -> dict:
@@ -200,38 +144,6 @@ def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
         )
 
 
-#: the settings, besides m̂ and the data statistics, that determine π: the one list of them. A stored
-#: schedule rebuilds its sampler with them (:func:`stored_settings`) and a sampler with other values
-#: rebuilds π from the stored m̂ (:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`).
-SCHEDULE_SETTINGS = (
-    "num_bins",
-    "smoothing",
-    "floor",
-    "floor_space",
-    "gate",
-    "gate_fallback",
-    "mmse_cap",
-    "temperature",
-    "clean_end_bound",
-)
-#: what a payload written before a setting existed had: its value then
-_SETTING_BEFORE = {"temperature": 1.0, "clean_end_bound": False}
-
-
-def stored_settings(payload: dict) -> dict:
-    """The keyword arguments that rebuild the sampler of a (validated) payload: every
-    :data:`SCHEDULE_SETTINGS` entry (a setting the payload predates: its value then), the statistics settings
-    (``refresh_every``, ``ema_decay``, ``memory``, ``min_count``) and the base density it records."""
-    hp = {**_SETTING_BEFORE, **(payload.get("hyperparameters") or {})}
-    out = {k: hp[k] for k in (*SCHEDULE_SETTINGS, "refresh_every", "ema_decay", "memory", "min_count") if k in hp}
-    out["num_bins"] = len(payload["pi"])
-    base = payload.get("base")
-    if isinstance(base, dict) and isinstance(base.get("name"), str):
-        params = {k: v for k, v in base.items() if k != "name"}
-        out["base"] = (base["name"], params) if params else base["name"]
-    return out
-
-
 def stored_mu(noise_scheduler, payload: dict | None) -> float | None:
     """The ``mu`` that rebuilds a payload's flow path on a dynamic-shift scheduler (``log`` of its stored
     shift), or None: a scheduler without dynamic shifting, no payload, or no stored shift."""
@@ -241,35 +153,9 @@ def stored_mu(noise_scheduler, payload: dict | None) -> float | None:
     return None if shift is None else math.log(float(shift))
 
 
-def payload_settings(payload: dict) -> dict:
-    """What besides m̂ and the data statistics decides a (validated) payload's π, in the form of
-    :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.schedule_settings`: a sampler whose settings
-    equal these reproduces the stored π from the stored m̂."""
-    hp = payload.get("hyperparameters") or {}
-    return {
-        "prediction_type": payload.get("prediction_type"),
-        "loss_weighting": payload.get("loss_weighting"),
-        "snr_gamma": payload.get("snr_gamma"),
-        "base": payload.get("base"),
-        "hyperparameters": {k: hp.get(k, _SETTING_BEFORE.get(k)) for k in SCHEDULE_SETTINGS if k != "num_bins"},
-    }
-
-
-def settings_differences(theirs: dict, mine: dict) -> list[str]:
-    """``"key: theirs -> mine"`` for every setting that differs between two :func:`payload_settings`-shaped dicts
-    (a stored schedule's and a sampler's), the hyperparameters one by one, in key order."""
-    out = []
-    for key in sorted(set(theirs) | set(mine)):
-        a, b = theirs.get(key), mine.get(key)
-        if isinstance(a, dict) and isinstance(b, dict) and key == "hyperparameters":
-            out += [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-        elif a != b:
-            out.append(f"{key}: {a!r} -> {b!r}")
-    return out
-
-
-def write_schedule(noise_scheduler, sampler) -> dict:
-    """Store ``sampler``'s schedule in ``noise_scheduler.config[CONFIG_KEY]``; returns the payload.
+def write_schedule(noise_scheduler, sampler: InfoNoiseTrainingTimestepSampler) -> dict:
+    """Store ``sampler``'s schedule (its :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.to_payload`,
+    validated) in ``noise_scheduler.config[CONFIG_KEY]``; returns the payload.
 
     ``noise_scheduler.save_pretrained`` (or the pipeline's) then writes it to ``scheduler_config.json``.
     The scheduler's own parameters are not touched.
@@ -293,9 +179,18 @@ def write_schedule(noise_scheduler, sampler) -> dict:
             UserWarning,
             stacklevel=2,
         )
-    payload = validate_payload(schedule_payload(sampler))
+    payload = validate_payload(sampler.to_payload())
     noise_scheduler.register_to_config(**{CONFIG_KEY: payload})
     return payload
+
+
+def clear_schedule(noise_scheduler) -> bool:
+    """Drop a stored schedule from ``noise_scheduler``'s config (one inherited from a pretrained model, which would not
+    describe a training with a fixed density); returns whether there was one."""
+    if noise_scheduler.config.get(CONFIG_KEY) is None:
+        return False
+    noise_scheduler.register_to_config(**{CONFIG_KEY: None})
+    return True
 
 
 def read_schedule(config_or_scheduler) -> dict | None:

@@ -28,7 +28,7 @@ from diffusers.training_utils import EMAModel
 from diffusers_infonoise.argtypes import positive_float, positive_int
 from diffusers_infonoise.generation import generate_images, model_output
 from diffusers_infonoise.paths import path_class, scheduler_kind
-from diffusers_infonoise.starts import apply_start
+from diffusers_infonoise.sampler import apply_start
 from diffusers_infonoise.training import (
     accelerator_config,
     add_common_training_args,

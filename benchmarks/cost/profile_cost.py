@@ -7,7 +7,7 @@ cost does not depend on them), and is timed from outside by what the run itself 
 forward passes and seconds (``infonoise/start_forward_passes``, ``infonoise/start_seconds``) and each optimizer
 step's wall time (``step_time_s``), which the training loop logs to the tracker, read back from the run's event
 files; the profile's samples a bin, filled bins and TV(φ, ρ̂) from the start's log record
-(:func:`diffusers_infonoise.starts.apply_start`), and ``min_count``/``num_bins`` from the script's own
+(:func:`diffusers_infonoise.apply_start`), and ``min_count``/``num_bins`` from the script's own
 parse of the arguments. The share is ``profile seconds / (profile seconds + steps x the median step time)``,
 the median over the first ``--measure_steps`` steps (robust to the stalls of a shared machine; the whole run's
 measured time is also given); the profile's seconds include the first model calls of the run (allocation, the
@@ -84,7 +84,7 @@ def case_args(case: str, model: str, out: str, opts) -> list[str]:
 
 
 class _StartReport(logging.Handler):
-    """Keeps the profile start's report, the record :func:`diffusers_infonoise.starts.apply_start` logs
+    """Keeps the profile start's report, the record :func:`diffusers_infonoise.apply_start` logs
     (``noise sampler start: <reason>; samples_per_bin 6, forward_passes 45, ...``), as numbers."""
 
     def __init__(self):
@@ -118,7 +118,7 @@ def run_case(case: str, opts, tmp: str) -> dict:
     out_dir = os.path.join(tmp, case + "_out")
     argv = case_args(case, model, out_dir, opts)
     report = _StartReport()
-    starts_logger = logging.getLogger("diffusers_infonoise.starts")
+    starts_logger = logging.getLogger("diffusers_infonoise.sampler.starts")
     level = starts_logger.level
     starts_logger.addHandler(report)
     starts_logger.setLevel(logging.INFO)

@@ -113,14 +113,15 @@ def _timed(spans: list, fn):
 def timed_run(script, sampler: str, opts) -> dict:
     """One run of the script; per-step wall and CPU time over the window, and the time spent in the
     code that differs between samplers (draw, noising, update, step/refresh, the per-step monitor)."""
-    from diffusers_infonoise import samplers as S
+    from diffusers_infonoise import sampler as S
+    from diffusers_infonoise.sampler.adaptive import _AdaptiveSampler
     from diffusers_infonoise.training import ScheduleMonitor
 
     stamps: dict[int, float] = {}
     cpu: dict[int, float] = {}
     spans: list[tuple[float, float]] = []
     patched = [(S.TrainingTimestepSampler, name) for name in ("sample", "add_noise", "update", "step")]
-    patched += [(S._AdaptiveSampler, name) for name in ("update", "step")]
+    patched += [(_AdaptiveSampler, name) for name in ("update", "step")]
     originals = {(cls, name): cls.__dict__[name] for cls, name in patched}
     original_after_step = ScheduleMonitor.after_step
     timed_after_step = _timed(spans, original_after_step)
@@ -168,8 +169,8 @@ def plot_cost(repeats: int = 3) -> float:
     """Median seconds to render and save the two figures drawn at a plotted refresh."""
     from diffusers import DDPMScheduler
 
+    from diffusers_infonoise import make_sampler
     from diffusers_infonoise.diagnostics import plot_level_histogram, plot_schedule
-    from diffusers_infonoise.samplers import make_sampler
 
     sampler = make_sampler("infonoise", DDPMScheduler(), warmup_steps=1, refresh_every=1, min_count=1)
     gen = torch.Generator().manual_seed(0)

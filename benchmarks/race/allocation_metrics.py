@@ -15,7 +15,7 @@ from benchmarks.race.tiers import Race, parse_arm, train_scheduler
 def base_density(race: Race, sampler_name: str):
     """The density an arm draws from on the race's path (a fixed density with its explicit parameters,
     ``logit_normal@mean=-2``; an adaptive sampler's: its base density)."""
-    from diffusers_infonoise.samplers import make_sampler
+    from diffusers_infonoise import make_sampler
 
     arm = parse_arm(sampler_name)
     return make_sampler(arm.name, train_scheduler(race), **dict(arm.params)).density
@@ -23,7 +23,7 @@ def base_density(race: Race, sampler_name: str):
 
 def _infonoise_sampler(race: Race, num_bins: int):
     """The library's InfoNoise sampler on the race's path with ``num_bins`` bins (its grid and base masses)."""
-    from diffusers_infonoise.samplers import make_sampler
+    from diffusers_infonoise import make_sampler
 
     return make_sampler("infonoise", train_scheduler(race), num_bins=num_bins)
 
@@ -62,7 +62,7 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
     """w(σ) of the run's loss (METHOD.md §4) at the centres of a stored schedule's bins (the library's)."""
     import torch
 
-    from diffusers_infonoise.samplers import make_sampler
+    from diffusers_infonoise import make_sampler
 
     edges = _schedule_edges(race, schedule)
     centres = torch.from_numpy(0.5 * (edges[1:] + edges[:-1]))

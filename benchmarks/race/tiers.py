@@ -115,7 +115,7 @@ class Arm:
     def kind(self) -> str:
         """``"infonoise"`` (InfoNoise and its variants), ``"fixed"`` (a fixed density) or ``"adaptive"`` (another
         adaptive sampler: Kingma & Gao, the loss slope)."""
-        from diffusers_infonoise.samplers import FIXED_DENSITY_NAMES
+        from diffusers_infonoise.sampler import FIXED_DENSITY_NAMES
 
         return "infonoise" if self.name == "infonoise" else "fixed" if self.name in FIXED_DENSITY_NAMES else "adaptive"
 
@@ -128,7 +128,7 @@ def parse_arm(arm: str) -> Arm:
         ValueError: an unknown sampler, a parameter that is not ``<key>=<number>``, parameters on an adaptive
             sampler or variant options on a fixed density (naming the arm and what is accepted).
     """
-    from diffusers_infonoise.samplers import FIXED_DENSITY_NAMES, SAMPLER_NAMES
+    from diffusers_infonoise.sampler import FIXED_DENSITY_NAMES, SAMPLER_NAMES
 
     head, _, tag = arm.partition("#")
     head, at, text = head.partition("@")

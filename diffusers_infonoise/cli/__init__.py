@@ -111,7 +111,7 @@ def _add_hub_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..samplers import SAMPLER_NAMES
+    from ..sampler import SAMPLER_NAMES
 
     parser = argparse.ArgumentParser(
         prog="infonoise",
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hub_args(p)
     p.set_defaults(func=_cmd_compare)
 
-    from ..diagnostics.recommend import TRAINER_NAMES
+    from ..diagnostics.trainers import TRAINER_NAMES
 
     p = sub.add_parser(
         "recommend",

@@ -51,21 +51,22 @@ def _cmd_show(args) -> int:
     import torch
 
     from .. import densities
-    from ..diagnostics import allocation, load_learned_sampler, normalize_density, total_variation, window_mass
-    from ..schedule_io import read_schedule
-    from ..starts import describe_start
+    from ..diagnostics import allocation, normalize_density, total_variation, window_mass
+    from ..sampler import InfoNoiseTrainingTimestepSampler
+    from ..sampler.starts import describe_start
+    from ..schedule_io import FORMAT, read_schedule, validate_payload
 
     config, where = _load_config(args.path, revision=args.revision, cache_dir=args.cache_dir)
-    from ..schedule_io import FORMAT
-
-    if config.get("format") != FORMAT and read_schedule(config) is None:
+    bare = config.get("format") == FORMAT  # a bare payload: its path builds the scheduler before it is validated
+    payload = None if bare else read_schedule(config)
+    if not bare and payload is None:
         raise CLIError(
             f"{where}: no learned InfoNoise schedule in this scheduler config (no '_infonoise_schedule' entry); "
             "it was not saved by a run with an InfoNoise sampler"
         )
     scheduler = _scheduler_from_config(config, where)
-    payload = read_schedule(scheduler)
-    sampler = load_learned_sampler(scheduler)
+    payload = validate_payload(config) if bare else payload  # each payload is validated once
+    sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload)
     x = sampler.estimator.centers
     edges = sampler.edges
     widths = edges[1:] - edges[:-1]

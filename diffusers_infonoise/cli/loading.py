@@ -93,7 +93,7 @@ def _load_scheduler(spec: str, *, revision=None, cache_dir=None):
 
 
 def _parse_samplers(text: str | None) -> list[str]:
-    from ..samplers import SAMPLER_NAMES
+    from ..sampler import SAMPLER_NAMES
 
     names = [s.strip() for s in (text or "").split(",") if s.strip()]
     if not names:

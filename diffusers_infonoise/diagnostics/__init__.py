@@ -22,8 +22,8 @@ grid point is the centre of a cell whose edges are the midpoints to its neighbou
 over the elements of one sample): a constant factor cancels in every normalised quantity (§3).
 
 Modules: :mod:`.grid` (grids, normalisation, the result types), :mod:`.profiles`, :mod:`.empirical`,
-:mod:`.allocations`, :mod:`.plotting`, :mod:`.recommend` (the fixed density of each family a trainer offers that
-is closest to ρ̂, with the trainer's flags; METHOD.md §6.1).
+:mod:`.allocations`, :mod:`.plotting`, :mod:`.recommend` (the fixed density of each family that is closest to ρ̂;
+METHOD.md §6.1) and :mod:`.trainers` (the flags that set it in each trainer).
 
 matplotlib, tqdm and scipy (:mod:`.recommend`'s solver) are optional dependencies (extras ``train`` /
 ``benchmarks``): they are imported only by the functions that need them.
@@ -31,12 +31,21 @@ matplotlib, tqdm and scipy (:mod:`.recommend`'s solver) are optional dependencie
 
 from __future__ import annotations
 
-from . import allocations, empirical, grid, plotting, profiles, recommend
+from . import allocations, empirical, grid, plotting, profiles, recommend, trainers
 from .allocations import *  # noqa: F401,F403
 from .empirical import *  # noqa: F401,F403
 from .grid import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .profiles import *  # noqa: F401,F403
 from .recommend import *  # noqa: F401,F403
+from .trainers import *  # noqa: F401,F403
 
-__all__ = [*grid.__all__, *profiles.__all__, *empirical.__all__, *allocations.__all__, *plotting.__all__, *recommend.__all__]
+__all__ = [
+    *grid.__all__,
+    *profiles.__all__,
+    *empirical.__all__,
+    *allocations.__all__,
+    *plotting.__all__,
+    *recommend.__all__,
+    *trainers.__all__,
+]

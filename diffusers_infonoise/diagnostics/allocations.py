@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .. import densities
-from ..samplers import (
+from ..sampler import (
     SAMPLER_NAMES,
     KingmaGaoSampler,
     TrainingTimestepSampler,
@@ -46,9 +46,9 @@ def allocation(
     """The effective allocation ``φ = π·w`` of a schedule, per unit log σ on a grid (METHOD.md §4).
 
     Args:
-        name_or_sampler: a :class:`~diffusers_infonoise.samplers.TrainingTimestepSampler` or a name of
-            :data:`~diffusers_infonoise.samplers.SAMPLER_NAMES` (built by
-            :func:`~diffusers_infonoise.samplers.make_sampler` on ``noise_scheduler``). The name
+        name_or_sampler: a :class:`~diffusers_infonoise.TrainingTimestepSampler` or a name of
+            :data:`~diffusers_infonoise.SAMPLER_NAMES` (built by
+            :func:`~diffusers_infonoise.make_sampler` on ``noise_scheduler``). The name
             ``"infonoise"`` on a scheduler whose config carries a learned schedule gives the learned π
             (:func:`load_learned_sampler`, with the stored weighting); without one, its base density.
         noise_scheduler: required with a name.

@@ -10,7 +10,7 @@ import torch
 
 from ..estimator import GateResult
 from ..paths import NoisePath, path_from_scheduler
-from ..samplers import (
+from ..sampler import (
     TrainingTimestepSampler,
 )
 

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..samplers import (
+from ..sampler import (
     InfoNoiseTrainingTimestepSampler,
     KingmaGaoSampler,
     TrainingTimestepSampler,
@@ -64,7 +64,7 @@ def plot_schedule(sampler: TrainingTimestepSampler, path=None, *, title: str | N
     METHOD.md §4-§5) against ρ̂. Works for any sampler (InfoNoise, fixed, Kingma-Gao) on any path.
 
     Args:
-        sampler: a :class:`~diffusers_infonoise.samplers.TrainingTimestepSampler`.
+        sampler: a :class:`~diffusers_infonoise.TrainingTimestepSampler`.
         path: optional file to save the figure to (PNG/PDF/SVG by extension).
         title: figure title (default: sampler name, path kind, weighting and optimizer step).
 
@@ -79,13 +79,13 @@ def plot_schedule(sampler: TrainingTimestepSampler, path=None, *, title: str | N
     x = _fine_grid(sampler)
     xn = x.numpy()
     pi = torch.exp(sampler.density.log_prob(x))
-    base = torch.exp(sampler.base.log_prob(x)) if hasattr(sampler, "base") else None
+    base = torch.exp(sampler.base.log_prob(x)) if sampler.base is not None else None
     prof = None
     if isinstance(sampler, InfoNoiseTrainingTimestepSampler) and sampler.estimator.is_ready:
         prof = sampler.profile()
     # φ per grid cell (cell-average π times w): on the estimator's bins for adaptive samplers, where
     # π is constant per bin, so that φ is comparable point by point with ρ̂
-    grid = sampler.estimator.centers if hasattr(sampler, "estimator") else x
+    grid = sampler.bin_centers if sampler.bin_centers is not None else x
     alloc = allocation(sampler, log_sigma=grid)
 
     fig, (ax0, ax1) = _figure(2)

@@ -14,12 +14,8 @@ from ..data_statistics import smallest_value_gap
 from ..estimator import ProfileEstimator, gated_shape
 from ..generation import EDM_TIMESTEP_SCALE, call_model, model_output
 from ..paths import NoisePath, path_class, path_from_scheduler
-from ..samplers import (
-    InfoNoiseTrainingTimestepSampler,
-    NoiseLevels,
-    _check_path_prediction,
-    default_prediction_type,
-)
+from ..sampler import InfoNoiseTrainingTimestepSampler, NoiseLevels, default_prediction_type
+from ..sampler.base import _check_path_prediction
 from ..schedule_io import read_schedule, stored_mu
 from ..weighting import validate_loss_weighting, validate_prediction_type, x0_from_output, x0_loss_weight
 from .grid import _F64, Profile, grid_edges, log_sigma_grid, normalize_density
@@ -39,7 +35,7 @@ def default_objective(noise_scheduler) -> tuple[str, Any, float | None]:
     """``(prediction_type, loss_weighting, snr_gamma)`` assumed for ``noise_scheduler``'s training loss.
 
     The stored schedule's values when the scheduler's config carries one (unless its weighting was
-    a custom callable), else :func:`~diffusers_infonoise.samplers.default_prediction_type` with
+    a custom callable), else :func:`~diffusers_infonoise.sampler.default_prediction_type` with
     ``"edm"`` weighting on a VE (EDM) path and ``"none"`` on VP and flow paths: the conventions of
     diffusers' EDM, DDPM and flow-matching training.
 
@@ -176,7 +172,7 @@ def make_denoise_fn(
     """The default ``denoise_fn(model, x_noisy, levels, model_kwargs) -> x0_hat`` of a scheduler's path.
 
     ``x_noisy`` is a (B, ...) batch on the path (``a·x0 + b·ε``; METHOD.md §1), ``levels`` a
-    :class:`~diffusers_infonoise.samplers.NoiseLevels` of B levels on the same device (``timesteps``:
+    :class:`~diffusers_infonoise.NoiseLevels` of B levels on the same device (``timesteps``:
     VP int64 t, VE float32 ``c_noise = 0.25·ln σ``, flow float32 ``s·N``; ``sigmas``: float32 VE σ),
     ``model_kwargs`` per-batch keyword arguments (``encoder_hidden_states`` ...). The result is the
     model's estimate of x0 (float32, x_noisy's shape).

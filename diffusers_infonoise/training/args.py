@@ -25,8 +25,7 @@ from ..argtypes import (
     warmup_arg,
 )
 from ..logs import get_logger
-from ..samplers import SAMPLER_NAMES, TrainingTimestepSampler, make_sampler
-from ..starts import START_CHOICES, SamplerStart, choose_start
+from ..sampler import SAMPLER_NAMES, START_CHOICES, SamplerStart, TrainingTimestepSampler, choose_start, make_sampler
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
@@ -238,7 +237,7 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
 def baseline_density_params(args, name: str | None) -> dict | None:
     """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
     ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters. ``--logit_mean``
-    has diffusers' meaning (> 0: less noise); :func:`~diffusers_infonoise.baselines.base_density` takes the SD3
+    has diffusers' meaning (> 0: less noise); :func:`~diffusers_infonoise.sampler.fixed.base_density` takes the SD3
     paper's (> 0: more noise), so its sign is reversed here, as in :func:`~diffusers_infonoise.integration.sampler_settings`."""
     return {
         "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
@@ -312,7 +311,7 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
     from ..schedule_io import read_schedule, read_schedule_from
 
     init, source = args.infonoise_init, getattr(args, "infonoise_schedule_from", None)
-    if not hasattr(sampler, "load_schedule"):  # a fixed density: nothing to start
+    if not sampler.learns_schedule:  # a fixed density (or Kingma & Gao): nothing to start
         if source or init in ("stored", "profile"):
             raise ValueError(
                 f"--infonoise_init {init}{' / --infonoise_schedule_from' if source else ''}: starts an InfoNoise "

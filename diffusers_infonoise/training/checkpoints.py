@@ -11,7 +11,7 @@ import shutil
 import torch
 
 from ..logs import get_logger
-from ..samplers import TrainingTimestepSampler
+from ..sampler import TrainingTimestepSampler
 from ..schedule_io import load_sampler_state, save_sampler_state
 from .lora import load_lora_layers, lora_layers
 
@@ -24,6 +24,7 @@ __all__ = [
     "register_sampler_checkpointing",
     "resolve_resume_checkpoint",
     "optimizer_steps_per_epoch",
+    "resume_checkpoint",
     "resume_training_state",
     "maybe_save_checkpoint",
     "prune_checkpoints",
@@ -120,20 +121,25 @@ def optimizer_steps_per_epoch(gradient_accumulation_steps: int, dataloader) -> i
     return max(1, math.ceil(len(dataloader) / gradient_accumulation_steps))
 
 
-def resume_training_state(accelerator, run, sampler: TrainingTimestepSampler, dataloader) -> tuple[int, int, int]:
-    """Resume from ``--resume_from_checkpoint``; returns ``(global_step, first_epoch, skip_batches)``.
+def resume_checkpoint(run) -> str | None:
+    """The checkpoint ``--resume_from_checkpoint`` resumes from (:func:`resolve_resume_checkpoint`), or None for a run
+    that starts afresh (when ``"latest"`` finds none, a warning says so)."""
+    resume_dir = resolve_resume_checkpoint(run.output_dir, run.resume_from_checkpoint)
+    if run.resume_from_checkpoint and resume_dir is None:
+        logger.warning(f"--resume_from_checkpoint {run.resume_from_checkpoint}: no checkpoint found, starting afresh")
+    return resume_dir
 
-    ``(0, 0, 0)`` without a checkpoint to resume from (when ``"latest"`` finds none, a warning says
-    the run starts afresh). Otherwise ``accelerator.load_state`` restores the checkpoint (the
-    registered hooks bring back the model, the EMA and the sampler), ``global_step`` is the ``N`` of
+
+def resume_training_state(accelerator, run, sampler: TrainingTimestepSampler, dataloader, resume_dir: str | None) -> tuple[int, int, int]:
+    """Resume from ``resume_dir`` (:func:`resume_checkpoint`); returns ``(global_step, first_epoch, skip_batches)``.
+
+    ``(0, 0, 0)`` without a checkpoint to resume from. Otherwise ``accelerator.load_state`` restores the checkpoint
+    (the registered hooks bring back the model, the EMA and the sampler), ``global_step`` is the ``N`` of
     ``checkpoint-N``, and a sampler the checkpoint held no state for counts its steps from there.
     Epochs are counted in optimizer steps (:func:`optimizer_steps_per_epoch` of the *prepared*
     ``dataloader``): the run continues in epoch ``first_epoch`` after the ``skip_batches``
     micro-batches of the updates that epoch had finished.
     """
-    resume_dir = resolve_resume_checkpoint(run.output_dir, run.resume_from_checkpoint)
-    if run.resume_from_checkpoint and resume_dir is None:
-        logger.warning(f"--resume_from_checkpoint {run.resume_from_checkpoint}: no checkpoint found, starting afresh")
     if not resume_dir:
         return 0, 0, 0
     accelerator.print(f"Resuming from {resume_dir}")

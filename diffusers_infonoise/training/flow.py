@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
-from ..samplers import NoiseLevels
+from ..sampler import NoiseLevels
 
 __all__ = [
     "FLOW_WEIGHTING_SCHEMES",

@@ -12,10 +12,9 @@ from typing import Callable, Iterable
 import torch
 
 from ..logs import get_logger
-from ..samplers import NoiseLevels, TrainingTimestepSampler
-from ..starts import SamplerStart, apply_start, batch_size_of
+from ..sampler import NoiseLevels, SamplerStart, TrainingTimestepSampler, apply_start, batch_size_of
 from ..weighting import per_sample_mse
-from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_training_state
+from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_checkpoint, resume_training_state
 from .monitor import ScheduleMonitor, show_noise_schedule
 
 logger = get_logger(__name__)
@@ -33,7 +32,6 @@ __all__ = [
     "make_optimizer_and_lr_scheduler",
     "backward_and_step",
     "finish_micro_batch",
-    "size_warmup_to_run",
     "start_sampler",
     "training_length",
     "run_training_loop",
@@ -257,19 +255,12 @@ def finish_micro_batch(
     return True
 
 
-def size_warmup_to_run(sampler, max_steps: int) -> None:
-    """Tell an adaptive sampler the run's length (its ``"auto"`` warm-up is sized to it); before the start and a
-    resume, which may skip that warm-up or restore the one the run started with: a run shorter than its automatic
-    warm-up is warned about at the first step, once they are known."""
-    if hasattr(sampler, "set_num_training_steps"):
-        sampler.set_num_training_steps(int(max_steps))
-
-
 def start_sampler(accelerator, sampler: TrainingTimestepSampler, start: SamplerStart, *, model, compute_loss: Callable, dataloader) -> dict:
-    """Apply ``start`` before step 1 of a fresh run (:func:`~diffusers_infonoise.starts.apply_start`) and log it. A
+    """Apply ``start`` before step 1 of a fresh run (:func:`~diffusers_infonoise.apply_start`) and log it. A
     ``"profile"`` start measures ``compute_loss`` on the dataloader's batches with ``model`` in eval mode, without
-    gradients (:func:`~diffusers_infonoise.starts.start_from_model`); its forward passes and time are logged to the
-    trackers as ``infonoise/start_forward_passes`` and ``infonoise/start_seconds``. Returns ``apply_start``'s description."""
+    gradients (:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.start_from_model`); its forward passes
+    and time are logged to the trackers as ``infonoise/start_forward_passes`` and ``infonoise/start_seconds``. Returns
+    ``apply_start``'s description."""
     # logged here, not where it was chosen: the scripts choose it before start_run configures logging
     logger.info(f"noise sampler start: {start.choice} ({start.reason})")
     model.eval()
@@ -340,13 +331,16 @@ def run_training_loop(
     from tqdm.auto import tqdm
 
     _, max_steps, num_epochs = training_length(run, dataloader)
-    size_warmup_to_run(sampler, max_steps)
+    resume_dir = None if show_schedule else resume_checkpoint(run)
+    # the warm-up and the profile start's budget, settled once from the run's length and the start it applies (a
+    # resumed run applies none: its checkpoint brings the sampler's state)
+    sampler.plan_run(int(max_steps), start=None if resume_dir else start)
     total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
     if show_schedule:  # the start a fresh run would take, measured as it would measure it, shown and not trained
         info = start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader) if start else {}
         shown = show_noise_schedule(sampler, run.output_dir, start=start, info=info)
         return {"global_step": 0, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps, "shown": shown}
-    global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader)
+    global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader, resume_dir)
     if global_step > max_steps:
         raise ValueError(
             f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, past this run's "

@@ -10,8 +10,7 @@ import os
 import torch
 
 from ..logs import get_logger
-from ..samplers import NoiseLevels, TrainingTimestepSampler
-from ..starts import SamplerStart
+from ..sampler import NoiseLevels, SamplerStart, TrainingTimestepSampler
 
 logger = get_logger(__name__)
 
@@ -54,8 +53,8 @@ def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
 def shown_schedule(sampler: TrainingTimestepSampler, start: SamplerStart | None = None, info: dict | None = None) -> str:
     """What the sampler's density is at step 1, in words: a fixed density, the base density (of a ``"base"`` start, or
     of the warm-up before a start's schedule is taken), the stored schedule and its source, or the profile start with
-    what it measured (``info``: :func:`~diffusers_infonoise.starts.apply_start`'s)."""
-    if not hasattr(sampler, "load_schedule"):
+    what it measured (``info``: :func:`~diffusers_infonoise.apply_start`'s)."""
+    if not sampler.learns_schedule:
         return f"the fixed {sampler.name} density"
     choice = start.choice if start is not None else "base"
     if sampler.probs is None:
@@ -84,7 +83,7 @@ def show_noise_schedule(
         return path
     what = shown_schedule(sampler, start, info)
     print(f"shown: {what}")
-    if getattr(sampler, "probs", None) is not None:  # the hash the training log gives at each refresh of π
+    if sampler.is_adapted:  # the hash the training log gives at each refresh of π
         print(f"pi hash: {sampler.pi_hash()}")
     print(describe_noise_schedule(sampler))
     os.makedirs(output_dir, exist_ok=True)
@@ -117,7 +116,7 @@ class ScheduleMonitor:
         self._drawn: list[torch.Tensor] = []
         self._q_sum = torch.zeros(4, dtype=torch.float64)
         self._q_cnt = torch.zeros(4, dtype=torch.float64)
-        self._seen_updates = getattr(sampler, "num_updates", 0)
+        self._seen_updates = sampler.num_updates
 
     def observe(self, levels: NoiseLevels, per_sample_loss: torch.Tensor) -> None:
         x = torch.log(levels.sigmas.detach().cpu().double())
@@ -135,7 +134,7 @@ class ScheduleMonitor:
                 logs[f"loss_q{i + 1}"] = float(self._q_sum[i] / self._q_cnt[i])
         self._q_sum.zero_()
         self._q_cnt.zero_()
-        updates = getattr(self.sampler, "num_updates", 0)
+        updates = self.sampler.num_updates
         if updates != self._seen_updates:
             self._seen_updates = updates
             logs.update(self._on_refresh(accelerator, global_step))
@@ -155,10 +154,10 @@ class ScheduleMonitor:
             f"step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, the same on all {accelerator.num_processes} "
             f"process(es); gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
         )
-        refresh = getattr(self.sampler, "last_refresh", {}) or {}
+        refresh = self.sampler.last_refresh
         gate = self.sampler.estimator.last_gate
         # TV(φ, ρ̂) among them: the check of METHOD.md §5, ≤ η + 0.02
-        logs = self.sampler.metrics() if hasattr(self.sampler, "metrics") else {"infonoise/num_updates": float(self.sampler.num_updates)}
+        logs = self.sampler.metrics()
         if accelerator.is_main_process and self.output_dir:
             # one JSON line per refresh: how π moved during training (read by the online-vs-offline study)
             os.makedirs(os.path.join(self.output_dir, "schedule"), exist_ok=True)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..logs import get_logger
-from ..samplers import TrainingTimestepSampler
+from ..sampler import TrainingTimestepSampler
 
 logger = get_logger(__name__)
 
@@ -25,7 +25,6 @@ __all__ = [
     "render_model_card",
     "model_card_templates",
     "push_output_dir",
-    "store_learned_schedule",
     "recorded_start",
 ]
 
@@ -102,26 +101,13 @@ def push_output_dir(
     return repo_id
 
 
-def store_learned_schedule(noise_scheduler, sampler: TrainingTimestepSampler) -> bool:
-    """Write the InfoNoise schedule into ``noise_scheduler``'s config (True); for other samplers
-    drop a payload inherited from the base model, which would no longer describe this training (False)."""
-    from ..schedule_io import CONFIG_KEY
-
-    if hasattr(sampler, "save_to_scheduler"):
-        sampler.save_to_scheduler(noise_scheduler)
-        return True
-    if noise_scheduler.config.get(CONFIG_KEY) is not None:
-        noise_scheduler.register_to_config(**{CONFIG_KEY: None})
-    return False
-
-
 def recorded_start(sampler: TrainingTimestepSampler) -> tuple[str | None, str]:
     """``(choice, what it saw in words)`` of how the run began (METHOD.md §5.9): the sampler's recorded start, kept through
     resumes (not the start a resume command would choose), for the model card; ``(None, ...)`` when the
     sampler has none (a fixed density) or it was not recorded."""
-    from ..starts import describe_start
+    from ..sampler.starts import describe_start
 
-    record = getattr(sampler, "start_record", None)
+    record = sampler.start_record
     return (record or {}).get("choice"), describe_start(record, with_choice=False)
 
 
@@ -184,7 +170,7 @@ def save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir:
     from ..paths import path_class
     from .loop import ema_weights
 
-    store_learned_schedule(noise_scheduler, sampler)
+    sampler.save_to_scheduler(noise_scheduler)  # a fixed density drops a schedule inherited from the base model
     # DDPMPipeline draws 2-D noise: 1-D models take this package's pipeline on every path
     name = "InfoNoiseUnconditionalPipeline" if is_1d_model(unet) else path_class(noise_scheduler).unconditional_pipeline
     cls = getattr(pipeline, name, None) or getattr(diffusers, name)

@@ -10,8 +10,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..logs import get_logger
-from ..samplers import TrainingTimestepSampler
-from ..starts import SamplerStart, apply_start
+from ..sampler import SamplerStart, TrainingTimestepSampler, apply_start
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, captioned_dataloader
 from .loop import (
@@ -32,7 +31,6 @@ from .outputs import (
     recorded_start,
     render_model_card,
     save_image_grid,
-    store_learned_schedule,
 )
 
 logger = get_logger(__name__)
@@ -275,7 +273,7 @@ class TextToImageRun:
         nothing was trained, and nothing is saved."""
         if "shown" in result:
             return {**result, "sampler": self.sampler}
-        if self.start is not None and hasattr(self.sampler, "load_schedule"):
+        if self.start is not None and self.sampler.learns_schedule:
             card = {**card, "details": {**card.get("details", {}), "InfoNoise start": "{}: {}".format(*recorded_start(self.sampler))}}
         finish_text_to_image_run(
             self.accelerator,
@@ -432,7 +430,7 @@ def save_text_to_image_outputs(
     """The end of a text-to-image run, on the main process; returns the output folder.
 
     * ``noise_scheduler``, the *training* scheduler (its ``prediction_type`` as trained), gets the
-      learned schedule (:func:`store_learned_schedule`);
+      learned schedule (``sampler.save_to_scheduler``: a fixed density drops one inherited from the base model);
     * full fine-tuning: ``pipeline`` (the trained ``model_key`` model with the EMA weights when
       there is an EMA, the training scheduler) is saved with ``save_pretrained``; LoRA: the adapter
       (``save_lora_weights``, ``<model_key>_lora_layers``) and ``scheduler/`` only;
@@ -446,7 +444,7 @@ def save_text_to_image_outputs(
 
     out = cfg.output_dir
     model = accelerator.unwrap_model(getattr(pipeline, model_key))
-    learned = store_learned_schedule(noise_scheduler, sampler)
+    learned = sampler.save_to_scheduler(noise_scheduler)
     pipeline.scheduler = noise_scheduler
     if ema is not None:
         ema.copy_to(model.parameters())

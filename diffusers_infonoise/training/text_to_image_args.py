@@ -11,7 +11,7 @@ import math
 
 from ..argtypes import positive_float, positive_int
 from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
-from ..samplers import TrainingTimestepSampler
+from ..sampler import TrainingTimestepSampler
 from .args import (
     accelerator_config,
     add_common_training_args,

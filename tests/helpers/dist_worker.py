@@ -114,7 +114,7 @@ def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bo
     """A ``"profile"`` start on two ranks whose models differ (rank r's errors are (1 + r) times the exact MMSE of
     N(0, 0.25) data): each measures its share of the stratified levels, and both end on the same π. ``shows_data``
     False: the loss noises by hand, so the start observes the (tensor) batches itself (issue 28)."""
-    from diffusers_infonoise.starts import start_from_model
+    from diffusers_infonoise.sampler import start_from_model
 
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -147,7 +147,7 @@ def logging_worker(rank: int, world: int, port: int, outdir: str):
     import json
     import logging
 
-    from diffusers_infonoise.starts import start_from_model
+    from diffusers_infonoise.sampler import start_from_model
 
     records = []
 
@@ -166,7 +166,7 @@ def logging_worker(rank: int, world: int, port: int, outdir: str):
             levels, loss = batch(sampler, rank, step)
             sampler.update(levels, loss)
             sampler.step()
-        logging.getLogger("diffusers_infonoise.adaptive").warning(f"rank {rank}'s own warning")
+        logging.getLogger("diffusers_infonoise.sampler.adaptive").warning(f"rank {rank}'s own warning")
         with open(os.path.join(outdir, f"log{rank}.json"), "w") as f:
             json.dump(records, f)
     finally:

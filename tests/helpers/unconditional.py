@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffusers_infonoise import samplers as S
+from diffusers_infonoise import sampler as S
 from diffusers_infonoise.schedule_io import CONFIG_KEY, SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS
 
 from helpers import ROOT

@@ -218,3 +218,19 @@ def test_compare_a_stored_schedule_with_a_profile_of_your_data(capsys, saved, tm
     assert_one_line_error(rc, err, "holds no stored InfoNoise schedule")
     rc, _, err = run(capsys, "compare", "--scheduler", "edm")
     assert_one_line_error(rc, err, "give --samplers, --profile or both")
+
+
+def test_show_validates_the_payload_once(capsys, saved, tmp_path, monkeypatch):
+    """Issue 29: ``infonoise show`` validated one payload three times (the config, the scheduler built from it, the
+    sampler built from that). It reads it once, from a scheduler config and from a bare payload alike."""
+    from diffusers_infonoise import schedule_io
+
+    calls = []
+    validate = schedule_io.validate_payload
+    monkeypatch.setattr(schedule_io, "validate_payload", lambda payload: calls.append(1) or validate(payload))
+    payload = json.loads((saved["learned"] / "scheduler_config.json").read_text())[CONFIG_KEY]
+    (tmp_path / "payload.json").write_text(json.dumps(payload))
+    for source in (saved["learned"], tmp_path / "payload.json"):
+        calls.clear()
+        assert run(capsys, "show", source)[0] == 0
+        assert len(calls) == 1, source

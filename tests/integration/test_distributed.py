@@ -106,7 +106,7 @@ def test_the_package_logs_info_on_the_main_process_only(tmp_path):
     assert any("profile start" in m for m in infos[0]) and sum("pi refreshed" in m for m in infos[0]) >= 2, infos[0]
     assert infos[1] == []
     for rank, log in enumerate(logs):
-        assert ["WARNING", "diffusers_infonoise.adaptive", f"rank {rank}'s own warning"] in log
+        assert ["WARNING", "diffusers_infonoise.sampler.adaptive", f"rank {rank}'s own warning"] in log
 
 
 @pytest.mark.parametrize("backend", ["nccl", "gloo"])

@@ -109,8 +109,7 @@ def test_allocation_width_by_hand():
 def test_stored_schedule_reads_the_payload_with_the_library_reader(tmp_path):
     """A run's ``schedule``: the kept fields of the payload the saved scheduler stores, floats to 6
     decimals; a run without a scheduler folder has none, a corrupted payload is refused."""
-    from diffusers_infonoise import ScheduleError, write_schedule
-    from diffusers_infonoise.samplers import make_sampler
+    from diffusers_infonoise import ScheduleError, make_sampler, write_schedule
 
     scheduler = tiers.train_scheduler(tiers.tier_races("quick")[0])
     payload = write_schedule(scheduler, make_sampler("infonoise", scheduler))

@@ -16,7 +16,7 @@ import re
 import pytest
 import torch
 
-from diffusers_infonoise import samplers as S
+from diffusers_infonoise import sampler as S
 from diffusers_infonoise.schedule_io import read_schedule
 
 from helpers.unconditional import (

@@ -18,7 +18,7 @@ import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, make_sampler
-from diffusers_infonoise.samplers import default_warmup_steps
+from diffusers_infonoise.sampler import default_warmup_steps
 
 from helpers.reference import factor_by_hand, gauss_mmse, grid_by_hand, total_variation, weight_by_hand
 

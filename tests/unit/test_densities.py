@@ -13,7 +13,7 @@ from diffusers.training_utils import compute_density_for_timestep_sampling
 
 from diffusers_infonoise import densities
 from diffusers_infonoise.paths import path_from_scheduler
-from diffusers_infonoise.samplers import base_density
+from diffusers_infonoise.sampler import base_density
 
 from helpers.reference import ks_pvalue, quadrature_cdf
 

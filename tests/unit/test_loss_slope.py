@@ -11,7 +11,7 @@ import torch
 from diffusers import EDMEulerScheduler
 
 from diffusers_infonoise import LossSlopeSampler, make_sampler
-from diffusers_infonoise.loss_slope import isotonic_increasing
+from diffusers_infonoise.sampler.loss_slope import isotonic_increasing
 
 S2 = 0.25  # the data's variance s² (s = 0.5)
 

@@ -507,3 +507,42 @@ def test_mmse_cap_keeps_the_bayes_profile_and_removes_amplified_model_error():
     assert total_variation(noisy.probs.numpy(), exact.probs.numpy()) > 0.2
     assert total_variation(capped.probs.numpy(), exact.probs.numpy()) < 0.03
     assert noisy.describe()["hyperparameters"]["mmse_cap"] is None and capped.hyperparameters["mmse_cap"] == 0.25
+
+
+def test_the_settings_are_defined_once():
+    """Issue 29: the adaptive samplers' settings were listed in four places (the constructor's keywords,
+    ``hyperparameters``, the keywords from_scheduler accepts, the ones a stored schedule carries). Each now follows
+    from InfoNoiseSettings: the stored ones (the payload's format, written out here by hand), the keywords the
+    constructor and from_scheduler accept, and what a stored schedule carries into the sampler rebuilt from it;
+    its checks name the argument and what is accepted."""
+    import dataclasses
+    import re
+
+    from diffusers_infonoise import InfoNoiseSettings, read_schedule
+
+    stored = ["num_bins", "warmup_steps", "refresh_every", "ema_decay", "memory", "min_count", "smoothing", "floor"]
+    stored += ["floor_space", "gate", "gate_fallback", "mmse_cap", "temperature", "clean_end_bound"]
+    names = sorted([*stored, "num_training_steps", "base"])
+    assert sorted(f.name for f in dataclasses.fields(InfoNoiseSettings)) == names
+    sched = EDMEulerScheduler()
+    s = _adapt(_make("infonoise", "ve", num_bins=8, floor=0.1, gate=0.05, temperature=0.5, memory=40, base="log_uniform"))
+    s.save_to_scheduler(sched)
+    payload = read_schedule(sched)
+    assert list(payload["hyperparameters"]) == list(s.hyperparameters) == stored
+    assert payload["hyperparameters"] == {k: getattr(s.settings, k) for k in stored}
+    with pytest.raises(ValueError, match=re.escape(f"from_scheduler: unknown parameter(s) ['bogus']; accepted: {names}")):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(sched, bogus=1)
+    with pytest.raises(TypeError, match=re.escape(f"KingmaGaoSampler: unknown parameter(s) ['bogus']; accepted: {names}")):
+        KingmaGaoSampler(s.path, prediction_type="sample", bogus=1)
+    rebuilt = InfoNoiseTrainingTimestepSampler.from_stored(sched)
+    carried = set(stored) - {"warmup_steps"}
+    assert {k: getattr(rebuilt.settings, k) for k in carried} == {k: getattr(s.settings, k) for k in carried}
+    assert rebuilt.base_description == s.base_description == {"name": "log_uniform"}
+    for kw, message in (
+        ({"floor": 2}, "floor: must be a float in [0, 1], got 2"),
+        ({"warmup_steps": -1}, "warmup_steps: must be 'auto' or an int >= 0, got -1"),
+        ({"min_count": 0}, "min_count: must be an int >= 1, got 0"),
+        ({"gate": "sometimes"}, "gate: accepted values are"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            InfoNoiseSettings(**kw)

@@ -12,8 +12,8 @@ import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, make_sampler, read_schedule
+from diffusers_infonoise.sampler import apply_start, choose_start, start_from_model, stratified_levels
 from diffusers_infonoise.schedule_io import CONFIG_KEY, ScheduleSourceError, read_schedule_from
-from diffusers_infonoise.starts import apply_start, choose_start, start_from_model, stratified_levels
 
 from helpers.reference import gauss_mmse, total_variation
 from helpers.tiny_pipelines import tiny_unet2d
@@ -453,7 +453,7 @@ def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
 def test_a_schedule_and_a_state_written_before_the_start_was_recorded_still_load(tmp_path):
     """issue 28 (8): a payload without ``start`` loads bit for bit (the same pi), and shows as not recorded; a state without
     ``start`` or ``warmup_setting`` loads with no record and the sampler's own warm-up setting."""
-    from diffusers_infonoise.starts import describe_start
+    from diffusers_infonoise.sampler import describe_start
 
     sched = EDMEulerScheduler()
     s = make_sampler("infonoise", sched, num_bins=16)
@@ -486,3 +486,30 @@ def test_a_stored_schedule_with_other_settings_names_what_differs(caplog):
     with caplog.at_level(logging.INFO):
         other.load_schedule(read_schedule(sched))
     assert "stored schedule: settings differ (stored -> this sampler's): floor: 0.05 -> 0.1; smoothing: 1.0 -> 0.5;" in caplog.text
+
+
+def test_the_warm_up_and_the_profile_budget_are_settled_in_one_call():
+    """Issue 29: the warm-up was decided by calls that had to come in order (the run's length, then the start
+    zeroing the warm-up, then the profile budget reading the length back). ``plan_run(600, start)`` settles both:
+    a tenth of the run (60 steps) for a base start and for a stored schedule saved before it adapted, none for a
+    start that brings an estimate (a profile, an adapted stored schedule), an explicit warm-up (7) for every start,
+    and a profile budget of PROFILE_SHARE x 600 = 30 forward passes. A start applied before the run's length is
+    known ends in the same plan."""
+    sched, early = EDMEulerScheduler(), EDMEulerScheduler()
+    trained = make_sampler("infonoise", sched, num_bins=16)
+    start_from_model(trained, _bayes_loss(trained), _batches(), progress=False)
+    trained.save_to_scheduler(sched)
+    with pytest.warns(UserWarning, match="has not adapted"):
+        make_sampler("infonoise", early, num_bins=16, warmup_steps=100).save_to_scheduler(early)
+    for init, stored, want in (("base", None, 60), ("profile", None, 0), ("stored", sched, 0), ("stored", early, 60)):
+        for warmup, expected in (("auto", want), (7, 7)):
+            s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, warmup_steps=warmup)
+            start = choose_start(init, s, stored=read_schedule(stored) if stored else None, pretrained_model=True)
+            plan = s.plan_run(600, start)
+            assert (plan.num_training_steps, plan.warmup_steps, plan.profile_forward_passes) == (600, expected, 30.0), (init, warmup)
+            if init != "profile":
+                apply_start(s, start)
+            assert s.warmup_steps == expected and s.hyperparameters["warmup_steps"] == (0 if want == 0 and warmup == "auto" else warmup)
+    late = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16)
+    start_from_model(late, _bayes_loss(late), _batches(), progress=False)
+    assert late.plan_run(600).warmup_steps == 0 and late.run_plan.profile_forward_passes == 30.0

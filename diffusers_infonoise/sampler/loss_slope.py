@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..paths import NoisePath
 from .adaptive import _AdaptiveSampler
-from .paths import NoisePath
 
 __all__ = ["LossSlopeSampler", "isotonic_increasing"]
 
@@ -55,7 +55,7 @@ class LossSlopeSampler(_AdaptiveSampler):
 
     No ρ̂, no w and no gate: the loss weighting of the run does not enter π, and the draws carry no importance
     weights (the objective changes, as with InfoNoise). The warm-up, base density, refresh cadence, EMA,
-    ``min_count``, grid and data statistics are InfoNoise's (:class:`~diffusers_infonoise.samplers.InfoNoiseTrainingTimestepSampler`),
+    ``min_count``, grid and data statistics are InfoNoise's (:class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler`),
     with the same defaults. For Gaussian data of variance s² the Bayes error is ``mmse(σ) = σ²s²/(σ²+s²)``, so F is
     that and ``dF/d ln σ = 2σ²s⁴/(σ²+s²)²``, peaked at σ = s (the test of this class).
 

@@ -1,59 +1,33 @@
-"""Training-noise samplers: InfoNoise and the baselines it is compared with (METHOD.md §4-§5).
+"""InfoNoise: the training-noise density follows the conditional-entropy rate (METHOD.md §4-§5).
 
-Every sampler draws noise levels for a training batch on one log-σ axis and hands back what the
-model and the scheduler take::
-
-    levels = sampler.sample(batch_size, device=device, generator=generator)
-    noisy = sampler.add_noise(x0, noise, levels)
-    ...  # model forward, per-sample unweighted loss in the model's own parameterization
-    sampler.update(levels, per_sample_loss)
-    ...  # backward, optimizer.step()
-    sampler.step()  # once per optimizer step
-
-:class:`InfoNoiseTrainingTimestepSampler` learns ``π ∝ ρ̂/w`` online; :class:`FixedDensitySampler`
-draws from a fixed density (EDM log-normal, logit-normal, uniform t, ...); :class:`KingmaGaoSampler`
-is the VDM++ adaptive importance sampler that keeps the objective; :class:`~diffusers_infonoise.loss_slope.LossSlopeSampler`
-draws from the slope of the training loss over ln σ (CDCD-style time warping). :func:`make_sampler` builds any
-of them by name.
+:class:`InfoNoiseTrainingTimestepSampler` learns ``π ∝ ρ̂/w`` online from the training losses. Its stored schedule
+is written (:meth:`~InfoNoiseTrainingTimestepSampler.to_payload`) and read
+(:meth:`~InfoNoiseTrainingTimestepSampler.load_schedule`) here, beside each other; :mod:`..schedule_io` keeps the
+stored format and its sources. The ``"profile"`` start measures a model here too
+(:meth:`~InfoNoiseTrainingTimestepSampler.start_from_model`); which start a run takes is :mod:`.starts`'.
 """
 
 from __future__ import annotations
 
 import math
+import time
+import warnings
+from typing import Callable, Iterable
 
 import torch
 
-from . import densities
-from .adaptive import _ADAPTIVE_KEYS, _AdaptiveSampler, default_warmup_steps  # noqa: F401
-from .baselines import FIXED_DENSITY_NAMES, FixedDensitySampler, _resolve_base, base_density  # noqa: F401
-from .logs import get_logger
-from .loss_slope import LossSlopeSampler
-from .paths import NoisePath, path_from_scheduler
-from .sampler_base import (  # noqa: F401
-    NoiseLevels,
-    TrainingTimestepSampler,
-    _check_path_prediction,
-    default_loss_weighting,
-    default_prediction_type,
-)
-from .schedule_io import SCHEDULE_SETTINGS  # noqa: F401
+from ..logs import get_logger
+from ..paths import NoisePath, path_from_scheduler
+from ..schedule_io import CONFIG_KEY, FORMAT, VERSION, ScheduleError, read_schedule, stored_mu, write_schedule
+from .adaptive import _AdaptiveSampler
+from .base import default_prediction_type
+from .batches import X0_BATCH_KEYS, batch_size_of, batch_stream, forward_passes, stratified_levels, world
+from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings
 
 logger = get_logger(__name__)
 
 __all__ = [
-    "NoiseLevels",
-    "TrainingTimestepSampler",
-    "FixedDensitySampler",
     "InfoNoiseTrainingTimestepSampler",
-    "KingmaGaoSampler",
-    "LossSlopeSampler",
-    "SAMPLER_NAMES",
-    "make_sampler",
-    "base_density",
-    "default_prediction_type",
-    "default_loss_weighting",
-    "default_warmup_steps",
-    "SCHEDULE_SETTINGS",
 ]
 
 
@@ -67,64 +41,25 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     (:meth:`allocation_total_variation`, logged at every refresh). Before ``warmup_steps``
     optimizer steps it draws from the base.
 
-    Build it with :meth:`from_scheduler`. Args (all keyword):
+    Build it with :meth:`from_scheduler` (or :meth:`from_stored`). Args (all keyword):
         prediction_type: the parameterization of the per-sample loss given to :meth:`update`.
         loss_weighting, snr_gamma: the weight the user's loss applies (METHOD.md §4).
-        num_bins: K bins uniform in log σ over the path's range (default 64).
-        warmup_steps: optimizer steps on the base density; ``"auto"`` (default): a tenth of
-            ``num_training_steps``, between ``refresh_every`` and 500, or 500 when the run's length
-            is unknown (:func:`default_warmup_steps`).
-        num_training_steps: the run's optimizer steps, if known (also :meth:`set_num_training_steps`).
-        refresh_every: optimizer steps between refreshes (default 50).
-        memory: H, the memory of the estimate in optimizer steps: a loss ``a`` steps old weighs
-            ``exp(−a/H)`` in its bin's mean (docs/METHOD.md §5.10). ``"auto"`` (default): an eighth of
-            ``num_training_steps``, at least the steps that bring ``num_bins·min_count`` samples at the
-            measured rate, between ``refresh_every`` and 500 (500 when the run's length is unknown);
-            :meth:`memory_steps` gives the value in force.
-        ema_decay: ``None`` (default): the memory above. A float β in [0, 1): the former rule instead,
-            ``m̂ ← β·m̂ + (1 − β)·mean`` once a refresh (0.9 was the default before 0.3; kept to compare with).
-        min_count: samples a bin needs before its first value (default 8); until then they stay open
-            into the next refresh (§5.4).
-        smoothing: Gaussian kernel width in bins on log m̂ (default 1.0; 0 disables).
-        gate: the clean-end gate (§5.5): ``"auto"`` (default; the pivot is a tenth of the smallest gap
-            between the values of the data given to :meth:`add_noise`/:meth:`observe_data`: 0.2 for
-            binarized or one-hot data in {−1, 1}, no gate for 8-bit or continuous data), ``"data"``
-            (the same), ``"profile"`` (the paper's rule repaired), ``"paper"`` (as first
-            implemented), a pinned pivot c (VE σ), or ``None``. Which rule fired and why is in
-            ``estimator.last_gate``.
-        gate_fallback: pivot used while a rule has nothing to go on (no data seen) or misfires
-            (default 0.2, the paper's value for non-image data).
-        mmse_cap: upper bound on m̂ before the profile is formed: ``"auto"`` (the default for
-            ``epsilon`` and ``v_prediction`` losses) measures the data's per-dimension variance
-            ``mean_i Var(x0_i)`` on the x0 given to :meth:`add_noise`/:meth:`observe_data`, which
-            bounds the Bayes MMSE at every σ; a float sets it; ``None`` (the default for the other
-            losses) disables it. An ε- or v-model's residual error, converted to x0 space by ``σ²``
-            (METHOD.md §3), exceeds V at high noise by orders of magnitude (measured: m̂ ≈ 900–2800 vs
-            0.53 on binarized digits, DDPM-ε), and ``π ∝ ρ̂/w`` with ``w = 1/σ²`` then puts >90% of
-            the draws at σ > 30 (§5.4).
-        floor: η, the floor's share of the effective allocation (default 0.05, §5.7).
-        clean_end_bound: bound m̂ by σ² per element (VE σ), the identity predictor's x0 error, so that
-            q = m̂/σ² ≤ 1 at the clean end (default True, docs/METHOD.md §5.10; assumes a per-sample loss
-            that is a mean over elements). ``False``: the former profile (comparison only).
-        temperature: τ of a tempered target, ``φ ∝ ρ̂^τ`` (default 1: the entropy rate itself, the method; τ < 1
-            widens the allocation, a variant of the margin study of issue 24, docs/METHOD.md §5).
-        floor_space: ``"phi"`` (default): ``φ ← (1 − η)·ρ̂ + η·φ_base``, then ``π ∝ φ/w``; ``"pi"``:
-            the former ``π ← (1 − η)·π + η·π_base``, whose share of φ under EDM weighting is ~57%
-            (kept only to compare with).
-        base: the warm-up and floor density: ``None`` (EDM log-normal on VE, uniform t on VP,
-            logit-normal(0, 1) on flow), a name of :func:`base_density`, ``(name, params)``, or a Density.
+        **settings: the fields of :class:`~diffusers_infonoise.sampler.settings.InfoNoiseSettings` (``num_bins``,
+            ``warmup_steps``, ``floor``, ``gate``, ...), each described there. ``mmse_cap`` defaults to ``"auto"``
+            for ``epsilon`` and ``v_prediction`` losses, to None for the others.
 
     Raises:
         ValueError / TypeError: for invalid arguments, each naming the argument and accepted values.
     """
 
     name = "infonoise"
+    learns_schedule = True
 
-    def __init__(self, path: NoisePath, *, prediction_type: str, mmse_cap="default", **kwargs):
-        if mmse_cap == "default":
+    def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
+        if settings.get("mmse_cap", "default") == "default":
             # on by default where the conversion factor grows with σ (METHOD.md §5.4)
-            mmse_cap = "auto" if prediction_type in ("epsilon", "v_prediction") else None
-        super().__init__(path, prediction_type=prediction_type, mmse_cap=mmse_cap, **kwargs)
+            settings["mmse_cap"] = "auto" if prediction_type in ("epsilon", "v_prediction") else None
+        super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **settings)
 
     def _statistic(self, levels, errors):
         return errors
@@ -146,7 +81,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         §4, §5.6-7)."""
         rho_mass = self._rho_mass(self.temperature)
         w = self._bin_weights()
-        if self.floor_space == "pi":  # the former mixing (a hybrid with the base; comparison only)
+        if self.floor_space == "pi":  # a study knob (settings.py): the floor mixed in π-space
             target = rho_mass / w
             return (1 - self.floor) * target / target.sum() + self.floor * self.base_masses
         phi_base = self.base_masses * w
@@ -175,14 +110,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def schedule_settings(self) -> dict:
         """What besides m̂ and the data statistics decides this sampler's π: its loss (``prediction_type``,
         ``loss_weighting`` name or ``"custom"``, ``snr_gamma``), base density and the
-        :data:`SCHEDULE_SETTINGS` but ``num_bins`` (the grid is compared on its own), in the form of
-        :func:`~diffusers_infonoise.schedule_io.payload_settings`."""
+        :data:`~.settings.SCHEDULE_SETTINGS` but ``num_bins`` (the grid is compared on its own), in the form of
+        :func:`_stored_pi_settings`."""
         return {
             "prediction_type": self.prediction_type,
             "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
             "snr_gamma": self.snr_gamma,
             "base": self.base_description,
-            "hyperparameters": {k: self.hyperparameters.get(k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
+            "hyperparameters": {k: getattr(self.settings, k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
         }
 
     def measured_mass(self) -> float:
@@ -275,10 +210,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             loss_weighting: the weight the training loss applies (class docstring). Default: the stored
                 schedule's (with its ``snr_gamma``) when there is one, else
                 :func:`default_loss_weighting` (``"edm"`` on EDM schedulers, ``"none"`` elsewhere).
-            snr_gamma, **kwargs: see the class docstring. With a stored schedule, every setting of
-                :data:`SCHEDULE_SETTINGS` (and the base, ``refresh_every``, ``ema_decay``, ``memory``,
-                ``min_count``) not given here is the stored one, so that ``from_scheduler(scheduler)``
-                reproduces the stored π exactly; an explicit argument is the only way to change one.
+            snr_gamma, **kwargs: see the class docstring. With a stored schedule, every setting it carries
+                (:meth:`~.settings.InfoNoiseSettings.stored_keywords`: those that decide π, the base,
+                ``refresh_every``, ``ema_decay``, ``memory``, ``min_count``) not given here is the stored one, so
+                that ``from_scheduler(scheduler)`` reproduces the stored π exactly; an explicit argument is the only
+                way to change one.
             mu: dynamic-shift ``mu`` for flow schedulers with ``use_dynamic_shifting=True``.
             use_stored_schedule: when the scheduler's config carries a learned schedule
                 (:meth:`save_to_scheduler`), start from it (:meth:`load_schedule`). ``False`` starts from
@@ -288,14 +224,13 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             TypeError: unsupported scheduler. ValueError: bad arguments. ScheduleError: a corrupted
             stored schedule (pass ``use_stored_schedule=False`` to ignore it).
         """
-        from .schedule_io import read_schedule
-
         stored = read_schedule(noise_scheduler) if use_stored_schedule else None
         return cls._build(noise_scheduler, stored, prediction_type, loss_weighting, snr_gamma, mu, kwargs)
 
     @classmethod
-    def from_stored(cls, noise_scheduler, **overrides) -> "InfoNoiseTrainingTimestepSampler":
-        """The sampler of the schedule stored in ``noise_scheduler``'s config: built with the stored
+    def from_stored(cls, noise_scheduler, payload: dict | None = None, **overrides) -> "InfoNoiseTrainingTimestepSampler":
+        """The sampler of the schedule stored in ``noise_scheduler``'s config (or of ``payload``, a validated payload
+        already read from it, :func:`~diffusers_infonoise.schedule_io.read_schedule`): built with the stored
         prediction type, loss weighting, ``snr_gamma``, settings, base density and (flow) shift, and loaded
         with the stored m̂ and π (:meth:`load_schedule`), so that its ``density`` is the learned π.
         ``overrides`` replace any of those keyword arguments (``mu`` too: by default the stored shift of a
@@ -305,9 +240,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             ValueError: the config carries no learned schedule, or a stored custom loss weighting with no
                 ``loss_weighting`` override. ScheduleError: a corrupted or unknown-version payload.
         """
-        from .schedule_io import CONFIG_KEY, read_schedule, stored_mu
-
-        stored = read_schedule(noise_scheduler)
+        stored = read_schedule(noise_scheduler) if payload is None else payload
         if stored is None:
             raise ValueError(
                 f"noise_scheduler: its config carries no learned InfoNoise schedule (no '{CONFIG_KEY}' "
@@ -329,8 +262,6 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     @classmethod
     def _build(cls, noise_scheduler, stored, prediction_type, loss_weighting, snr_gamma, mu, kwargs):
-        from .schedule_io import stored_settings
-
         path = path_from_scheduler(noise_scheduler, mu=mu)
         if stored is not None:
             if loss_weighting is None and stored.get("loss_weighting") != "custom":
@@ -338,16 +269,63 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 snr_gamma = stored.get("snr_gamma") if snr_gamma is None else snr_gamma
             if prediction_type is None:
                 prediction_type = stored["prediction_type"]
-            kwargs = {**stored_settings(stored), **kwargs}  # an explicit argument is the only way to change one
+            kwargs = {**InfoNoiseSettings.stored_keywords(stored), **kwargs}  # an explicit argument is the only way to change one
         if prediction_type is None:
             prediction_type = default_prediction_type(noise_scheduler)
-        unknown = set(kwargs) - _ADAPTIVE_KEYS
-        if unknown:
-            raise ValueError(f"from_scheduler: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS)}")
+        InfoNoiseSettings.check_keywords(kwargs, "from_scheduler")
         sampler = cls(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **kwargs)
         if stored is not None:
             sampler.load_schedule(stored)
         return sampler
+
+    def to_payload(self) -> dict:
+        """The JSON-ready payload of this sampler's schedule: what :meth:`save_to_scheduler` stores in a scheduler
+        config and :meth:`load_schedule` reads back (format :data:`~diffusers_infonoise.schedule_io.FORMAT`, version
+        :data:`~diffusers_infonoise.schedule_io.VERSION`).
+
+        Fields: ``format``, ``version``, ``package_version``, ``path`` (the path's config), ``prediction_type``,
+        ``loss_weighting`` (name or ``"custom"``), ``snr_gamma``, ``edges`` (K+1 log-σ edges, VE σ), ``pi`` (K bin
+        masses summing to 1), ``rho_hat`` (K densities per unit log σ, or null before adaptation), ``m_hat`` (K
+        x0-space errors, null where never filled), ``base``, ``hyperparameters`` (the stored settings,
+        :data:`~.settings.STORED_SETTINGS`), ``gate``, ``optimizer_steps``, ``warmup_steps_resolved``,
+        ``num_updates``, ``adapted``, ``data`` (the data statistics the m̂ cap and the gate were resolved from:
+        ``variance``, ``min_gap``, null when not measured), ``tv_phi_rho`` (TV(φ, ρ̂) of the stored π, METHOD.md §5;
+        null before adaptation), ``start`` (how the run began, METHOD.md §5.9: :attr:`start_record`, kept through
+        resumes; null when not recorded; payloads written before it have no such field) and, for a tempered target
+        (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds).
+        """
+        from .. import __version__
+
+        est = self.estimator
+        rho = _floats(est.profile()[0]) if est.is_ready else None
+        probs = self.probs if self.probs is not None else self.base_masses
+        tv = self.allocation_total_variation() if (self.is_adapted and est.is_ready) else None
+        gate = est.last_gate
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "package_version": __version__,
+            "path": self.path.config(),
+            "prediction_type": self.prediction_type,
+            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
+            "snr_gamma": self.snr_gamma,
+            "edges": _floats(self.edges),
+            "pi": _floats(probs),
+            "rho_hat": rho,
+            "m_hat": _floats(est.m_hat),
+            "base": self.base_description,
+            "hyperparameters": self.hyperparameters,
+            "gate": {"pivot": gate.pivot, "source": gate.source, "reason": gate.reason},
+            "optimizer_steps": int(self.optimizer_step),
+            # what warmup_steps="auto" became for this run (a tenth of its length)
+            "warmup_steps_resolved": int(self.warmup_steps),
+            "num_updates": int(self.num_updates),
+            "adapted": bool(self.is_adapted),
+            "data": {"variance": self.data_variance, "min_gap": est.data_min_gap},
+            "tv_phi_rho": tv,
+            "start": None if self.start_record is None else dict(self.start_record),
+            **({"tv_phi_target": self.allocation_total_variation(target=True)} if tv is not None and self.temperature != 1.0 else {}),
+        }
 
     def load_schedule(self, payload: dict, *, source: str | None = None) -> None:
         """Start from a stored schedule (a validated payload, :func:`~diffusers_infonoise.schedule_io.read_schedule`):
@@ -359,7 +337,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
           in ln m̂ onto this grid's bin centres, flat beyond its ends (logged).
         * The data statistics (V of the m̂ cap, the value grid of the gate) are the payload's until this run's
           own data replaces them, at the first refresh.
-        * π: when the payload's loss, weighting, base and :data:`SCHEDULE_SETTINGS` equal this sampler's on the
+        * π: when the payload's loss, weighting, base and :data:`~.settings.SCHEDULE_SETTINGS` equal this sampler's on the
           same grid, the stored π, checked against its own m̂ (an edited π is refused); otherwise π is rebuilt
           from m̂ for this sampler's settings, so that π·w follows ρ̂ for the loss trained now.
         * No warm-up, unless this sampler was built with an explicit ``warmup_steps``: that one is honoured
@@ -372,8 +350,6 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             ScheduleError: a π that does not follow from its m̂, or an adapted payload with fewer than two
                 filled bins. ValueError: a stored grid that does not overlap this sampler's.
         """
-        from .schedule_io import ScheduleError, payload_settings, settings_differences
-
         edges = torch.tensor(payload["edges"], dtype=torch.float64)
         m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
         same_path = payload["path"] == self.path.config()
@@ -383,7 +359,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             return  # saved before anything was estimated: nothing to start from
         cap = (payload.get("hyperparameters") or {}).get("mmse_cap")
         capped = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0
-        if capped and self.hyperparameters.get("mmse_cap") is None:
+        if capped and self.settings.mmse_cap is None:
             # a sampler without a cap of its own (e.g. EDM receiving a VP ε schedule) takes the m̂ the source's π
             # was built from: an ε-model's raw error grows as σ² and would send the draws to pure noise (§5.4)
             m_hat = m_hat.clamp(max=float(cap))
@@ -401,10 +377,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         )
         if payload.get("adapted") is False:
             return
-        self.start_adapted()  # the stored m̂ already is an adapted estimate
+        self.plan_run(start="stored")  # the stored m̂ already is an adapted estimate: no automatic warm-up
         stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
         mine = self.schedule_settings()
-        if not interpolated and same_path and mine == payload_settings(payload):
+        if not interpolated and same_path and mine == _stored_pi_settings(payload):
             # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
             # floor or the estimate (one refresh's arithmetic)
             rebuilt = self._build_probs()
@@ -417,7 +393,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             probs = stored_pi
         else:
             if not interpolated:
-                changed = settings_differences(payload_settings(payload), mine)
+                changed = _settings_differences(_stored_pi_settings(payload), mine)
                 what = (
                     f"settings differ (stored -> this sampler's): {'; '.join(changed)}"
                     if changed
@@ -432,15 +408,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             self.last_refresh = self._describe_refresh()
             self._check_measured_mass()
 
-    def save_to_scheduler(self, noise_scheduler) -> None:
-        """Write the learned schedule into ``noise_scheduler``'s config (see :mod:`.schedule_io`).
+    def save_to_scheduler(self, noise_scheduler) -> bool:
+        """Write the learned schedule (:meth:`to_payload`) into ``noise_scheduler``'s config
+        (:func:`~diffusers_infonoise.schedule_io.write_schedule`); returns True.
 
         Warns (``UserWarning``) when the schedule has not adapted yet: saved before the warm-up ended (a
         mid-run save, or a run shorter than its warm-up), or no bin filled; what is stored is then the base
         density.
         """
-        from .schedule_io import write_schedule
-
         if not self.is_adapted:
             why = (
                 f"saved at optimizer step {self.optimizer_step}, before the warm-up of {self.warmup_steps} steps ended"
@@ -458,80 +433,152 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 "unadapted", f"noise sampler: the schedule has not adapted ({why}); the saved schedule is the base density ({fix})"
             )
         write_schedule(noise_scheduler, self)
+        return True
+
+    @torch.no_grad()
+    def start_from_model(self, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", progress: bool = True) -> dict:
+        """The ``"profile"`` start (METHOD.md §5.9): measure the model's x0 error before step 1 and start from it.
+
+        ``samples_per_bin`` levels in every bin (:func:`~.batches.stratified_levels`, from the sampler's seed, the same
+        on every rank) are given to ``loss_fn(batch, levels)`` on the training ``batches`` under ``torch.no_grad``:
+        forward passes only. ``"auto"`` (default): the estimator's ``min_count``, fewer (at least 1) when that would
+        cost more than :data:`~.adaptive.PROFILE_SHARE` of the run's training compute (the ``profile_forward_passes``
+        of :meth:`plan_run`, at this batch size and world size: a LoRA run at batch 1 gets 1 a bin, 64 passes against
+        a 1000-step run's 1000 steps). A per-sample loss is a mean over every pixel or latent, so one sample a bin is
+        already a usable estimate, and the bins are smoothed. Each per-sample loss goes through :meth:`update`, the
+        same §3 conversion and bins as training, with the cap V from this data; then one refresh with nothing to
+        average (β = 0, and every bin that got its samples counts as filled) makes the measured m̂ the estimate, and π
+        is built from it, without a warm-up (unless the sampler was given an explicit one). Under data parallelism
+        every rank measures its share (the same number of batches on each) and all hold the identical π afterwards.
+        Call ``model.eval()`` first if the model behaves differently in training.
+
+        ``batches``: any iterable of training batches. A DataLoader or a list is iterated again when it runs out; a
+        one-shot iterator (a generator, ``iter(loader)``) is read once, and the batches it gave are cycled when it
+        runs out (they are kept until the start ends: at most its forward passes, which the budget above bounds).
+
+        The data (METHOD.md §5.4, §5.5): a ``loss_fn`` that noises through ``sampler.add_noise`` (or calls
+        ``sampler.observe_data``) shows the sampler its x0. One that noises by hand (diffusers' flow scripts write
+        ``(1 - s) * x0 + s * noise`` themselves) shows none; then the batch itself is observed when it holds x0
+        unambiguously (:func:`~.batches.clean_data_of`), and its statistics (V of the m̂ cap, the value grid of the
+        gate) hold until the run's own data replaces them at its first refresh. A start that saw no data says so
+        (``"data"`` ``"none"`` and a logged warning): the gate then uses its fallback until the run's data reaches it.
+        Losses that are not finite (NaN/inf) are left out of the estimate, as in training, and counted: a warning
+        (``UserWarning``) names how many and at which VE σ; their bins are interpolated from the others.
+
+        Returns:
+            ``{"samples_per_bin", "forward_passes", "samples", "seconds", "filled_bins", "data", "nonfinite_losses",
+            "tv_phi_rho"}`` (this rank's passes, samples and non-finite losses; ``data``: ``"loss_fn"``, ``"batches"``
+            or ``"none"``, where the data statistics came from; ``nonfinite_sigma``: their VE σ range, when any).
+            The sampler records the start (:attr:`start_record`).
+
+        Raises:
+            ValueError: ``samples_per_bin`` neither ``"auto"`` nor an int >= 1, ``batches`` that yield nothing, or a
+            model none of whose losses (on any process) is finite.
+        """
+        if samples_per_bin != "auto" and (isinstance(samples_per_bin, bool) or not isinstance(samples_per_bin, int) or samples_per_bin < 1):
+            raise ValueError(f"samples_per_bin: must be 'auto' or an int >= 1, got {samples_per_bin!r}")
+        rank, world_size = world()
+        stream = batch_stream(batches)
+        first = next(stream)
+        size = batch_size_of(first)
+        n = samples_per_bin
+        if n == "auto":
+            n = self.estimator.min_count
+            budget = self.run_plan.profile_forward_passes
+            if budget is not None:
+                affordable = int(budget * size * world_size / self.estimator.num_bins)
+                n = max(1, min(n, affordable))
+        gen = torch.Generator().manual_seed(int(self.seed) * 1_000_003 + 17)
+        levels = stratified_levels(self, n, generator=gen)
+        mine = levels[torch.arange(rank, len(levels), world_size)]  # this rank's share, in a fixed order
+        # every rank runs the same number of forward passes (DDP's forward may synchronise buffers)
+        total_batches = max(1, math.ceil(math.ceil(len(levels) / world_size) / size))
+        start = time.perf_counter()
+        est = self.estimator
+        est.merge()  # every rank: what was recorded before this start, so that the start's own count can be told apart
+        counted_before = float(est.merged_counts.sum())
+        seen = forward_passes(self, loss_fn, stream, first, mine, total_batches, progress=progress and rank == 0)
+        est.merge()
+        counted = float(est.merged_counts.sum()) - counted_before  # over every process: the same decision on every rank
+        nonfinite, done, fed, sig = seen.nonfinite, seen.samples, seen.batch_data, seen.nonfinite_sigmas
+        where = f"VE sigma {float(sig.min()):.4g} to {float(sig.max()):.4g}" if sig is not None else ""
+        if counted == 0:
+            raise ValueError(
+                f"loss_fn: none of the losses of the profile start was finite on any of {world_size} process(es) (here {nonfinite} of "
+                f"{done} NaN/inf, at {where}): the pretrained model cannot be measured, nor trained from as it is; check its "
+                "weights and the loss (dtype, parameterization, mixed precision), or start with init 'base'"
+            )
+        fed.resolve(freeze=True)  # every rank alike (a collective under data parallelism)
+        self.set_provisional_data(fed.variance, fed.min_gap)
+        data = "loss_fn" if seen.shown else "batches" if fed.variance is not None or fed.min_gap is not None else "none"
+        if nonfinite:
+            warnings.warn(
+                f"noise sampler profile start: {nonfinite} of {done} losses were not finite (NaN/inf) at {where} and were left "
+                "out: the bins there hold no measurement, and pi there is interpolated from the others (METHOD.md 5.4). The model "
+                "may be broken at those noise levels (a non-finite loss in training skips the step)",
+                UserWarning,
+                stacklevel=3,
+            )
+        self.plan_run(start="profile")  # the measured m̂ is an adapted estimate: no automatic warm-up
+        self.refresh_now(ema_decay=0.0, min_count=n, what="pi from the pretrained model's profile")
+        seconds = time.perf_counter() - start
+        info = {
+            "samples_per_bin": n,
+            "forward_passes": total_batches,
+            "samples": done,
+            "seconds": round(seconds, 3),
+            "filled_bins": self.estimator.num_filled,
+            "data": data,
+            "nonfinite_losses": nonfinite,
+        }
+        if sig is not None:
+            info["nonfinite_sigma"] = [float(sig.min()), float(sig.max())]
+        if self.is_adapted:
+            info["tv_phi_rho"] = round(self.allocation_total_variation(), 4)
+        record = {k: info[k] for k in ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses")}
+        self.record_start({"choice": "profile", "source": "the pretrained model", "levels": len(levels), **record})
+        logger.info(
+            f"noise sampler profile start: {total_batches} forward passes ({done} samples on this process, {n} a bin, "
+            f"{len(levels)} levels over {world_size} process(es)) in {seconds:.1f} s; {info['filled_bins']} of "
+            f"{self.estimator.num_bins} bins filled" + (f"; {nonfinite} non-finite losses left out ({where})" if nonfinite else "")
+        )
+        if data == "none":
+            logger.warning(
+                "noise sampler profile start: saw no training data: loss_fn showed none (sampler.add_noise or "
+                "sampler.observe_data) and the batches hold no tensor that is x0 unambiguously (a tensor, a tuple's first item, "
+                f"or a dict's {'/'.join(X0_BATCH_KEYS)}); the gate uses its fallback and the m_hat cap none until the run's "
+                "data (sampler.observe_data(x0) each step) reaches them at its first refresh"
+            )
+        return info
 
 
-class KingmaGaoSampler(_AdaptiveSampler):
-    """VDM++ adaptive importance sampling (Kingma & Gao 2023), the objective-preserving contrast.
-
-    The objective ``E_{σ~base}[u·L]`` is kept: levels are drawn from ``p ∝ base·E[u·L]`` on the
-    log-σ bins (with VDM++'s uniform-λ base this is their ``p ∝ w·loss``), mixed with the base by
-    ``floor``, and each draw carries ``levels.loss_weights = base(σ)/p(σ)`` to multiply the
-    per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
-    """
-
-    name = "kingma_gao"
-
-    def __init__(self, path, **kwargs):
-        kwargs.setdefault("gate", None)
-        super().__init__(path, **kwargs)
-
-    def _statistic(self, levels, errors):
-        # u·L = w·e: the weighted loss the objective averages
-        return self.x0_loss_weight(levels.sigmas.detach().to(errors.device, errors.dtype)).to(errors.dtype) * errors
-
-    def _build_probs(self):
-        # the VDM++ proposal p ∝ base·E[u·L], mixed with the base in π-space (its objective is kept
-        # by the importance weights, so φ is not what this sampler targets)
-        masses = self.estimator.filled_m_hat() * self.base_masses
-        return (1 - self.floor) * masses / masses.sum() + self.floor * self.base_masses
-
-    def _importance_weights(self, sigmas, timesteps, levels):
-        sig = sigmas.to(torch.float64)
-        if self.path.is_discrete:
-            base_p = densities.bin_masses(self.base, self.path.cell_edges())
-            base_p = base_p / base_p.sum()
-            ratio = base_p / self.timestep_probabilities().clamp_min(1e-300)
-            w = ratio[timesteps]
-        else:
-            x = torch.log(sig)
-            w = torch.exp(self.base.log_prob(x) - self.density.log_prob(x))
-        return w.to(torch.float32).to(levels.sigmas.device)
+def _floats(t: torch.Tensor) -> list:
+    # JSON has no NaN: unfilled bins are stored as null
+    return [None if not math.isfinite(v) else float(v) for v in t.tolist()]
 
 
-#: every sampler :func:`make_sampler` builds: InfoNoise, the fixed densities, Kingma & Gao, the loss slope
-SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, "kingma_gao", "loss_slope")
+def _stored_pi_settings(payload: dict) -> dict:
+    """What besides m̂ and the data statistics decides a (validated) payload's π, in the form of
+    :meth:`InfoNoiseTrainingTimestepSampler.schedule_settings`: a sampler whose settings equal these reproduces the
+    stored π from the stored m̂."""
+    hp = payload.get("hyperparameters") or {}
+    return {
+        "prediction_type": payload.get("prediction_type"),
+        "loss_weighting": payload.get("loss_weighting"),
+        "snr_gamma": payload.get("snr_gamma"),
+        "base": payload.get("base"),
+        "hyperparameters": {k: InfoNoiseSettings.stored_value(hp, k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
+    }
 
 
-def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:
-    """Any training-noise sampler by name, behind one interface.
-
-    Args:
-        name: one of :data:`SAMPLER_NAMES`.
-        noise_scheduler: a supported diffusers scheduler (see :func:`path_from_scheduler`).
-        **kwargs: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` for every sampler;
-            the density parameters of :func:`base_density` for fixed samplers (``P_mean``, ``P_std``;
-            ``mean``, ``std``; ``scale``; ``sigma_data``); the hyperparameters of
-            :class:`InfoNoiseTrainingTimestepSampler` for ``infonoise``, ``kingma_gao`` and ``loss_slope`` (its
-            accepted ones: :class:`~diffusers_infonoise.loss_slope.LossSlopeSampler`).
-
-    Raises:
-        ValueError: unknown name or keyword (the message lists the accepted ones).
-    """
-    if name not in SAMPLER_NAMES:
-        raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
-    common = {k: kwargs.pop(k) for k in ("prediction_type", "loss_weighting", "snr_gamma") if k in kwargs}
-    mu = kwargs.pop("mu", None)
-    if name == "infonoise":
-        unknown = set(kwargs) - _ADAPTIVE_KEYS - {"use_stored_schedule"}
-        if unknown:
-            accepted = sorted(_ADAPTIVE_KEYS | {"use_stored_schedule"})
-            raise ValueError(f"infonoise: unknown parameter(s) {sorted(unknown)}; accepted: {accepted}")
-        return InfoNoiseTrainingTimestepSampler.from_scheduler(noise_scheduler, mu=mu, **common, **kwargs)
-    path = path_from_scheduler(noise_scheduler, mu=mu)
-    common.setdefault("prediction_type", default_prediction_type(noise_scheduler))
-    if name in ("kingma_gao", "loss_slope"):
-        unknown = set(kwargs) - _ADAPTIVE_KEYS
-        if unknown:
-            raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(_ADAPTIVE_KEYS)}")
-        return (KingmaGaoSampler if name == "kingma_gao" else LossSlopeSampler)(path, **common, **kwargs)
-    return FixedDensitySampler(path, base_density(name, path, **kwargs), name=name, **common)
+def _settings_differences(theirs: dict, mine: dict) -> list[str]:
+    """``"key: theirs -> mine"`` for every setting that differs between two :func:`_stored_pi_settings`-shaped dicts
+    (a stored schedule's and a sampler's), the hyperparameters one by one, in key order."""
+    out = []
+    for key in sorted(set(theirs) | set(mine)):
+        a, b = theirs.get(key), mine.get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and key == "hyperparameters":
+            out += [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            out.append(f"{key}: {a!r} -> {b!r}")
+    return out

@@ -1,5 +1,6 @@
-"""What the adaptive samplers share (METHOD.md §5.2-§5.4): the binned estimator, the run-sized
-warm-up, the periodic refresh across processes, the data statistics and the exact-resume state."""
+"""What the adaptive samplers share (METHOD.md §5.2-§5.4): their settings (:class:`~.settings.InfoNoiseSettings`),
+the binned estimator, the run's plan (warm-up and profile budget, :meth:`_AdaptiveSampler.plan_run`), the periodic
+refresh across processes, the data statistics and the exact-resume state."""
 
 from __future__ import annotations
 
@@ -9,176 +10,60 @@ import warnings
 
 import torch
 
-from . import densities
-from .baselines import _resolve_base
-from .data_statistics import DataStatistics
-from .estimator import ProfileEstimator
-from .logs import get_logger
-from .paths import NoisePath
-from .sampler_base import NoiseLevels, TrainingTimestepSampler
-from .schedule_io import SCHEDULE_SETTINGS
+from .. import densities
+from ..data_statistics import DataStatistics
+from ..estimator import ProfileEstimator
+from ..logs import get_logger
+from ..paths import NoisePath
+from .base import NoiseLevels, RunPlan, TrainingTimestepSampler
+from .fixed import _resolve_base
+from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int
 
 logger = get_logger(__name__)
 
 __all__ = [
-    "default_warmup_steps",
+    "PROFILE_SHARE",
 ]
 
+#: the most of a run's training compute a "profile" start spends by default. A training step counts as one forward
+#: pass of its batch, not three (forward and backward): a profile pass measured 0.27-0.74 of a step's wall time on
+#: the tiny stand-ins and the 16x16 UNet (benchmarks/results/profile_cost.json), not the 1/3 that three would assume
+PROFILE_SHARE = 0.05
 
-_DEFAULT_WARMUP_STEPS = 500  # when the run's length is unknown (METHOD.md §5.2)
-#: the automatic memory (docs/METHOD.md §5.10): an eighth of the run, at least the steps that bring
-#: ``min_count`` samples a bin on average, at least one refresh, at most 500 steps (the former EMA's memory)
-MEMORY_FRACTION = 1 / 8
-MAX_MEMORY_STEPS = 500
-
-
-#: every hyperparameter an adaptive sampler takes (the settings above plus how statistics are collected)
-_ADAPTIVE_KEYS = frozenset(SCHEDULE_SETTINGS) | {
-    "warmup_steps",
-    "num_training_steps",
-    "refresh_every",
-    "ema_decay",
-    "memory",
-    "min_count",
-    "base",
-}
-
-
-_FLOOR_SPACES = ("phi", "pi")
-
-
-def default_warmup_steps(num_training_steps: int | None, refresh_every: int) -> int:
-    """The warm-up sized to the run (METHOD.md §5.2, ours): a tenth of ``num_training_steps``, at
-    least one refresh and at most 500 optimizer steps; 500 when the run's length is unknown."""
-    if num_training_steps is None:
-        return _DEFAULT_WARMUP_STEPS
-    return int(min(_DEFAULT_WARMUP_STEPS, max(refresh_every, num_training_steps // 10)))
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+#: the starts (METHOD.md §5.9) that bring an adapted estimate when given by name to :meth:`_AdaptiveSampler.plan_run`
+_ESTIMATE_STARTS = {"base": False, "stored": True, "profile": True}
 
 
 class _AdaptiveSampler(TrainingTimestepSampler):
     """Shared machinery: a binned estimator, warm-up in optimizer steps, periodic refresh, floor,
-    and the statistics of the data it sees (for the m̂ cap and the value-grid gate)."""
+    and the statistics of the data it sees (for the m̂ cap and the value-grid gate).
 
-    def __init__(
-        self,
-        path: NoisePath,
-        *,
-        prediction_type: str,
-        loss_weighting=None,
-        snr_gamma=None,
-        num_bins: int = 64,
-        warmup_steps: int | str = "auto",
-        num_training_steps: int | None = None,
-        refresh_every: int = 50,
-        ema_decay: float | None = None,
-        memory: int | float | str = "auto",
-        min_count: int = 8,
-        smoothing: float = 1.0,
-        floor: float = 0.05,
-        floor_space: str = "phi",
-        base=None,
-        gate="auto",
-        gate_fallback: float = 0.2,
-        mmse_cap: float | str | None = None,
-        temperature: float = 1.0,
-        clean_end_bound: bool = True,
-    ):
+    Args:
+        path, prediction_type, loss_weighting, snr_gamma: as :class:`~.base.TrainingTimestepSampler`.
+        **settings: the fields of :class:`~.settings.InfoNoiseSettings` (``num_bins``, ``warmup_steps``, ...).
+
+    Raises:
+        TypeError: a keyword that is no setting (the message lists the accepted ones).
+        ValueError: an invalid setting, naming the argument and the accepted values.
+    """
+
+    def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
-        for arg, value, ok, accepted in (
-            ("num_bins", num_bins, _is_int(num_bins) and num_bins >= 4, "an int >= 4"),
-            (
-                "warmup_steps",
-                warmup_steps,
-                warmup_steps == "auto" or (_is_int(warmup_steps) and warmup_steps >= 0),
-                "'auto' or an int >= 0",
-            ),
-            (
-                "num_training_steps",
-                num_training_steps,
-                num_training_steps is None or (_is_int(num_training_steps) and num_training_steps >= 1),
-                "None or an int >= 1",
-            ),
-            ("refresh_every", refresh_every, _is_int(refresh_every) and refresh_every >= 1, "an int >= 1"),
-            (
-                "memory",
-                memory,
-                memory == "auto"
-                or (isinstance(memory, (int, float)) and not isinstance(memory, bool) and math.isfinite(memory) and memory > 0),
-                "'auto' (sized to the run, docs/METHOD.md 5.10) or a finite number of optimizer steps > 0",
-            ),
-            (
-                "temperature",
-                temperature,
-                isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and 0.0 < temperature <= 4.0,
-                "a float in (0, 4] (1: the target is the entropy rate itself)",
-            ),
-            ("floor", floor, isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0.0 <= floor <= 1.0, "a float in [0, 1]"),
-            (
-                "floor_space",
-                floor_space,
-                floor_space in _FLOOR_SPACES,
-                "'phi' (METHOD.md §5.7) or 'pi' (the former mixing, kept for comparison)",
-            ),
-            (
-                "mmse_cap",
-                mmse_cap,
-                mmse_cap is None
-                or mmse_cap == "auto"
-                or (isinstance(mmse_cap, (int, float)) and not isinstance(mmse_cap, bool) and math.isfinite(mmse_cap) and mmse_cap > 0),
-                "None, 'auto' (the data's per-dimension variance) or a finite float > 0",
-            ),
-        ):
-            if not ok:
-                raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
+        InfoNoiseSettings.check_keywords(settings, type(self).__name__, error=TypeError)
+        #: the settings as they stand (replaced when the run fixes one: its length, a skipped warm-up, the "auto" cap)
+        self.settings = InfoNoiseSettings(**settings)
         lo, hi = path.log_sigma_range
-        edges = torch.linspace(lo, hi, num_bins + 1, dtype=torch.float64)
-        self.estimator = ProfileEstimator(
-            edges,
-            ema_decay=ema_decay,
-            memory=MAX_MEMORY_STEPS if memory == "auto" else float(memory),
-            min_count=min_count,
-            smoothing=smoothing,
-            gate=gate,
-            gate_fallback=gate_fallback,
-            mmse_cap=None if mmse_cap in (None, "auto") else float(mmse_cap),
-            clean_end_bound=clean_end_bound,
-        )
-        self.refresh_every, self.floor, self.floor_space = refresh_every, float(floor), floor_space
-        self.temperature = float(temperature)
-        self.num_training_steps = num_training_steps
-        self._warmup_setting = warmup_steps
-        self.base, self.base_description = _resolve_base(path, base)
+        edges = torch.linspace(lo, hi, self.settings.num_bins + 1, dtype=torch.float64)
+        self.estimator = ProfileEstimator(edges, **self.settings.estimator_keywords())
+        self.base, self.base_description = _resolve_base(path, self.settings.base)
         self.base_masses = densities.bin_masses(self.base, edges)
         self.base_masses = self.base_masses / self.base_masses.sum()
-        self.hyperparameters = {
-            "num_bins": num_bins,
-            "warmup_steps": warmup_steps,
-            "refresh_every": refresh_every,
-            "ema_decay": ema_decay,
-            "memory": memory,
-            "min_count": min_count,
-            "smoothing": smoothing,
-            "floor": floor,
-            "floor_space": floor_space,
-            "gate": gate,
-            "gate_fallback": gate_fallback,
-            "mmse_cap": mmse_cap if mmse_cap in (None, "auto") else float(mmse_cap),
-            "temperature": float(temperature),
-            "clean_end_bound": clean_end_bound,
-        }
-        self._memory_setting = memory
         self.samples_trained = 0.0  # samples (all processes) folded in by the refreshes of training steps
-        self.warmup_steps = self._resolved_warmup()
+        self.warmup_steps = self.settings.resolved_warmup_steps()
         self._warned: set[str] = set()
         self._warmup_checked = False  # the short-run check of the first step() (_check_warmup_fits)
         self._check_explicit_warmup()
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
-        self.num_updates = 0
-        self.last_refresh: dict = {}
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
         self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
         #: how the run started (METHOD.md §5.9), recorded once before step 1 (:meth:`record_start`); kept in the state
@@ -186,19 +71,101 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         # a zero-terminal-SNR VP step (σ = inf) is clamped into the top bin (METHOD.md §5.1)
         self.estimator.top_includes_inf = bool(path.is_discrete and not math.isfinite(float(path.sigmas_table[-1])))
 
-    # -- run length and warm-up -------------------------------------------------------------
-    def _resolved_warmup(self) -> int:
-        if self._warmup_setting == "auto":
-            return default_warmup_steps(self.num_training_steps, self.refresh_every)
-        return int(self._warmup_setting)
+    # -- the settings -----------------------------------------------------------------------
+    @property
+    def hyperparameters(self) -> dict:
+        """The stored settings (:data:`~.settings.STORED_SETTINGS`) as they stand: a payload's ``hyperparameters``
+        (``warmup_steps`` 0 after a start that skipped the automatic one, ``mmse_cap`` the measured V once frozen)."""
+        return self.settings.stored()
+
+    @property
+    def refresh_every(self) -> int:
+        return self.settings.refresh_every
+
+    @property
+    def floor(self) -> float:
+        return float(self.settings.floor)
+
+    @property
+    def floor_space(self) -> str:
+        return self.settings.floor_space
+
+    @property
+    def temperature(self) -> float:
+        return self.settings.temperature
+
+    @property
+    def num_training_steps(self) -> int | None:
+        """The run's optimizer steps, when known (the settings' or :meth:`plan_run`'s)."""
+        return self.settings.num_training_steps
+
+    # -- the run: its length, its start, the warm-up and the profile budget ---------------------
+    def plan_run(self, num_training_steps: int | None = None, start=None) -> RunPlan:
+        """Settle the run's warm-up and the profile start's budget from the run's length and its start, in one place
+        (METHOD.md §5.2, §5.9). The training loop calls it once, before the start and a resume;
+        :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule` and
+        :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.start_from_model` call it with their own start,
+        so a loop of one's own that builds the sampler with ``num_training_steps`` needs nothing else.
+
+        Args:
+            num_training_steps: the run's optimizer steps (None: as known so far). While π is not adapted, an
+                ``"auto"`` warm-up is sized to it (:func:`~.settings.default_warmup_steps`); the profile budget is
+                :data:`PROFILE_SHARE` of it.
+            start: the run's start, a :class:`~diffusers_infonoise.SamplerStart` or its choice (``"base"``,
+                ``"stored"``, ``"profile"``); None for a resumed run (its state brings its own warm-up) or a start not
+                known yet. One that brings an adapted estimate (a profile, or a stored schedule saved after its own
+                warm-up) skips an automatic warm-up (0 is what is saved); an explicit ``warmup_steps`` is honoured by
+                every start.
+
+        Warns (``UserWarning``, once) when an explicit warm-up outlasts the run: every start honours it. A run shorter
+        than its automatic warm-up is warned about at its first :meth:`step`, once the start (or a resumed state) is
+        known.
+
+        Returns:
+            the :class:`~.base.RunPlan`.
+
+        Raises:
+            ValueError: ``num_training_steps`` is not an int >= 1, or ``start`` is no start.
+        """
+        if num_training_steps is not None:
+            if not (_is_int(num_training_steps) and num_training_steps >= 1):
+                raise ValueError(f"num_training_steps: must be an int >= 1, got {num_training_steps!r}")
+            self.settings = self.settings.replace(num_training_steps=num_training_steps)
+            if not self.is_adapted:
+                self.warmup_steps = self.settings.resolved_warmup_steps()
+                self._check_explicit_warmup()
+        if isinstance(start, str):
+            if start not in _ESTIMATE_STARTS:
+                raise ValueError(f"start: accepted choices are {', '.join(_ESTIMATE_STARTS)}, got {start!r}")
+            brings_estimate = _ESTIMATE_STARTS[start]
+        else:
+            brings_estimate = start is not None and start.brings_estimate
+        if brings_estimate and self.settings.warmup_steps == "auto":
+            self.settings = self.settings.replace(warmup_steps=0)
+            self.warmup_steps = 0
+        return self.run_plan
+
+    @property
+    def run_plan(self) -> RunPlan:
+        """The run as planned so far (:meth:`plan_run`)."""
+        n = self.settings.num_training_steps
+        return RunPlan(n, self.warmup_steps, None if n is None else PROFILE_SHARE * n)
+
+    def set_num_training_steps(self, num_training_steps: int) -> None:
+        """Tell the sampler how many optimizer steps the run has: :meth:`plan_run` with the run's length alone.
+
+        Raises:
+            ValueError: ``num_training_steps`` is not an int >= 1.
+        """
+        self.plan_run(num_training_steps)
 
     def memory_steps(self) -> float:
         """H, the memory of the estimate in optimizer steps (docs/METHOD.md §5.10): an explicit ``memory``, or
         ``"auto"``: an eighth of ``num_training_steps``, raised to the steps that bring ``K·min_count`` samples at
         the rate measured so far (samples a step, all processes), kept between ``refresh_every`` and 500 steps
-        (500 when the run's length is unknown: the former EMA's memory, β = 0.9 a refresh every 50 steps)."""
-        if self._memory_setting != "auto":
-            return float(self._memory_setting)
+        (500 when the run's length is unknown: β = 0.9 a refresh every 50 steps, the memory before 0.3)."""
+        if self.settings.memory != "auto":
+            return float(self.settings.memory)
         steps = self.num_training_steps
         horizon = float(MAX_MEMORY_STEPS) if steps is None else steps * MEMORY_FRACTION
         if self.samples_trained > 0 and self.optimizer_step > 0:
@@ -206,27 +173,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             horizon = max(horizon, self.estimator.num_bins * self.estimator.min_count / rate)
         return float(min(MAX_MEMORY_STEPS, max(self.refresh_every, horizon)))
 
-    def set_num_training_steps(self, num_training_steps: int) -> None:
-        """Tell the sampler how many optimizer steps the run has: an ``"auto"`` warm-up is sized to it
-        (:func:`default_warmup_steps`). A run shorter than its warm-up is warned about (``UserWarning``,
-        once): at once for an explicit ``warmup_steps`` (every start honours it), else at the first
-        :meth:`step`, when the start is known: a stored or profile start (METHOD.md §5.9) skips the
-        automatic warm-up, and a resumed state brings its own.
-
-        Raises:
-            ValueError: ``num_training_steps`` is not an int >= 1.
-        """
-        if not (_is_int(num_training_steps) and num_training_steps >= 1):
-            raise ValueError(f"num_training_steps: must be an int >= 1, got {num_training_steps!r}")
-        self.num_training_steps = num_training_steps
-        if not self.is_adapted:
-            self.warmup_steps = self._resolved_warmup()
-            self._check_explicit_warmup()
-
     def _check_explicit_warmup(self) -> None:
         """An explicit warm-up that outlasts the run, warned about at once: every start honours it."""
         n = self.num_training_steps
-        if self._warmup_setting != "auto" and n is not None and self.warmup_steps >= n:
+        if self.settings.warmup_steps != "auto" and n is not None and self.warmup_steps >= n:
             self._warn_short(n)
 
     def _check_warmup_fits(self) -> None:
@@ -237,18 +187,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if n is not None and not self.is_adapted and self.warmup_steps >= n:
             self._warn_short(n)
 
-    def start_adapted(self) -> None:
-        """A start brought an adapted estimate (METHOD.md §5.9): the automatic warm-up is skipped (``0`` is
-        what is saved); an explicit ``warmup_steps`` is honoured."""
-        if self._warmup_setting == "auto":
-            self.warmup_steps = 0
-            self.hyperparameters["warmup_steps"] = 0
-
     def _warn_short(self, num_training_steps: int) -> None:
         fix = (
             f"the automatic warm-up is a tenth of the run but at least one refresh (refresh_every="
             f"{self.refresh_every}): pass a smaller refresh_every or warmup_steps"
-            if self.hyperparameters.get("warmup_steps") == "auto"
+            if self.settings.warmup_steps == "auto"
             else "pass warmup_steps='auto' or a smaller one"
         )
         self._warn_once(
@@ -297,7 +240,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data.resolve(freeze=warmed_up)
         self._apply_data_statistics()
         # at step 0 (a start) the loop has not shown its data yet: not warned about before it could
-        if warmed_up and self.optimizer_step > 0 and self.data.variance is None and self.hyperparameters["mmse_cap"] == "auto":
+        if warmed_up and self.optimizer_step > 0 and self.data.variance is None and self.settings.mmse_cap == "auto":
             self._warn_once(
                 "no_data",
                 "noise sampler: mmse_cap='auto' (the default for epsilon and v losses) saw no "
@@ -317,10 +260,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self._apply_data_statistics()
 
     def _apply_data_statistics(self) -> None:
-        if self.data.variance is not None and self.data.variance > 0 and self.hyperparameters["mmse_cap"] == "auto":
+        if self.data.variance is not None and self.data.variance > 0 and self.settings.mmse_cap == "auto":
             self.estimator.mmse_cap = self.data.variance
             if self.data.frozen:
-                self.hyperparameters["mmse_cap"] = self.data.variance
+                self.settings = self.settings.replace(mmse_cap=self.data.variance)
         if self.data.min_gap is not None:
             self.estimator.set_data_grid(self.data.min_gap)
 
@@ -332,6 +275,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def is_adapted(self) -> bool:
         """True once a learned density replaced the base one."""
         return self.probs is not None
+
+    @property
+    def bin_centers(self) -> torch.Tensor:
+        return self.estimator.centers
 
     @property
     def density(self):
@@ -481,13 +428,17 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def _describe_refresh(self) -> dict:
         return {"step": self.optimizer_step, "filled_bins": self.estimator.num_filled}
 
+    def metrics(self, prefix: str = "infonoise/") -> dict[str, float]:
+        """The sampler's figures as plain floats for a tracker: ``num_updates`` (after ``prefix``)."""
+        return {prefix + "num_updates": float(self.num_updates)}
+
     def record_start(self, record: dict) -> None:
         """Record how the run started (METHOD.md §5.9): ``record`` is a JSON-ready dict with ``"choice"``
         (``"base"``, ``"stored"`` or ``"profile"``) and what the start saw (its source, its samples and
         forward passes), stamped with ``optimizer_step`` 0. A start applied before step 1 replaces an earlier
         one (the last is where the run began); from step 1 on the record is kept as it is, through
         :meth:`state_dict` and resumes, so the stored schedule (``start``) and the model card say how the run
-        began, not what a resume command asked for. :func:`~diffusers_infonoise.starts.apply_start` calls it;
+        began, not what a resume command asked for. :func:`~diffusers_infonoise.apply_start` calls it;
         a run that steps without a start records ``"base"``."""
         if self.optimizer_step != 0:
             logger.info(
@@ -521,13 +472,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "edges": self.edges.clone(),
                 "warmup_steps": self.warmup_steps,
                 # the warm-up setting as saved (0 after a start that skipped the automatic one): not the resume command's
-                "warmup_setting": self.hyperparameters["warmup_steps"],
+                "warmup_setting": self.settings.warmup_steps,
                 "start": None if self.start_record is None else dict(self.start_record),
                 "samples_trained": self.samples_trained,
                 "data": {
                     **self.data.state_dict(),
                     "mmse_cap": self.estimator.mmse_cap,
-                    "mmse_cap_auto": self.hyperparameters["mmse_cap"] == "auto",
+                    "mmse_cap_auto": self.settings.mmse_cap == "auto",
                 },
             }
         )
@@ -567,7 +518,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.warmup_steps = int(state["warmup_steps"])
         setting = state.get("warmup_setting")  # states written before issue 28 have none
         if setting == "auto" or (_is_int(setting) and setting >= 0):
-            self.hyperparameters["warmup_steps"] = setting
+            self.settings = self.settings.replace(warmup_steps=setting)
         # how the run started, not how this (resume) command would have: None in states written before it was recorded
         start = state.get("start")
         self.start_record = dict(start) if isinstance(start, dict) else None
@@ -581,13 +532,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
                 raise ValueError(f"state_dict['data']['mmse_cap']: must be None or a finite number > 0, got {cap!r}")
             self.estimator.mmse_cap = cap
-            self.hyperparameters["mmse_cap"] = "auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap
+            self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
 
     def describe(self):
         return {
             **super().describe(),
             "base": self.base_description,
-            "hyperparameters": dict(self.hyperparameters),
+            "hyperparameters": self.hyperparameters,
             "adapted": self.is_adapted,
             "optimizer_steps": self.optimizer_step,
             "warmup_steps_resolved": self.warmup_steps,

@@ -1,6 +1,8 @@
 """The training-noise sampler interface (METHOD.md §1, §3, §5.8): :class:`NoiseLevels` and
 :class:`TrainingTimestepSampler` (draws on the log-σ axis, exact noising on every path, loss
-conversion to the x0 error, densities, state), and the defaults of each path's loss."""
+conversion to the x0 error, densities, state, and the hooks a training loop calls on every sampler:
+:meth:`~TrainingTimestepSampler.plan_run`, :meth:`~TrainingTimestepSampler.metrics`,
+:meth:`~TrainingTimestepSampler.save_to_scheduler`, the start), and the defaults of each path's loss."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import densities
-from .logs import get_logger
-from .paths import PATH_CLASSES, NoisePath, path_class
-from .weighting import (
+from .. import densities
+from ..logs import get_logger
+from ..paths import PATH_CLASSES, NoisePath, path_class
+from ..weighting import (
     LOSS_WEIGHTINGS,
     loss_weight,
     validate_loss_weighting,
@@ -26,6 +28,7 @@ logger = get_logger(__name__)
 
 __all__ = [
     "NoiseLevels",
+    "RunPlan",
     "default_prediction_type",
     "default_loss_weighting",
     "TrainingTimestepSampler",
@@ -74,6 +77,24 @@ class NoiseLevels:
         )
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """How a run is laid out for its sampler (:meth:`TrainingTimestepSampler.plan_run`).
+
+    Attributes:
+        num_training_steps: the run's optimizer steps, or None when not known.
+        warmup_steps: optimizer steps on the base density before π adapts (0 for a fixed density, and after a
+            start that brought an adapted estimate; METHOD.md §5.2, §5.9).
+        profile_forward_passes: the most forward passes (of one training batch, on each process) a ``"profile"``
+            start may spend: :data:`~diffusers_infonoise.sampler.adaptive.PROFILE_SHARE` of the run's steps; None
+            when the run's length is unknown or the sampler has no profile start.
+    """
+
+    num_training_steps: int | None
+    warmup_steps: int
+    profile_forward_passes: float | None
+
+
 def default_prediction_type(noise_scheduler) -> str:
     """The loss parameterization a script most likely uses with ``noise_scheduler``
     (:meth:`~diffusers_infonoise.paths.NoisePath.default_prediction_type` of its path).
@@ -104,6 +125,10 @@ def _check_path_prediction(path: NoisePath, prediction_type: str) -> None:
 class TrainingTimestepSampler:
     """Common interface: draws, noising, loss conversion, densities and state (see module docstring).
 
+    Every sampler answers the same calls, so that a training loop asks no sampler what it can do: a fixed
+    density learns nothing, and its hooks say so (:attr:`learns_schedule` False, :meth:`plan_run` without a
+    warm-up, :meth:`metrics` empty, :meth:`save_to_scheduler` stores nothing, :meth:`record_start` records nothing).
+
     Args:
         path: the corruption path (:func:`~diffusers_infonoise.paths.path_from_scheduler`).
         prediction_type: what the per-sample loss given to :meth:`update` measures
@@ -115,6 +140,13 @@ class TrainingTimestepSampler:
     """
 
     name = "fixed"
+    #: whether the sampler learns a schedule that is stored with the model (:meth:`save_to_scheduler`) and that a
+    #: start can set (METHOD.md §5.9): InfoNoise only; Kingma & Gao adapt a proposal that keeps the objective
+    learns_schedule = False
+    #: the warm-up and floor density of an adaptive sampler (per unit log σ, VE σ); None for a fixed density
+    base: densities.Density | None = None
+    #: how the run started (METHOD.md §5.9), for samplers that record it (:meth:`record_start`)
+    start_record: dict | None = None
 
     def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma: float | None = None):
         if not isinstance(path, NoisePath):
@@ -138,6 +170,9 @@ class TrainingTimestepSampler:
         self.seed = 0
         self.num_draws = 0  # draws from the sampler's own stream, on every rank alike
         self._cell_cache: tuple[int, torch.Tensor] | None = None
+        self._step_mismatch_warned = False
+        self.num_updates = 0  # refreshes of π (adaptive samplers)
+        self.last_refresh: dict = {}  # what the last refresh of π did (adaptive samplers)
 
     def _check_finite_loss_weight(self) -> None:
         """Refuse a loss weighting that is infinite somewhere on the path (e.g. EDM's λ(σ) on an ε loss at
@@ -346,7 +381,7 @@ class TrainingTimestepSampler:
         self._check_global_step(global_step)
 
     def _check_global_step(self, global_step: int | None) -> None:
-        if global_step is None or getattr(self, "_step_mismatch_warned", False) or int(global_step) == self.optimizer_step:
+        if global_step is None or self._step_mismatch_warned or int(global_step) == self.optimizer_step:
             return
         import warnings
 
@@ -359,6 +394,62 @@ class TrainingTimestepSampler:
             UserWarning,
             stacklevel=3,
         )
+
+    # -- the run and its start (hooks: a fixed density has no warm-up, no start, nothing to store) ---
+    @property
+    def is_adapted(self) -> bool:
+        """True once a learned density replaced the base one (never, for a fixed density)."""
+        return False
+
+    @property
+    def bin_centers(self) -> torch.Tensor | None:
+        """(K,) float64 log-σ centres (VE σ) of the bins on which π is constant (adaptive samplers); None for a
+        fixed density, which is smooth."""
+        return None
+
+    def plan_run(self, num_training_steps: int | None = None, start=None) -> RunPlan:
+        """Settle the run's warm-up and the profile start's budget from the run's length and its start, in one call
+        before the start and a resume (adaptive samplers: :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.plan_run`).
+        A fixed density has neither: its plan has no warm-up and no profile budget."""
+        return RunPlan(num_training_steps, 0, None)
+
+    def record_start(self, record: dict) -> None:
+        """Record how the run started (METHOD.md §5.9); a fixed density has no start to record."""
+
+    def load_schedule(self, payload: dict, *, source: str | None = None) -> None:
+        """Start from a stored schedule (InfoNoise only).
+
+        Raises:
+            ValueError: this sampler learns no schedule (a fixed density, or Kingma & Gao).
+        """
+        raise ValueError(
+            f"payload: the {self.name!r} sampler learns no schedule to start from; a stored schedule starts an InfoNoise sampler"
+        )
+
+    def start_from_model(self, loss_fn, batches, *, samples_per_bin: int | str = "auto", progress: bool = True) -> dict:
+        """The ``"profile"`` start: measure the model before step 1 (InfoNoise only).
+
+        Raises:
+            ValueError: this sampler learns no schedule (a fixed density, or Kingma & Gao).
+        """
+        raise ValueError(
+            f"loss_fn: the {self.name!r} sampler learns no schedule; a profile start measures a model for an InfoNoise sampler"
+        )
+
+    def metrics(self, prefix: str = "infonoise/") -> dict[str, float]:
+        """The sampler's figures as plain floats for a tracker (``accelerator.log(sampler.metrics(), step=...)``);
+        a fixed density has none."""
+        return {}
+
+    def save_to_scheduler(self, noise_scheduler) -> bool:
+        """Store what the sampler learned in ``noise_scheduler``'s config; returns whether a schedule was stored.
+
+        A fixed density learned nothing: a schedule the config carries from a pretrained model, which would no
+        longer describe this training, is dropped (:func:`~diffusers_infonoise.schedule_io.clear_schedule`)."""
+        from ..schedule_io import clear_schedule
+
+        clear_schedule(noise_scheduler)
+        return False
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

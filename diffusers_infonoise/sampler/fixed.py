@@ -3,10 +3,10 @@ sampler that draws from one (:class:`FixedDensitySampler`); also the warm-up and
 
 from __future__ import annotations
 
-from . import densities
-from .logs import get_logger
-from .paths import NoisePath
-from .sampler_base import TrainingTimestepSampler
+from .. import densities
+from ..logs import get_logger
+from ..paths import NoisePath
+from .base import TrainingTimestepSampler
 
 logger = get_logger(__name__)
 
@@ -82,7 +82,7 @@ def base_density(name: str, path: NoisePath, **params) -> densities.Density:
 
 
 def _resolve_base(path: NoisePath, base) -> tuple[densities.Density, dict]:
-    """``base`` may be None (the path's conventional density, METHOdensities.md §5.2), a name, a
+    """``base`` may be None (the path's conventional density, METHOD.md §5.2), a name, a
     ``(name, params)`` pair, or a Density."""
     if base is None:
         base = path.default_base

@@ -1,0 +1,53 @@
+"""Kingma & Gao's (VDM++) adaptive importance sampler: the objective-preserving contrast to InfoNoise (METHOD.md §5,
+last paragraph)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import densities
+from .adaptive import _AdaptiveSampler
+
+__all__ = ["KingmaGaoSampler"]
+
+
+class KingmaGaoSampler(_AdaptiveSampler):
+    """VDM++ adaptive importance sampling (Kingma & Gao 2023), the objective-preserving contrast.
+
+    The objective ``E_{σ~base}[u·L]`` is kept: levels are drawn from ``p ∝ base·E[u·L]`` on the
+    log-σ bins (with VDM++'s uniform-λ base this is their ``p ∝ w·loss``), mixed with the base by
+    ``floor``, and each draw carries ``levels.loss_weights = base(σ)/p(σ)`` to multiply the
+    per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
+
+    Args: as :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler` (the settings of
+    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None, and ``temperature`` does not enter its π). It
+    learns no schedule to store or start from (``learns_schedule`` False).
+    """
+
+    name = "kingma_gao"
+
+    def __init__(self, path, **kwargs):
+        kwargs.setdefault("gate", None)
+        super().__init__(path, **kwargs)
+
+    def _statistic(self, levels, errors):
+        # u·L = w·e: the weighted loss the objective averages
+        return self.x0_loss_weight(levels.sigmas.detach().to(errors.device, errors.dtype)).to(errors.dtype) * errors
+
+    def _build_probs(self):
+        # the VDM++ proposal p ∝ base·E[u·L], mixed with the base in π-space (its objective is kept
+        # by the importance weights, so φ is not what this sampler targets)
+        masses = self.estimator.filled_m_hat() * self.base_masses
+        return (1 - self.floor) * masses / masses.sum() + self.floor * self.base_masses
+
+    def _importance_weights(self, sigmas, timesteps, levels):
+        sig = sigmas.to(torch.float64)
+        if self.path.is_discrete:
+            base_p = densities.bin_masses(self.base, self.path.cell_edges())
+            base_p = base_p / base_p.sum()
+            ratio = base_p / self.timestep_probabilities().clamp_min(1e-300)
+            w = ratio[timesteps]
+        else:
+            x = torch.log(sig)
+            w = torch.exp(self.base.log_prob(x) - self.density.log_prob(x))
+        return w.to(torch.float32).to(levels.sigmas.device)
