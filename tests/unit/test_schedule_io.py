@@ -494,7 +494,7 @@ def test_schedules_written_before_the_sampler_package_load_bit_for_bit():
     from the stored m̂, and are written again and described as main wrote and described them (the format is unchanged)."""
     import diffusers
 
-    cases = json.loads((Path(__file__).parent / "data" / "schedules_before_sampler_package.json").read_text())
+    cases = json.loads((DATA / "schedules_before_sampler_package.json").read_text())
     for name, case in cases.items():
         if name.startswith("_"):
             continue
