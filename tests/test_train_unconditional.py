@@ -300,6 +300,7 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
     from diffusers import DDPMScheduler
 
     from diffusers_infonoise.data import load_builtin_arrays
+    from diffusers_infonoise.objective import Objective
     from diffusers_infonoise.training import add_noise_sampler_args, build_noise_sampler
 
     # ddpm-ε: capped by default at the per-pixel variance of the data noised through the sampler
@@ -316,13 +317,13 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
         script.parse_args(["--infonoise_mmse_cap", "-3"])
     parser = argparse.ArgumentParser()
     add_noise_sampler_args(parser)
-    given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), prediction_type="epsilon")
+    given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), objective=Objective("epsilon"))
     assert given.hyperparameters["mmse_cap"] == 0.3
-    off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), prediction_type="epsilon")
+    off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), objective=Objective("epsilon"))
     assert off.hyperparameters["mmse_cap"] is None
-    tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), prediction_type="epsilon")
+    tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), objective=Objective("epsilon"))
     assert tempered.hyperparameters["temperature"] == 0.64
-    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), prediction_type="epsilon").hyperparameters["temperature"] == 1.0
+    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), objective=Objective("epsilon")).hyperparameters["temperature"] == 1.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--infonoise_temperature", "0"])
     # default off where the x0 conversion does not amplify the model's error (EDM's denoiser)
