@@ -381,3 +381,16 @@ def test_a_negative_or_nan_clipping_norm_is_refused_below_the_scripts_too():
         with pytest.raises(ValueError, match="--max_grad_norm: must be a finite number >= 0"):
             RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=bad)
     assert RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=0.0).max_grad_norm == 0.0  # no clipping
+
+
+def test_help_advertises_what_users_should_use_and_the_study_knobs_stay_accepted(script, capsys):
+    """--help names InfoNoise and the fixed densities, not the study knobs (floor_space, gate 'paper') nor the adaptive
+    comparison samplers; stored settings carry the knobs, so they are still accepted (sampler/settings.py)."""
+    with pytest.raises(SystemExit):
+        script.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--noise_sampler NAME" in text and "infonoise" in text and all(name in text for name in S.FIXED_DENSITY_NAMES)
+    for hidden in ("floor_space", "'paper'", "kingma_gao", "loss_slope"):
+        assert hidden not in text, hidden
+    args = script.parse_args(["--infonoise_floor_space", "pi", "--infonoise_gate", "paper", "--noise_sampler", "kingma_gao"])
+    assert (args.infonoise_floor_space, args.infonoise_gate, args.noise_sampler) == ("pi", "paper", "kingma_gao")

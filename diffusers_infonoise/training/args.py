@@ -75,7 +75,9 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default="infonoise",
         choices=SAMPLER_NAMES,
-        help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.",
+        metavar="NAME",
+        help="Distribution of training noise levels: 'infonoise' (default) adapts it to the conditional-entropy rate; "
+        f"a fixed density instead: {', '.join(FIXED_DENSITY_NAMES)}.",
     )
     g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
     g.add_argument(
@@ -117,8 +119,8 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=gate_arg,
         default="auto",
         help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
-        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
-        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).",
+        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'none', or a pinned VE "
+        "sigma such as 0.2 (METHOD.md 5.5).",
     )
     g.add_argument(
         "--infonoise_gate_fallback",
@@ -144,7 +146,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default="phi",
         choices=("phi", "pi"),
-        help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).",
+        help=argparse.SUPPRESS,  # a study knob, accepted because stored settings carry it (sampler/settings.py)
     )
     g.add_argument(
         "--infonoise_mmse_cap",
