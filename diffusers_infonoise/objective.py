@@ -38,7 +38,7 @@ from typing import Callable, Union
 
 import torch
 
-from .paths import path_class, scheduler_kind
+from .paths import FlowPath, VEPath, VPPath, path_class, scheduler_kind
 from .weighting import loss_weight, validate_loss_weighting, validate_prediction_type, x0_loss_weight
 
 __all__ = [
@@ -154,15 +154,15 @@ class Objective:
         if kind == "ve":  # EDM: the loss on the denoiser D with EDM's weight, whatever the output sign
             if snr_gamma is not None:
                 raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; EDM weights with lambda(sigma)")
-            if prediction_type not in (None, "epsilon", "v_prediction", "sample"):
+            if prediction_type not in (None, *VEPath.scheduler_prediction_types, "sample"):
                 raise ValueError(
                     f"prediction_type: {prediction_type!r} is not an EDM option; accepted: epsilon or v_prediction "
                     "(EDM schedulers' sign of c_out; the loss is on the denoiser D either way) or sample"
                 )
             return cls("sample", "edm")
         pt = prediction_type or noise_scheduler.config.prediction_type
-        if pt not in ("epsilon", "v_prediction", "sample"):
-            raise ValueError(f"prediction_type: {pt!r} is not a VP option; accepted: epsilon, v_prediction, sample")
+        if pt not in VPPath.scheduler_prediction_types:
+            raise ValueError(f"prediction_type: {pt!r} is not a VP option; accepted: {', '.join(VPPath.scheduler_prediction_types)}")
         if pt == "sample" and snr_weighted_sample:
             # diffusers' train_unconditional.py weights its x0 loss by SNR = ᾱ/(1 − ᾱ): the ε error (METHOD.md §4)
             if snr_gamma is not None:
@@ -177,7 +177,7 @@ class Objective:
     def _flow(cls, prediction_type, snr_gamma, weighting_scheme, precondition_outputs) -> "Objective":
         if snr_gamma is not None:
             raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; flow scripts weight with weighting_scheme")
-        if prediction_type not in (None, "flow", "sample"):
+        if prediction_type not in (None, *FlowPath.prediction_types):
             raise ValueError(
                 f"prediction_type: a flow model's loss is on the velocity ('flow') or, with "
                 f"precondition_outputs, on x0 ('sample'); got {prediction_type!r}"
