@@ -26,7 +26,7 @@ times, inside each run, every call whose cost depends on the sampler (its ``samp
 reports the *attributed ratio* ``1 + (sampler time/step with InfoNoise − with the default) / (default
 step time)``: the same quantity, without the run-to-run noise of the rest of the step.
 
-Models are random pipelines built from configs (``tests/_tiny_pipelines.py``): ``--size small``
+Models are random pipelines built from configs (``tests/helpers/tiny_pipelines.py``): ``--size small``
 (64x64, a few million parameters; for CPUs) or ``--size full`` (SD 1.5's UNet/VAE/CLIP-L at 512x512;
 SD3-medium's transformer and VAE, with two-layer text encoders of the real widths). Nothing is
 downloaded. ``--synthetic_data`` uses random captioned images instead of the built-in Fashion-MNIST
@@ -66,7 +66,7 @@ SCRIPTS = {
 
 def build_model(kind: str, size: str, folder: str, dtype: str = "float32") -> str:
     """Save a random pipeline of ``size`` to ``folder`` (weights stored in ``dtype``); returns ``folder``."""
-    from tests._tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
+    from tests.helpers.tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
 
     if kind in ("sdxl", "flux"):
         if size != "tiny":
@@ -91,7 +91,7 @@ def save_synthetic_data(folder: str, num_images: int = 64, side: int = 96) -> st
     import numpy as np
     from PIL import Image
 
-    from tests._tiny_pipelines import CAPTIONS
+    from tests.helpers.tiny_pipelines import CAPTIONS
 
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)) for _ in range(num_images)]
@@ -102,7 +102,7 @@ def save_synthetic_data(folder: str, num_images: int = 64, side: int = 96) -> st
 
 
 def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opts) -> list[str]:
-    from tests._tiny_pipelines import SIZES
+    from tests.helpers.tiny_pipelines import SIZES
 
     args = [
         "--pretrained_model_name_or_path",
@@ -335,7 +335,7 @@ def main(argv=None) -> int:
             results[kind] = bench_script(kind, opts, tmp)
     import diffusers
 
-    from tests._tiny_pipelines import SIZES
+    from tests.helpers.tiny_pipelines import SIZES
 
     result = {
         "benchmark": "per-step wall time of the text-to-image scripts, --noise_sampler infonoise vs the script's default",

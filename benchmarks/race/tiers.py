@@ -693,7 +693,7 @@ TIER_SIZING = {
     "cut; Inception-v3 FID only for final models (benchmarks/inception_fid.py, ~0.25 s per image per core)",
 }
 
-#: The order runs start in, as (race, which runs): "pair" = InfoNoise and the race's baseline,
+#: The order runs start in, as (race, which runs) or (race, which runs, seeds): "pair" = InfoNoise and the race's baseline,
 #: "others" = the other samplers, "main" = InfoNoise, EDM log-normal and logit-normal, "variants" =
 #: InfoNoise's variants, "rest" = the samplers neither main nor a variant, "fixed" / "infonoise" / "peers" =
 #: the arms of that kind (:attr:`Arm.kind`: fixed densities, InfoNoise and its variants, the other adaptive
@@ -702,7 +702,11 @@ TIER_SIZING = {
 TIER_PRIORITY = {
     # per task, the fixed arms first (the defaults, then the sweep: they do not change when the estimator does), then
     # InfoNoise, the next task after; the adaptive peers last
-    "transfer": [(r, which) for r in (r.name for r in _transfer_races()) for which in ("fixed", "infonoise")]
+    # breadth first: seed 0 of every task's fixed arms (the defaults and the sweep: they do not change when the
+    # estimator does) and InfoNoise arms, then seeds 1-2 task by task, then the adaptive peers; a tier that runs over
+    # several sessions has every task's oracle and regret from the first
+    "transfer": [(r.name, which, (0,)) for r in _transfer_races() for which in ("fixed", "infonoise")]
+    + [(r.name, which, (1, 2)) for r in _transfer_races() for which in ("fixed", "infonoise")]
     + [(r.name, "peers") for r in _transfer_races()],
     "recheck_full": [
         ("edm-binarized_mnist16", "main"),
@@ -735,8 +739,8 @@ def run_priority(tier: str, spec) -> int:
     pair = spec.sampler in ("infonoise", spec.race.baseline)
     arm = parse_arm(spec.sampler)
     variant = bool(arm.options)  # "infonoise-<flag>_<value>"
-    for i, (race, which) in enumerate(rules):
-        if race != spec.race.name:
+    for i, (race, which, *seeds) in enumerate(rules):  # (race, which) or (race, which, seeds)
+        if race != spec.race.name or (seeds and spec.seed not in seeds[0]):
             continue
         main = spec.sampler in ("infonoise", "edm_lognormal", "logit_normal")
         if (

@@ -1,0 +1,236 @@
+"""Tests for the ``infonoise`` command (diffusers_infonoise.cli), run in-process through ``main``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+
+import pytest
+import torch
+
+from diffusers_infonoise.cli import main
+from diffusers_infonoise.schedule_io import CONFIG_KEY
+
+from helpers.cli import assert_one_line_error, run
+
+
+@pytest.mark.parametrize("sub", [None, "show", "profile", "dataset-profile", "compare"])
+def test_help(capsys, sub):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"] if sub is None else [sub, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: infonoise" in out
+    if sub == "profile":
+        assert "--edm-timestep-scale" in out and "--samplers" in out
+
+
+def test_show_learned_schedule_in_every_container(capsys, saved, tmp_path):
+    rc, out, _ = run(capsys, "show", saved["learned"], "--plot", tmp_path / "s.png", "--rows", 4)
+    assert rc == 0
+    assert "3 optimizer steps" in out and "loss_weighting=edm" in out and "num_bins=16" in out
+    assert "base density" in out and "phi = pi*w" in out and "rho_hat" in out
+    assert (tmp_path / "s.png").stat().st_size > 0
+    # pipeline layout, the JSON file itself, and a bare payload
+    pipe = tmp_path / "pipe" / "scheduler"
+    shutil.copytree(saved["learned"], pipe)
+    assert run(capsys, "show", tmp_path / "pipe")[0] == 0
+    assert run(capsys, "show", saved["learned"] / "scheduler_config.json")[0] == 0
+    payload = json.loads((saved["learned"] / "scheduler_config.json").read_text())[CONFIG_KEY]
+    (tmp_path / "payload.json").write_text(json.dumps(payload))
+    rc, out, _ = run(capsys, "show", tmp_path / "payload.json")
+    assert rc == 0 and "EDMEulerScheduler" in out
+
+
+def test_show_errors(capsys, saved, tmp_path, monkeypatch):
+    rc, _, err = run(capsys, "show", saved["plain"])
+    assert_one_line_error(rc, err, "no learned InfoNoise schedule")
+    rc, _, err = run(capsys, "show", tmp_path / "missing")
+    assert_one_line_error(rc, err, "no such file or folder")
+    rc, _, err = run(capsys, "show", tmp_path)  # a directory without a scheduler config
+    assert_one_line_error(rc, err, "no scheduler config")
+    (tmp_path / "bad.json").write_text("{not json")
+    rc, _, err = run(capsys, "show", tmp_path / "bad.json")
+    assert_one_line_error(rc, err, "not valid JSON")
+    # issue 28: a mistyped run folder is not a Hub repo, and a link to a device is not opened
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run(capsys, "show", "runs/zA")
+    assert_one_line_error(rc, err, "no such file or folder: runs/zA (tried as a local path because ./runs exists)")
+    rc, _, err = run(capsys, "show", "zero.json")
+    assert_one_line_error(rc, err, "zero.json: a character device, not a regular file or a folder")
+
+
+def test_show_hub_repo_offline(capsys, saved, tmp_path, monkeypatch):
+    """A cached repo is served offline; an uncached one fails with a clear message, not a traceback."""
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--someone--learned"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit / "scheduler"
+    snap.mkdir(parents=True)
+    shutil.copy(saved["learned"] / "scheduler_config.json", snap / "scheduler_config.json")
+    rc, out, _ = run(capsys, "show", "someone/learned", "--cache-dir", tmp_path)
+    assert rc == 0 and "someone/learned" in out and "3 optimizer steps" in out
+    rc, _, err = run(capsys, "show", "someone/not-cached", "--cache-dir", tmp_path)
+    assert_one_line_error(rc, err, "not available offline", "HF_HUB_OFFLINE")
+
+
+def test_compare(capsys, saved, tmp_path):
+    rc, out, _ = run(capsys, "compare", "--samplers", "edm_lognormal,log_uniform", "--scheduler", "edm")
+    assert rc == 0 and "edm_lognormal" in out and "log_uniform" in out and "edm_lognormal vs log_uniform" in out
+    rc, out, _ = run(
+        capsys,
+        "compare",
+        "--samplers",
+        "edm_lognormal,infonoise",
+        "--scheduler",
+        saved["learned"],
+        "--plot",
+        tmp_path / "c.png",
+        "--json",
+        tmp_path / "c.json",
+    )
+    assert rc == 0 and "in rho_hat window" in out
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert set(data["allocations"]) == {"edm_lognormal", "infonoise"}
+    assert len(data["allocations"]["infonoise"]["phi"]) == 16  # the stored schedule's bins
+    rc, _, err = run(capsys, "compare", "--samplers", "edm_lognormal,bogus", "--scheduler", "edm")
+    assert_one_line_error(rc, err, "unknown sampler name(s) bogus", "accepted: infonoise")
+    rc, out, _ = run(capsys, "compare", "--samplers", "uniform", "--scheduler", "ddpm", "--loss-weighting", "min_snr", "--snr-gamma", "5")
+    assert rc == 0 and "loss_weighting=min_snr" in out
+
+
+def test_dataset_profile_digits(capsys, tmp_path):
+    rc, out, _ = run(
+        capsys,
+        "dataset-profile",
+        "--dataset",
+        "digits",
+        "--max-samples",
+        200,
+        "--num-levels",
+        6,
+        "--num-noise-draws",
+        32,
+        "--output",
+        tmp_path,
+        "--no-progress",
+    )
+    assert rc == 0
+    assert "memorisation" in out and "200 samples" in out
+    data = json.loads((tmp_path / "dataset_profile.json").read_text())
+    prof = data["profile"]
+    assert len(prof["mmse"]) == 6 and prof["meta"]["num_data"] == 200 and prof["meta"]["dim"] == 64
+    assert (tmp_path / "dataset_profile.png").stat().st_size > 0
+    rc, _, err = run(capsys, "dataset-profile", "--dataset", "no_such_set")
+    assert_one_line_error(rc, err, "neither a built-in data set")
+
+
+def test_profile_pipeline(capsys, saved, tmp_path):
+    rc, out, err = run(
+        capsys,
+        "profile",
+        "--model",
+        saved["pipe"],
+        "--dataset",
+        "digits",
+        "--num-samples",
+        6,
+        "--num-levels",
+        4,
+        "--num-noise-draws",
+        1,
+        "--samplers",
+        "edm_lognormal,logit_normal",
+        "--output",
+        tmp_path,
+        "--no-progress",
+        "--edm-timestep-scale",
+        250,
+    )
+    assert rc == 0, err
+    data = json.loads((tmp_path / "profile.json").read_text())
+    assert set(data["allocations"]) == {"edm_lognormal", "logit_normal"}
+    assert len(data["profile"]["rho_hat"]) == 4 and data["profile"]["meta"]["edm_timestep_scale"] == 250.0
+    assert 0.0 <= data["summary"]["edm_lognormal"]["window_mass"] <= 1.0
+    assert (tmp_path / "profile.png").stat().st_size > 0
+
+
+def test_profile_errors(capsys, saved, tmp_path):
+    rc, _, err = run(capsys, "profile", "--model", saved["rgb"], "--dataset", "digits", "--output", tmp_path)
+    assert_one_line_error(rc, err, "model/data mismatch", "3 channel")
+    rc, _, err = run(capsys, "profile", "--model", saved["pipe"], "--dataset", "digits", "--samplers", "nope", "--output", tmp_path)
+    assert_one_line_error(rc, err, "unknown sampler name(s) nope")
+    rc, _, err = run(capsys, "profile", "--model", tmp_path / "nothing", "--dataset", "digits")
+    assert_one_line_error(rc, err, "no such file or folder")
+    rc, _, err = run(
+        capsys,
+        "profile",
+        "--model",
+        saved["pipe"],
+        "--dataset",
+        "digits",
+        "--prediction-type",
+        "flow",
+        "--num-samples",
+        2,
+        "--output",
+        tmp_path,
+        "--no-progress",
+    )
+    assert_one_line_error(rc, err, "prediction_type")
+
+
+def test_a_device_this_machine_lacks_is_a_clear_error(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as info:
+        main(["dataset-profile", "--dataset", "digits", "--device", "cuda"])
+    assert info.value.code == 2 and "no CUDA device" in capsys.readouterr().err
+
+
+def test_compare_a_stored_schedule_with_a_profile_of_your_data(capsys, saved, tmp_path):
+    """issue 22: before training from a shared schedule, its ρ̂ against a profile of the user's data. The stored
+    schedule was learned from N(0, 0.25) data's exact MMSE: the analytic profile of that data fits it (TV near 0,
+    the stored estimate's smoothing and 16 bins aside), the profile of data ten times as wide does not."""
+    from diffusers_infonoise.diagnostics import profile_from_errors
+
+    sig = torch.exp(torch.linspace(math.log(0.002), math.log(80.0), 40, dtype=torch.float64))
+    tvs = {}
+    for name, s_d in (("same", 0.5), ("wider", 5.0)):
+        prof = profile_from_errors(sig, sig**2 * s_d**2 / (sig**2 + s_d**2), loss_weighting="edm")
+        (tmp_path / f"{name}.json").write_text(json.dumps({"profile": prof.to_dict()}))
+        rc, out, _ = run(capsys, "compare", "--scheduler", saved["learned"], "--profile", tmp_path / f"{name}.json")
+        assert rc == 0, out
+        tvs[name] = float(re.search(r"TV\(stored rho_hat, your data's rho_hat\)\s+([0-9.]+)", out).group(1))
+        assert re.search(r"TV\(stored phi = pi\*w, your data's rho_hat\)\s+[0-9.]+", out)
+    assert tvs["same"] < 0.06 and tvs["wider"] > 0.3
+    rc, _, err = run(capsys, "compare", "--scheduler", saved["plain"], "--profile", tmp_path / "same.json")
+    assert_one_line_error(rc, err, "holds no stored InfoNoise schedule")
+    rc, _, err = run(capsys, "compare", "--scheduler", "edm")
+    assert_one_line_error(rc, err, "give --samplers, --profile or both")
+
+
+def test_show_validates_the_payload_once(capsys, saved, tmp_path, monkeypatch):
+    """Issue 29: ``infonoise show`` validated one payload three times (the config, the scheduler built from it, the
+    sampler built from that). It reads it once, from a scheduler config and from a bare payload alike."""
+    from diffusers_infonoise import schedule_io
+
+    calls = []
+    validate = schedule_io.validate_payload
+    monkeypatch.setattr(schedule_io, "validate_payload", lambda payload: calls.append(1) or validate(payload))
+    payload = json.loads((saved["learned"] / "scheduler_config.json").read_text())[CONFIG_KEY]
+    (tmp_path / "payload.json").write_text(json.dumps(payload))
+    for source in (saved["learned"], tmp_path / "payload.json"):
+        calls.clear()
+        assert run(capsys, "show", source)[0] == 0
+        assert len(calls) == 1, source

