@@ -1,8 +1,8 @@
-"""Every command-line option the training scripts share, and the edge where the parsed namespace
-becomes explicit values: the noise sampler and where it starts, and small frozen configs
+"""Every command-line option the training scripts share, train_unconditional.py's own, and the edge where the
+parsed namespace becomes explicit values: the noise sampler and where it starts, and small frozen configs
 (:class:`RunConfig`, :class:`OptimizerConfig`, :class:`AcceleratorConfig`, :class:`DataConfig`,
-:class:`HubTarget`). The text-to-image scripts' own options are :mod:`.text_to_image_args`. Nothing below
-these two modules reads or changes ``args``."""
+:class:`HubTarget`, :class:`UnconditionalConfig`). The text-to-image scripts' own options are
+:mod:`.text_to_image_args`. Nothing below these two modules reads or changes ``args``."""
 
 from __future__ import annotations
 
@@ -25,15 +25,27 @@ from ..argtypes import (
     warmup_arg,
 )
 from ..logs import get_logger
-from ..sampler import SAMPLER_NAMES, START_CHOICES, SamplerStart, TrainingTimestepSampler, choose_start, make_sampler
+from ..objective import Objective, diffusers_density_params
+from ..paths import PATH_CLASSES
+from ..sampler import (
+    FIXED_DENSITY_NAMES,
+    SAMPLER_NAMES,
+    START_CHOICES,
+    SamplerStart,
+    TrainingTimestepSampler,
+    choose_start,
+    make_sampler,
+)
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
+from .unconditional import UnconditionalConfig
 
 logger = get_logger(__name__)
 
 __all__ = [
     "tracker_config",
+    "script_configs",
     "run_config",
     "optimizer_config",
     "accelerator_config",
@@ -48,6 +60,9 @@ __all__ = [
     "option_errors",
     "script_command",
     "script_epilog",
+    "add_unconditional_args",
+    "check_unconditional_args",
+    "unconditional_config",
 ]
 
 
@@ -60,7 +75,9 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default="infonoise",
         choices=SAMPLER_NAMES,
-        help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.",
+        metavar="NAME",
+        help="Distribution of training noise levels: 'infonoise' (default) adapts it to the conditional-entropy rate; "
+        f"a fixed density instead: {', '.join(FIXED_DENSITY_NAMES)}.",
     )
     g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
     g.add_argument(
@@ -102,8 +119,8 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=gate_arg,
         default="auto",
         help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
-        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
-        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).",
+        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'none', or a pinned VE "
+        "sigma such as 0.2 (METHOD.md 5.5).",
     )
     g.add_argument(
         "--infonoise_gate_fallback",
@@ -129,7 +146,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default="phi",
         choices=("phi", "pi"),
-        help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).",
+        help=argparse.SUPPRESS,  # a study knob, accepted because stored settings carry it (sampler/settings.py)
     )
     g.add_argument(
         "--infonoise_mmse_cap",
@@ -237,27 +254,24 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
 def baseline_density_params(args, name: str | None) -> dict | None:
     """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
     ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters. ``--logit_mean``
-    has diffusers' meaning (> 0: less noise); :func:`~diffusers_infonoise.sampler.fixed.base_density` takes the SD3
-    paper's (> 0: more noise), so its sign is reversed here, as in :func:`~diffusers_infonoise.integration.sampler_settings`."""
-    return {
-        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
-        "logit_normal": {"mean": 0.0 - float(args.logit_mean), "std": args.logit_std},  # 0.0 - x: no -0.0
-        "mode": {"scale": args.mode_scale},
-    }.get(name)
+    has diffusers' meaning (> 0: less noise), turned into the SD3 paper's by
+    :func:`~diffusers_infonoise.objective.diffusers_density_params`."""
+    if name == "edm_lognormal":
+        return {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std}
+    return diffusers_density_params(name, logit_mean=args.logit_mean, logit_std=args.logit_std, mode_scale=args.mode_scale)
 
 
 def build_noise_sampler(
     args,
     noise_scheduler,
     *,
-    prediction_type: str,
-    loss_weighting="none",
-    snr_gamma: float | None = None,
+    objective: Objective,
     name: str | None = None,
     default_base: str | None = None,
     mu: float | None = None,
 ) -> TrainingTimestepSampler:
-    """The sampler ``name`` (default ``--noise_sampler``) names, with the parameters of :func:`add_noise_sampler_args`.
+    """The sampler ``name`` (default ``--noise_sampler``) names, told the script's loss (``objective``), with the
+    parameters of :func:`add_noise_sampler_args`.
 
     InfoNoise's base density is ``--infonoise_base``, else ``default_base`` (the script's own density,
     e.g. SD3's ``--weighting_scheme``), else the path's; a named base gets its parameters from the
@@ -265,11 +279,11 @@ def build_noise_sampler(
     m̂ cap's ``auto`` is measured by the sampler on the data the script noises through it
     (``sampler.add_noise``): pixels, or VAE latents.
     """
-    common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
+    common = objective.keywords()
     if mu is not None:  # the training path of a dynamic-shift flow scheduler (training.flow.training_mu)
         common["mu"] = mu
     name = name or args.noise_sampler
-    if name in ("infonoise", "kingma_gao", "loss_slope"):
+    if name not in FIXED_DENSITY_NAMES:  # the adaptive samplers, with InfoNoise's settings
         base = args.infonoise_base or default_base
         if isinstance(base, str) and baseline_density_params(args, base) is not None:
             base = (base, baseline_density_params(args, base))
@@ -386,6 +400,23 @@ def option_errors():
         raise SystemExit(2) from None
 
 
+def script_configs(args, *, report_to: str | None = None, default_dataset: str = "mnist") -> dict:
+    """What every script's config takes from its parsed arguments: ``run`` (:func:`run_config`), ``optimizer``,
+    ``accelerator`` (``report_to``: :func:`accelerator_config`), ``data`` (``default_dataset``: :func:`data_config`),
+    ``hub``, ``tracker``, ``output_dir``, ``seed`` and ``show_noise_schedule``."""
+    return dict(
+        run=run_config(args),
+        optimizer=optimizer_config(args),
+        accelerator=accelerator_config(args, report_to=report_to),
+        data=data_config(args, default_dataset=default_dataset),
+        hub=hub_target(args),
+        tracker=tracker_config(args),
+        output_dir=args.output_dir,
+        seed=args.seed,
+        show_noise_schedule=args.show_noise_schedule,
+    )
+
+
 def run_config(args) -> RunConfig:
     """The :class:`RunConfig` of a script's parsed arguments (diffusers' names: ``--num_train_epochs`` in
     the text-to-image scripts, ``--num_epochs`` in train_unconditional)."""
@@ -463,3 +494,150 @@ def data_config(args, *, default_dataset: str = "mnist") -> DataConfig:
 def hub_target(args) -> HubTarget:
     """The :class:`HubTarget` of ``--push_to_hub --hub_model_id --hub_token --hub_private_repo``."""
     return HubTarget(push=bool(args.push_to_hub), repo_id=args.hub_model_id, token=args.hub_token, private=bool(args.hub_private_repo))
+
+
+# -- train_unconditional.py ---------------------------------------------------------------------
+
+#: ``--diffusion`` → the path it trains (:attr:`~diffusers_infonoise.paths.NoisePath.diffusion`)
+DIFFUSION_PATHS = {cls.diffusion: kind for kind, cls in sorted(PATH_CLASSES.items(), key=lambda item: item[1].diffusion)}
+#: the path options of a from-scratch run (diffusers' names) and the scheduler config key each one sets
+SCHEDULER_FLAGS = {
+    "ddpm_num_steps": "num_train_timesteps",
+    "ddpm_beta_schedule": "beta_schedule",
+    "sigma_data": "sigma_data",
+    "sigma_min": "sigma_min",
+    "sigma_max": "sigma_max",
+    "flow_shift": "shift",
+}
+
+
+def add_unconditional_args(parser: argparse.ArgumentParser) -> None:
+    """The arguments of train_unconditional.py: diffusers' ``train_unconditional.py`` ones (data, model, EMA, the
+    DDPM scheduler), ``--diffusion`` with the EDM and flow path options, ``--sequence_column``/``--alphabet``, then
+    :func:`add_common_training_args` and :func:`add_noise_sampler_args`."""
+    a = parser.add_argument
+    a(
+        "--dataset_name",
+        type=str,
+        default=None,
+        help="A built-in offline data set (mnist, fashion_mnist, binarized_mnist, digits, binarized_digits), a Hub "
+        "dataset name or a local save_to_disk folder. Default: mnist.",
+    )
+    a("--dataset_config_name", type=str, default=None)
+    a("--train_data_dir", type=str, default=None, help="A folder of images (datasets' imagefolder).")
+    a("--image_column", type=str, default="image")
+    a(
+        "--sequence_column",
+        type=str,
+        default=None,
+        help="Train on sequences instead of images: a column of equal-length strings over --alphabet (e.g. DNA), "
+        "one-hot in {-1, 1}, with a 1-D UNet (UNet1DModel); samples are written as FASTA.",
+    )
+    a("--alphabet", type=str, default="ACGT", help="Letters of --sequence_column; channel k is the k-th letter.")
+    a("--max_train_samples", type=positive_int, default=None, help="Truncate the training set (debugging, quick runs).")
+    a("--resolution", type=positive_int, default=16)
+    a("--center_crop", action="store_true")
+    a("--random_flip", action="store_true")
+    a(
+        "--model_config_name_or_path",
+        type=str,
+        default=None,
+        help="Train from scratch: a UNet2DModel config (JSON file or folder); a UNet1DModel config with --sequence_column.",
+    )
+    a(
+        "--pretrained_model_name_or_path",
+        type=str,
+        default=None,
+        help="Fine-tune: a saved pipeline folder or Hub repo id; its unet/ and scheduler/ (with any stored InfoNoise "
+        "schedule) are loaded. Its path and prediction type must agree with --diffusion and --prediction_type.",
+    )
+    a("--revision", type=str, default=None, help="Revision of --pretrained_model_name_or_path on the Hub.")
+    a("--eval_batch_size", type=positive_int, default=16, help="Images in each sample grid.")
+    a("--num_epochs", type=positive_int, default=100)
+    a("--save_images_epochs", type=positive_int, default=10)
+    a("--save_model_epochs", type=positive_int, default=10)
+    a("--use_ema", action="store_true")
+    a("--ema_inv_gamma", type=float, default=1.0)
+    a("--ema_power", type=float, default=3 / 4)
+    a("--ema_max_decay", type=float, default=0.9999)
+    a(
+        "--diffusion",
+        type=str,
+        default="ddpm",
+        choices=list(DIFFUSION_PATHS),
+        help="Corruption path: ddpm (VP, DDPMScheduler), edm (VE with EDM preconditioning and weighting), "
+        "flow (rectified flow, FlowMatchEulerDiscreteScheduler).",
+    )
+    a(
+        "--prediction_type",
+        type=str,
+        default=None,
+        help="ddpm: epsilon (default), v_prediction or sample. edm: epsilon (default) or v_prediction, which only pick "
+        "the sign of c_out (the network is trained through the denoiser D). flow: flow (velocity).",
+    )
+    a("--ddpm_num_steps", type=positive_int, default=1000)
+    a("--ddpm_beta_schedule", type=str, default="linear")
+    a("--ddpm_num_inference_steps", type=positive_int, default=100)
+    a("--num_inference_steps", type=positive_int, default=None, help="Sampling steps for edm (default 40) and flow (default 50).")
+    a("--sigma_data", type=positive_float, default=0.5, help="EDM sigma_data (data in [-1, 1]).")
+    a("--sigma_min", type=positive_float, default=0.002)
+    a("--sigma_max", type=positive_float, default=80.0)
+    a("--flow_shift", type=positive_float, default=1.0, help="Static shift of the flow scheduler.")
+    a("--logger", type=str, default="tensorboard", choices=["tensorboard", "wandb", "none"])
+    add_common_training_args(parser, defaults={"unconditional": True, "output_dir": "ddpm-model-16"})
+    add_noise_sampler_args(parser)
+
+
+def check_unconditional_args(parser: argparse.ArgumentParser, args) -> None:
+    """train_unconditional.py's cross-argument checks (``parser.error`` on a conflict). ``--prediction_type`` defaults
+    to the path's first (:attr:`~diffusers_infonoise.paths.NoisePath.scheduler_prediction_types`) unless a pretrained
+    model brings its own; the path options given (not left at their defaults) are recorded, for a fine-tune to check
+    them against the pretrained scheduler."""
+    allowed = PATH_CLASSES[DIFFUSION_PATHS[args.diffusion]].scheduler_prediction_types
+    if args.model_config_name_or_path and args.pretrained_model_name_or_path:
+        parser.error("--model_config_name_or_path (from scratch) and --pretrained_model_name_or_path (fine-tuning): give one")
+    if args.prediction_type is None and not args.pretrained_model_name_or_path:
+        args.prediction_type = allowed[0]  # a pretrained model's own is read from its scheduler
+    elif args.prediction_type is not None and args.prediction_type not in allowed:
+        parser.error(
+            f"--prediction_type {args.prediction_type} is not valid with --diffusion {args.diffusion}; accepted: {', '.join(allowed)}"
+        )
+    if args.sigma_min >= args.sigma_max:
+        parser.error(f"--sigma_min {args.sigma_min} must be below --sigma_max {args.sigma_max}")
+    # a fine-tune takes the pretrained scheduler as it is: the path options given here are checked against it
+    args.scheduler_flags_given = [f for f in SCHEDULER_FLAGS if getattr(args, f) != parser.get_default(f)]
+    if args.snr_gamma is not None and args.diffusion != "ddpm":
+        parser.error("--snr_gamma (Min-SNR) applies to --diffusion ddpm only")
+    if args.dataset_name and args.train_data_dir:
+        parser.error("--dataset_name and --train_data_dir: give one of them")
+    if args.sequence_column and not args.dataset_name:
+        parser.error("--sequence_column needs --dataset_name (a Hub data set or save_to_disk folder with that column)")
+    check_sources(parser, args, "--pretrained_model_name_or_path", "--infonoise_schedule_from")
+
+
+def unconditional_config(args) -> UnconditionalConfig:
+    """The :class:`UnconditionalConfig` of train_unconditional.py's parsed arguments (after
+    :func:`check_unconditional_args`)."""
+    return UnconditionalConfig(
+        **script_configs(args, report_to=args.logger),
+        path_kind=DIFFUSION_PATHS[args.diffusion],
+        scheduler_options={**{key: getattr(args, flag) for flag, key in SCHEDULER_FLAGS.items()}, "prediction_type": args.prediction_type},
+        scheduler_options_given={SCHEDULER_FLAGS[flag]: f"--{flag}" for flag in args.scheduler_flags_given},
+        prediction_type=args.prediction_type,
+        snr_gamma=args.snr_gamma,
+        pretrained_model_name_or_path=args.pretrained_model_name_or_path,
+        model_config_name_or_path=args.model_config_name_or_path,
+        revision=args.revision,
+        resolution=args.resolution,
+        sequence_column=args.sequence_column,
+        alphabet=args.alphabet,
+        eval_batch_size=args.eval_batch_size,
+        save_images_epochs=args.save_images_epochs,
+        save_model_epochs=args.save_model_epochs,
+        use_ema=args.use_ema,
+        ema_inv_gamma=args.ema_inv_gamma,
+        ema_power=args.ema_power,
+        ema_max_decay=args.ema_max_decay,
+        # diffusers' --ddpm_num_inference_steps is the ddpm default; the other paths take theirs (NoisePath)
+        num_inference_steps=args.num_inference_steps or (args.ddpm_num_inference_steps if args.diffusion == "ddpm" else None),
+    )
