@@ -39,7 +39,7 @@ __all__ = [
 @dataclass(frozen=True)
 class UnconditionalConfig:
     """What ``train_unconditional.py``'s run needs from its command line, as explicit values
-    (:func:`~diffusers_infonoise.training.args.unconditional_config`).
+    (:func:`~diffusers_infonoise.training.unconditional_args.unconditional_config`).
 
     Attributes (besides the shared configs and diffusers' names):
         path_kind: the path ``--diffusion`` trains (``"vp"``, ``"ve"``, ``"flow"``; :attr:`path` its class).
