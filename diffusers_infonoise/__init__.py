@@ -3,7 +3,7 @@
 The public names; see METHOD.md (shipped in the repository's docs) for the mathematics.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from .densities import Density  # noqa: E402
 from .integration import infonoise_sampler  # noqa: E402

@@ -80,6 +80,14 @@ class NoisePath:
         unconditional_pipeline: the class a trained unconditional image model on the path is saved as
             (a name: ``DDPMPipeline``, whose loop samples VP and flow models right, or this package's
             ``InfoNoiseUnconditionalPipeline``).
+        diffusion: the path's name in train_unconditional.py's ``--diffusion`` (``ddpm``, ``edm``, ``flow``).
+        scheduler_class: the diffusers scheduler a new model on the path trains with (a name).
+        scheduler_options: the config keys of :attr:`scheduler_class` a script sets for a new model
+            (:meth:`new_scheduler`).
+        scheduler_prediction_types: the values of the scheduler's ``prediction_type`` (diffusers'
+            ``--prediction_type``), the default first: what the network outputs. VP: the loss parameterization;
+            EDM: only the sign of c_out (the loss is on the denoiser D); flow: the velocity, ``"flow"`` (flow
+            schedulers have no such option).
     """
 
     kind: str
@@ -91,8 +99,20 @@ class NoisePath:
     default_base: ClassVar[str] = "log_uniform"
     default_inference_steps: ClassVar[int] = 50
     unconditional_pipeline: ClassVar[str] = "DDPMPipeline"
+    diffusion: ClassVar[str] = ""
+    scheduler_class: ClassVar[str] = ""
+    scheduler_options: ClassVar[tuple[str, ...]] = ()
+    scheduler_prediction_types: ClassVar[tuple[str, ...]] = ()
 
     # -- what differs by path ------------------------------------------------------------------
+    @classmethod
+    def new_scheduler(cls, options: dict):
+        """A new model's training scheduler: :attr:`scheduler_class` with the :attr:`scheduler_options` found in
+        ``options`` (config key → value; the keys of other paths are left out)."""
+        import diffusers
+
+        return getattr(diffusers, cls.scheduler_class)(**{key: options[key] for key in cls.scheduler_options if key in options})
+
     @classmethod
     def default_prediction_type(cls, config) -> str:
         """The loss parameterization a script most likely uses with a scheduler of this path (its
@@ -230,6 +250,10 @@ class VEPath(NoisePath):
     default_inference_steps: ClassVar[int] = 40
     # diffusers' DDPMPipeline loop skips EDM's preconditioning and would sample wrong
     unconditional_pipeline: ClassVar[str] = "InfoNoiseUnconditionalPipeline"
+    diffusion: ClassVar[str] = "edm"
+    scheduler_class: ClassVar[str] = "EDMEulerScheduler"
+    scheduler_options: ClassVar[tuple[str, ...]] = ("sigma_min", "sigma_max", "sigma_data", "prediction_type")
+    scheduler_prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction")
 
     @classmethod
     def default_loss_weighting(cls, prediction_type: str) -> str:
@@ -289,6 +313,10 @@ class FlowPath(NoisePath):
     loss_weightings: ClassVar[tuple[str, ...]] = ("none", "min_snr", "snr", "sigma_sqrt", "cosmap")
     default_base: ClassVar[str] = "logit_normal"
     default_inference_steps: ClassVar[int] = 50
+    diffusion: ClassVar[str] = "flow"
+    scheduler_class: ClassVar[str] = "FlowMatchEulerDiscreteScheduler"
+    scheduler_options: ClassVar[tuple[str, ...]] = ("shift",)
+    scheduler_prediction_types: ClassVar[tuple[str, ...]] = ("flow",)
 
     @classmethod
     def from_scheduler_sigmas(cls, values):
@@ -356,6 +384,10 @@ class VPPath(NoisePath):
     loss_weightings: ClassVar[tuple[str, ...]] = ("none", "edm", "min_snr", "snr")
     default_base: ClassVar[str] = "uniform"
     default_inference_steps: ClassVar[int] = 1000  # DDPMPipeline's
+    diffusion: ClassVar[str] = "ddpm"
+    scheduler_class: ClassVar[str] = "DDPMScheduler"
+    scheduler_options: ClassVar[tuple[str, ...]] = ("num_train_timesteps", "beta_schedule", "prediction_type")
+    scheduler_prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction", "sample")
 
     @classmethod
     def default_prediction_type(cls, config) -> str:

@@ -139,12 +139,13 @@ def _cmd_compare(args) -> int:
         if args.samplers is None:
             return 0
     names = _parse_samplers(args.samplers)
-    pt, lw, sg = _objective(args, scheduler)
+    objective = _objective(args, scheduler)
     stored, x = _stored_and_grid(scheduler, args)
+    pt, lw = objective.prediction_type, objective.loss_weighting  # as printed
     allocs = []
     for name in names:
         try:
-            allocs.append(allocation(name, scheduler, log_sigma=x, loss_weighting=lw, prediction_type=pt, snr_gamma=sg, mu=args.mu))
+            allocs.append(allocation(name, scheduler, log_sigma=x, **objective.keywords(), mu=args.mu))
         except ValueError as err:
             raise CLIError(f"{name}: {_one_line(err)}") from None
     rho = None
@@ -249,8 +250,7 @@ def _print_profile(prof, title: str) -> None:
 
 def _measure_profile(args):
     """The profile of ``--model`` on ``--dataset`` (forward passes only; METHOD.md §6), for ``profile`` and
-    ``recommend``: ``(profile, model, scheduler, where, subfolder, x0, (prediction_type, loss_weighting, snr_gamma),
-    stored payload or None)``."""
+    ``recommend``: ``(profile, model, scheduler, where, subfolder, x0, objective, stored payload or None)``."""
     import torch
 
     from ..diagnostics import profile_from_model
@@ -286,7 +286,7 @@ def _measure_profile(args):
         model_kwargs["class_labels"] = labels
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.to(device).eval()
-    pt, lw, sg = _objective(args, scheduler)
+    objective = _objective(args, scheduler)
     stored, x_grid = _stored_and_grid(scheduler, args)
     gen = torch.Generator().manual_seed(args.seed)
     try:
@@ -295,9 +295,7 @@ def _measure_profile(args):
             scheduler,
             x0,
             sigmas=torch.exp(x_grid),
-            prediction_type=pt,
-            loss_weighting=lw,
-            snr_gamma=sg,
+            **objective.keywords(),
             model_kwargs=model_kwargs,
             batch_size=args.batch_size,
             num_noise_draws=args.num_noise_draws,
@@ -310,22 +308,21 @@ def _measure_profile(args):
         )
     except RuntimeError as err:
         raise CLIError(f"model/scheduler mismatch: the model failed on a probe batch: {_one_line(err)}") from None
-    return prof, model, scheduler, where, subfolder, x0, (pt, lw, sg), stored
+    return prof, model, scheduler, where, subfolder, x0, objective, stored
 
 
 def _cmd_profile(args) -> int:
     from ..diagnostics import allocation, compare_allocations, plot_profile
 
     names = _parse_samplers(args.samplers)
-    prof, model, scheduler, where, subfolder, x0, (pt, lw, sg), stored = _measure_profile(args)
+    prof, model, scheduler, where, subfolder, x0, objective, stored = _measure_profile(args)
+    pt, lw = objective.prediction_type, objective.loss_weighting  # as printed
     if stored is not None and "infonoise" not in names:
         names.append("infonoise")
     allocs = []
     for name in names:
         try:
-            allocs.append(
-                allocation(name, scheduler, log_sigma=prof.log_sigma, loss_weighting=lw, prediction_type=pt, snr_gamma=sg, mu=args.mu)
-            )
+            allocs.append(allocation(name, scheduler, log_sigma=prof.log_sigma, **objective.keywords(), mu=args.mu))
         except ValueError as err:
             raise CLIError(f"{name}: {_one_line(err)}") from None
     summary = compare_allocations(prof, allocs)

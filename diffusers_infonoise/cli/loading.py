@@ -104,17 +104,13 @@ def _parse_samplers(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _objective(args, scheduler) -> tuple[str, object, float | None]:
-    """Resolve ``--prediction-type``, ``--loss-weighting`` (``auto``) and ``--snr-gamma``."""
-    from ..diagnostics import default_objective
+def _objective(args, scheduler):
+    """The :class:`~diffusers_infonoise.objective.Objective` of ``--prediction-type``, ``--loss-weighting`` (``auto``:
+    the scheduler's, :func:`~diffusers_infonoise.objective.default_objective`) and ``--snr-gamma``."""
+    from ..objective import default_objective
 
-    d_pred, d_weight, d_gamma = default_objective(scheduler)
-    pt = args.prediction_type or d_pred
-    if args.loss_weighting == "auto":
-        lw, sg = d_weight, (args.snr_gamma if args.snr_gamma is not None else d_gamma)
-    else:
-        lw, sg = args.loss_weighting, args.snr_gamma
-    return pt, lw, sg
+    weighting = None if args.loss_weighting == "auto" else args.loss_weighting
+    return default_objective(scheduler).override(args.prediction_type or None, weighting, args.snr_gamma)
 
 
 def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int, image_column: str = "image"):

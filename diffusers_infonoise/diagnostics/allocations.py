@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .. import densities
+from ..objective import default_objective
 from ..sampler import (
     SAMPLER_NAMES,
     KingmaGaoSampler,
@@ -16,9 +17,8 @@ from ..sampler import (
     make_sampler,
 )
 from ..schedule_io import read_schedule
-from ..weighting import x0_loss_weight
 from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, log_sigma_grid, normalize_density
-from .profiles import _stored_mu, default_objective, load_learned_sampler
+from .profiles import _stored_mu, load_learned_sampler
 
 __all__ = [
     "allocation",
@@ -76,15 +76,12 @@ def allocation(
         if noise_scheduler is None:
             raise ValueError(f"noise_scheduler: a scheduler is needed to build the sampler {name!r}")
         mu = _stored_mu(noise_scheduler, mu)
-        d_pred, d_weight, d_gamma = default_objective(noise_scheduler)
-        pt = prediction_type if prediction_type is not None else d_pred
-        lw = loss_weighting if loss_weighting is not None else d_weight
-        sg = snr_gamma if (snr_gamma is not None or loss_weighting is not None) else d_gamma
+        objective = default_objective(noise_scheduler).override(prediction_type, loss_weighting, snr_gamma)
         if name == "infonoise" and read_schedule(noise_scheduler) is not None:
             # the learned π, read with the requested (default: the stored) weighting
-            sampler = load_learned_sampler(noise_scheduler, prediction_type=pt, loss_weighting=lw, snr_gamma=sg, mu=mu, **sampler_kwargs)
+            sampler = load_learned_sampler(noise_scheduler, **objective.keywords(), mu=mu, **sampler_kwargs)
         else:
-            sampler = make_sampler(name, noise_scheduler, prediction_type=pt, loss_weighting=lw, snr_gamma=sg, mu=mu, **sampler_kwargs)
+            sampler = make_sampler(name, noise_scheduler, **objective.keywords(), mu=mu, **sampler_kwargs)
     elif isinstance(name_or_sampler, TrainingTimestepSampler):
         sampler = name_or_sampler
         name = sampler.name
@@ -101,21 +98,15 @@ def allocation(
     if not float(masses.sum()) > 0:
         raise ValueError(f"log_sigma: the {name!r} schedule has no mass on this grid")
     pi = normalize_density(masses / (edges[1:] - edges[:-1]), x)
-    if isinstance(name_or_sampler, str) or (loss_weighting is None and prediction_type is None):
-        w = sampler.x0_loss_weight(sig)
-        pt, lw, sg = sampler.prediction_type, sampler.loss_weighting, sampler.snr_gamma
-    else:
-        pt = prediction_type if prediction_type is not None else sampler.prediction_type
-        lw = loss_weighting if loss_weighting is not None else sampler.loss_weighting
-        sg = snr_gamma if loss_weighting is not None else sampler.snr_gamma
-        w = x0_loss_weight(lw, pt, sig, snr_gamma=sg, sigma_data=sampler.sigma_data)
+    objective = sampler.objective
+    if not isinstance(name_or_sampler, str):  # another loss than the sampler's: its γ goes with its weighting only
+        objective = objective.override(prediction_type, loss_weighting, snr_gamma if loss_weighting is not None else None)
+    w = objective.x0_loss_weight(sig, sigma_data=sampler.sigma_data)
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
         raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the grid")
     phi = normalize_density(pi * w, x)
     meta = {
-        "prediction_type": pt,
-        "loss_weighting": lw if isinstance(lw, str) else "custom",
-        "snr_gamma": sg,
+        **objective.record(),
         "sampler": sampler.describe(),
         "effective": "base*w (importance-weighted)" if isinstance(sampler, KingmaGaoSampler) else "pi*w",
     }

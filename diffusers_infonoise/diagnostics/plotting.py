@@ -113,7 +113,7 @@ def plot_schedule(sampler: TrainingTimestepSampler, path=None, *, title: str | N
     ax1.legend(fontsize=8)
     _sigma_ticks(ax0)
     if title is None:
-        lw = sampler.loss_weighting if isinstance(sampler.loss_weighting, str) else "custom"
+        lw = sampler.objective.record()["loss_weighting"]
         title = (
             f"{sampler.name} on the {sampler.path.kind} path · {sampler.prediction_type}, weighting {lw} · step {sampler.optimizer_step}"
         )

@@ -5,7 +5,7 @@ of a scheduler as a sampler."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -13,11 +13,12 @@ import torch
 from ..data_statistics import smallest_value_gap
 from ..estimator import ProfileEstimator, gated_shape
 from ..generation import EDM_TIMESTEP_SCALE, call_model, model_output
-from ..paths import NoisePath, path_class, path_from_scheduler
+from ..objective import Objective, default_objective
+from ..paths import NoisePath, path_from_scheduler
 from ..sampler import InfoNoiseTrainingTimestepSampler, NoiseLevels, default_prediction_type
 from ..sampler.base import _check_path_prediction
 from ..schedule_io import read_schedule, stored_mu
-from ..weighting import validate_loss_weighting, validate_prediction_type, x0_from_output, x0_loss_weight
+from ..weighting import validate_prediction_type, x0_from_output
 from .grid import _F64, Profile, grid_edges, log_sigma_grid, normalize_density
 
 __all__ = [
@@ -29,24 +30,6 @@ __all__ = [
     "analytic_mmse_gaussian",
     "analytic_mmse_two_point",
 ]
-
-
-def default_objective(noise_scheduler) -> tuple[str, Any, float | None]:
-    """``(prediction_type, loss_weighting, snr_gamma)`` assumed for ``noise_scheduler``'s training loss.
-
-    The stored schedule's values when the scheduler's config carries one (unless its weighting was
-    a custom callable), else :func:`~diffusers_infonoise.sampler.default_prediction_type` with
-    ``"edm"`` weighting on a VE (EDM) path and ``"none"`` on VP and flow paths: the conventions of
-    diffusers' EDM, DDPM and flow-matching training.
-
-    Raises:
-        TypeError: unsupported scheduler. ScheduleError: a corrupted stored schedule.
-    """
-    stored = read_schedule(noise_scheduler)
-    if stored is not None and stored["loss_weighting"] != "custom":
-        return stored["prediction_type"], stored["loss_weighting"], stored.get("snr_gamma")
-    pt = default_prediction_type(noise_scheduler)
-    return pt, path_class(noise_scheduler).default_loss_weighting(pt), None
 
 
 def load_learned_sampler(noise_scheduler, **overrides) -> InfoNoiseTrainingTimestepSampler:
@@ -130,17 +113,15 @@ def profile_from_errors(
     gate_result = est.resolve_gate(sig, m_filled)
     r = gated_shape(sig, q, gate_result.pivot)
     rho = normalize_density(r, x)
-    validate_loss_weighting(loss_weighting, snr_gamma)
-    validate_prediction_type(prediction_type)
-    w = x0_loss_weight(loss_weighting, prediction_type, sig, snr_gamma=snr_gamma, sigma_data=sigma_data)
+    objective = Objective(prediction_type, loss_weighting, snr_gamma)
+    w = objective.x0_loss_weight(sig, sigma_data=sigma_data)
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
         raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the grid")
     pi = normalize_density(rho / w, x)
     se = None if mmse_se is None else torch.as_tensor(mmse_se, dtype=_F64).detach().cpu().flatten()
     meta = dict(meta or {})
-    meta.setdefault("prediction_type", prediction_type)
-    meta.setdefault("loss_weighting", loss_weighting if isinstance(loss_weighting, str) else "custom")
-    meta.setdefault("snr_gamma", snr_gamma)
+    for key, value in objective.record().items():
+        meta.setdefault(key, value)
     meta.setdefault("smoothing", smoothing)
     return Profile(
         log_sigma=x,
@@ -354,17 +335,11 @@ def profile_from_model(
         raise ValueError("x0: expected a floating-point tensor of shape (N, ...) with N >= 1")
     mu = _stored_mu(noise_scheduler, mu)
     path = path_from_scheduler(noise_scheduler, mu=mu)
-    d_pred, d_weight, d_gamma = default_objective(noise_scheduler)
-    if prediction_type is None:
-        prediction_type = d_pred
-    if loss_weighting is None:
-        loss_weighting, snr_gamma = d_weight, (d_gamma if snr_gamma is None else snr_gamma)
-    validate_prediction_type(prediction_type)
-    _check_path_prediction(path, prediction_type)
-    validate_loss_weighting(loss_weighting, snr_gamma)
+    objective = default_objective(noise_scheduler).override(prediction_type, loss_weighting, snr_gamma)
+    _check_path_prediction(path, objective.prediction_type)
     if denoise_fn is None:
         denoise_fn = make_denoise_fn(
-            noise_scheduler, prediction_type, model_input_fn=model_input_fn, edm_timestep_scale=edm_timestep_scale, mu=mu
+            noise_scheduler, objective.prediction_type, model_input_fn=model_input_fn, edm_timestep_scale=edm_timestep_scale, mu=mu
         )
     if device is None:
         device = next(model.parameters()).device if isinstance(model, torch.nn.Module) and any(True for _ in model.parameters()) else "cpu"
@@ -436,9 +411,7 @@ def profile_from_model(
         gate=gate,
         gate_fallback=gate_fallback,
         smoothing=smoothing,
-        loss_weighting=loss_weighting,
-        prediction_type=prediction_type,
-        snr_gamma=snr_gamma,
+        **objective.keywords(),
         sigma_data=path.data_scale or 0.5,
         timesteps=timesteps,
         num_samples=n * d,

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from .. import densities
+from ..objective import Objective, default_objective
 from ..paths import PATH_CLASSES, NoisePath, path_from_scheduler
-from ..weighting import validate_loss_weighting, validate_prediction_type, x0_loss_weight
 from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, normalize_density
 
 __all__ = [
@@ -104,22 +104,6 @@ def _training_scheduler(noise_scheduler, path_config: dict | None, what: str):
         raise ValueError(f"noise_scheduler: {err}") from None
 
 
-def _objective(noise_scheduler, same_path_objective, prediction_type, loss_weighting, snr_gamma) -> dict:
-    """The training's ``{"prediction_type", "loss_weighting", "snr_gamma"}``: those given, else the source's when it
-    is of the training's path kind, else the path's conventions (:func:`~diffusers_infonoise.diagnostics.default_objective`)."""
-    from .profiles import default_objective
-
-    d_pred, d_weight, d_gamma = same_path_objective or default_objective(noise_scheduler)
-    pt = prediction_type if prediction_type is not None else d_pred
-    if loss_weighting is None:
-        lw, sg = d_weight, (d_gamma if snr_gamma is None else snr_gamma)
-    else:
-        lw, sg = loss_weighting, snr_gamma
-    validate_prediction_type(pt)
-    validate_loss_weighting(lw, sg)
-    return {"prediction_type": pt, "loss_weighting": lw, "snr_gamma": sg}
-
-
 def target_from_schedule(
     payload: dict,
     noise_scheduler=None,
@@ -157,10 +141,10 @@ def target_from_schedule(
     scheduler = _training_scheduler(noise_scheduler, payload.get("path"), "the schedule")
     mu = stored_mu(scheduler, payload) if mu is None else mu
     path = path_from_scheduler(scheduler, mu=mu)
-    stored = (payload["prediction_type"], payload["loss_weighting"], payload.get("snr_gamma"))
-    same = stored if path.kind == payload["path"]["kind"] and payload["loss_weighting"] != "custom" else None
-    obj = _objective(scheduler, same, prediction_type, loss_weighting, snr_gamma)
-    sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload, **obj, mu=mu)
+    # the payload's loss when the training is on its path kind, else the path's conventions; the given values win
+    same = Objective.recorded(payload) if path.kind == payload["path"]["kind"] else None
+    objective = (same or default_objective(scheduler)).override(prediction_type, loss_weighting, snr_gamma)
+    sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload, **objective.keywords(), mu=mu)
     if payload.get("adapted") is False or not sampler.estimator.is_ready:
         raise ValueError(f"{source}: the stored schedule was saved before it adapted; it holds no estimate of rho_hat to fit")
     prof = sampler.profile()
@@ -169,7 +153,7 @@ def target_from_schedule(
         rho_hat=normalize_density(prof["rho_hat"], prof["log_sigma"]),
         w=prof["w"].to(_F64),
         path=path,
-        objective=obj,
+        objective=objective.keywords(),
         source=source,
     )
 
@@ -214,14 +198,9 @@ def target_from_profile(
         raise TypeError(f"profile: expected a Profile or a dict, got {type(profile).__name__}")
     scheduler = _training_scheduler(noise_scheduler, meta.get("path"), "the profile")
     path = path_from_scheduler(scheduler, mu=mu)
-    recorded = meta.get("path") or {}
-    same = None
-    if recorded.get("kind") == path.kind and meta.get("prediction_type") and meta.get("loss_weighting") not in (None, "custom"):
-        same = (meta["prediction_type"], meta["loss_weighting"], meta.get("snr_gamma"))
-    obj = _objective(scheduler, same, prediction_type, loss_weighting, snr_gamma)
-    w = x0_loss_weight(
-        obj["loss_weighting"], obj["prediction_type"], torch.exp(x), snr_gamma=obj["snr_gamma"], sigma_data=path.data_scale or 0.5
-    )
+    same = Objective.recorded(meta) if (meta.get("path") or {}).get("kind") == path.kind else None
+    objective = (same or default_objective(scheduler)).override(prediction_type, loss_weighting, snr_gamma)
+    w = objective.x0_loss_weight(torch.exp(x), sigma_data=path.data_scale or 0.5)
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
         raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the profile's grid")
     return RecommendTarget(
@@ -229,7 +208,7 @@ def target_from_profile(
         rho_hat=normalize_density(rho, x),
         w=w,
         path=path,
-        objective=obj,
+        objective=objective.keywords(),
         source=source,
     )
 

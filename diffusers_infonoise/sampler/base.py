@@ -14,15 +14,9 @@ import torch
 
 from .. import densities
 from ..logs import get_logger
+from ..objective import Objective
 from ..paths import PATH_CLASSES, NoisePath, path_class
-from ..weighting import (
-    LOSS_WEIGHTINGS,
-    loss_weight,
-    validate_loss_weighting,
-    validate_prediction_type,
-    x0_error_factor,
-    x0_loss_weight,
-)
+from ..weighting import LOSS_WEIGHTINGS, validate_prediction_type, x0_error_factor
 
 logger = get_logger(__name__)
 
@@ -152,7 +146,7 @@ class TrainingTimestepSampler:
         if not isinstance(path, NoisePath):
             raise TypeError(f"path: expected a NoisePath, got {type(path).__name__}")
         self.path = path
-        self.prediction_type = validate_prediction_type(prediction_type)
+        validate_prediction_type(prediction_type)
         _check_path_prediction(path, prediction_type)
         if loss_weighting is None:
             loss_weighting = default_loss_weighting(path, prediction_type)
@@ -162,8 +156,8 @@ class TrainingTimestepSampler:
                 f"loss_weighting: {loss_weighting!r} is defined on the {' / '.join(defined)} path, this is a {path.kind} "
                 f"path; accepted here: {', '.join(path.loss_weightings)}"
             )
-        self.loss_weighting = validate_loss_weighting(loss_weighting, snr_gamma)
-        self.snr_gamma = snr_gamma
+        #: the training loss the sampler is told (METHOD.md §3-4)
+        self.objective = Objective(prediction_type, loss_weighting, snr_gamma)
         self.sigma_data = path.data_scale or 0.5
         self._check_finite_loss_weight()
         self.optimizer_step = 0
@@ -173,6 +167,21 @@ class TrainingTimestepSampler:
         self._step_mismatch_warned = False
         self.num_updates = 0  # refreshes of π (adaptive samplers)
         self.last_refresh: dict = {}  # what the last refresh of π did (adaptive samplers)
+
+    @property
+    def prediction_type(self) -> str:
+        """What the per-sample loss given to :meth:`update` measures (``objective.prediction_type``)."""
+        return self.objective.prediction_type
+
+    @property
+    def loss_weighting(self):
+        """The weight the loss applies in its own parameterization, a name or a callable (``objective.loss_weighting``)."""
+        return self.objective.loss_weighting
+
+    @property
+    def snr_gamma(self) -> float | None:
+        """γ of Min-SNR, or None (``objective.snr_gamma``)."""
+        return self.objective.snr_gamma
 
     def _check_finite_loss_weight(self) -> None:
         """Refuse a loss weighting that is infinite somewhere on the path (e.g. EDM's λ(σ) on an ε loss at
@@ -250,11 +259,11 @@ class TrainingTimestepSampler:
 
     def x0_loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
         """w(σ): the weight the configured loss puts on the x0-space error (METHOD.md §4)."""
-        return x0_loss_weight(self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data)
+        return self.objective.x0_loss_weight(sigmas, sigma_data=self.sigma_data)
 
     def loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
         """u(σ): the weight the configured loss puts on its own per-sample error (float64)."""
-        return loss_weight(self.loss_weighting, self.prediction_type, sigmas, snr_gamma=self.snr_gamma, sigma_data=self.sigma_data)
+        return self.objective.loss_weight(sigmas, sigma_data=self.sigma_data)
 
     # -- drawing ----------------------------------------------------------------------------
     def sample(self, batch_size: int, *, device=None, generator: torch.Generator | None = None) -> NoiseLevels:
@@ -478,7 +487,5 @@ class TrainingTimestepSampler:
         return {
             "name": self.name,
             "path": self.path.config(),
-            "prediction_type": self.prediction_type,
-            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
-            "snr_gamma": self.snr_gamma,
+            **self.objective.record(),
         }

@@ -113,9 +113,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         :data:`~.settings.SCHEDULE_SETTINGS` but ``num_bins`` (the grid is compared on its own), in the form of
         :func:`_stored_pi_settings`."""
         return {
-            "prediction_type": self.prediction_type,
-            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
-            "snr_gamma": self.snr_gamma,
+            **self.objective.record(),
             "base": self.base_description,
             "hyperparameters": {k: getattr(self.settings, k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
         }
@@ -306,9 +304,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "version": VERSION,
             "package_version": __version__,
             "path": self.path.config(),
-            "prediction_type": self.prediction_type,
-            "loss_weighting": self.loss_weighting if isinstance(self.loss_weighting, str) else "custom",
-            "snr_gamma": self.snr_gamma,
+            **self.objective.record(),
             "edges": _floats(self.edges),
             "pi": _floats(probs),
             "rho_hat": rho,

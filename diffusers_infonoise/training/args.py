@@ -1,8 +1,8 @@
-"""Every command-line option the training scripts share, and the edge where the parsed namespace
-becomes explicit values: the noise sampler and where it starts, and small frozen configs
-(:class:`RunConfig`, :class:`OptimizerConfig`, :class:`AcceleratorConfig`, :class:`DataConfig`,
-:class:`HubTarget`). The text-to-image scripts' own options are :mod:`.text_to_image_args`. Nothing below
-these two modules reads or changes ``args``."""
+"""Every command-line option the training scripts share, and the edge where the parsed namespace becomes explicit
+values: the noise sampler and where it starts, and small frozen configs (:class:`RunConfig`,
+:class:`OptimizerConfig`, :class:`AcceleratorConfig`, :class:`DataConfig`, :class:`HubTarget`). Each script
+family's own options are :mod:`.unconditional_args` and :mod:`.text_to_image_args`. Nothing below these modules
+reads or changes ``args``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,16 @@ from ..argtypes import (
     warmup_arg,
 )
 from ..logs import get_logger
-from ..sampler import SAMPLER_NAMES, START_CHOICES, SamplerStart, TrainingTimestepSampler, choose_start, make_sampler
+from ..objective import Objective, diffusers_density_params
+from ..sampler import (
+    FIXED_DENSITY_NAMES,
+    SAMPLER_NAMES,
+    START_CHOICES,
+    SamplerStart,
+    TrainingTimestepSampler,
+    choose_start,
+    make_sampler,
+)
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
@@ -34,6 +43,7 @@ logger = get_logger(__name__)
 
 __all__ = [
     "tracker_config",
+    "script_configs",
     "run_config",
     "optimizer_config",
     "accelerator_config",
@@ -60,7 +70,9 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default="infonoise",
         choices=SAMPLER_NAMES,
-        help="Distribution of training noise levels. 'infonoise' adapts it to the conditional-entropy rate.",
+        metavar="NAME",
+        help="Distribution of training noise levels: 'infonoise' (default) adapts it to the conditional-entropy rate; "
+        f"a fixed density instead: {', '.join(FIXED_DENSITY_NAMES)}.",
     )
     g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
     g.add_argument(
@@ -102,8 +114,8 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=gate_arg,
         default="auto",
         help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
-        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'paper' (as "
-        "first implemented), 'none', or a pinned VE sigma such as 0.2 (METHOD.md 5.5).",
+        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'none', or a pinned VE "
+        "sigma such as 0.2 (METHOD.md 5.5).",
     )
     g.add_argument(
         "--infonoise_gate_fallback",
@@ -129,7 +141,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default="phi",
         choices=("phi", "pi"),
-        help="'phi': the floor mixes in pi*w (METHOD.md 5.7); 'pi': the former mixing in pi (comparison only).",
+        help=argparse.SUPPRESS,  # a study knob, accepted because stored settings carry it (sampler/settings.py)
     )
     g.add_argument(
         "--infonoise_mmse_cap",
@@ -237,27 +249,24 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
 def baseline_density_params(args, name: str | None) -> dict | None:
     """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
     ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters. ``--logit_mean``
-    has diffusers' meaning (> 0: less noise); :func:`~diffusers_infonoise.sampler.fixed.base_density` takes the SD3
-    paper's (> 0: more noise), so its sign is reversed here, as in :func:`~diffusers_infonoise.integration.sampler_settings`."""
-    return {
-        "edm_lognormal": {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std},
-        "logit_normal": {"mean": 0.0 - float(args.logit_mean), "std": args.logit_std},  # 0.0 - x: no -0.0
-        "mode": {"scale": args.mode_scale},
-    }.get(name)
+    has diffusers' meaning (> 0: less noise), turned into the SD3 paper's by
+    :func:`~diffusers_infonoise.objective.diffusers_density_params`."""
+    if name == "edm_lognormal":
+        return {"P_mean": args.edm_p_mean, "P_std": args.edm_p_std}
+    return diffusers_density_params(name, logit_mean=args.logit_mean, logit_std=args.logit_std, mode_scale=args.mode_scale)
 
 
 def build_noise_sampler(
     args,
     noise_scheduler,
     *,
-    prediction_type: str,
-    loss_weighting="none",
-    snr_gamma: float | None = None,
+    objective: Objective,
     name: str | None = None,
     default_base: str | None = None,
     mu: float | None = None,
 ) -> TrainingTimestepSampler:
-    """The sampler ``name`` (default ``--noise_sampler``) names, with the parameters of :func:`add_noise_sampler_args`.
+    """The sampler ``name`` (default ``--noise_sampler``) names, told the script's loss (``objective``), with the
+    parameters of :func:`add_noise_sampler_args`.
 
     InfoNoise's base density is ``--infonoise_base``, else ``default_base`` (the script's own density,
     e.g. SD3's ``--weighting_scheme``), else the path's; a named base gets its parameters from the
@@ -265,11 +274,11 @@ def build_noise_sampler(
     m̂ cap's ``auto`` is measured by the sampler on the data the script noises through it
     (``sampler.add_noise``): pixels, or VAE latents.
     """
-    common = {"prediction_type": prediction_type, "loss_weighting": loss_weighting, "snr_gamma": snr_gamma}
+    common = objective.keywords()
     if mu is not None:  # the training path of a dynamic-shift flow scheduler (training.flow.training_mu)
         common["mu"] = mu
     name = name or args.noise_sampler
-    if name in ("infonoise", "kingma_gao", "loss_slope"):
+    if name not in FIXED_DENSITY_NAMES:  # the adaptive samplers, with InfoNoise's settings
         base = args.infonoise_base or default_base
         if isinstance(base, str) and baseline_density_params(args, base) is not None:
             base = (base, baseline_density_params(args, base))
@@ -384,6 +393,23 @@ def option_errors():
         message = " ".join(str(err).split()) or type(err).__name__
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
         raise SystemExit(2) from None
+
+
+def script_configs(args, *, report_to: str | None = None, default_dataset: str = "mnist") -> dict:
+    """What every script's config takes from its parsed arguments: ``run`` (:func:`run_config`), ``optimizer``,
+    ``accelerator`` (``report_to``: :func:`accelerator_config`), ``data`` (``default_dataset``: :func:`data_config`),
+    ``hub``, ``tracker``, ``output_dir``, ``seed`` and ``show_noise_schedule``."""
+    return dict(
+        run=run_config(args),
+        optimizer=optimizer_config(args),
+        accelerator=accelerator_config(args, report_to=report_to),
+        data=data_config(args, default_dataset=default_dataset),
+        hub=hub_target(args),
+        tracker=tracker_config(args),
+        output_dir=args.output_dir,
+        seed=args.seed,
+        show_noise_schedule=args.show_noise_schedule,
+    )
 
 
 def run_config(args) -> RunConfig:

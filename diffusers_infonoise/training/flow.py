@@ -3,19 +3,9 @@
 on a dynamic-shift scheduler, and diffusers' x0 estimate. The options themselves are read at the edge,
 :mod:`diffusers_infonoise.training.args` (``add_flow_args``, ``flow_loss``, ``build_flow_sampler``).
 
-``--weighting_scheme`` names one of two kinds of thing, as in diffusers:
-
-================  ================================  ==========================================
-scheme            loss weight u(s), told the        sampling without ``--noise_sampler``
-                  sampler as its ``loss_weighting``
-================  ================================  ==========================================
-``logit_normal``  none                              logit-normal(``--logit_mean``,
-                                                    ``--logit_std``)
-``mode``          none                              SD3's mode density (``--mode_scale``)
-``none``          none                              uniform s
-``sigma_sqrt``    ``s⁻²``                           uniform s
-``cosmap``        ``2/(π(1 − 2s + 2s²))``           uniform s
-================  ================================  ==========================================
+``--weighting_scheme`` names a loss weight (``sigma_sqrt``, ``cosmap``) or a sampling density (``logit_normal``,
+``mode``), as in diffusers; what each one means for the loss and the density is the table of
+:mod:`diffusers_infonoise.objective`.
 
 **The training path of a dynamic-shift scheduler** (Flux: ``use_dynamic_shifting=True``). At
 inference the pipeline shifts its sigmas by ``mu``, computed from the image's sequence length.
@@ -34,18 +24,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
+from ..objective import Objective
 from ..sampler import NoiseLevels
 
 __all__ = [
-    "FLOW_WEIGHTING_SCHEMES",
     "FlowLoss",
     "training_mu",
     "flow_x0_estimate",
 ]
-
-# the kinds of --weighting_scheme, defined once with the drop-in's mapping (integration.sampler_settings)
-FLOW_WEIGHTING_SCHEMES = ("none", *LOSS_WEIGHTING_SCHEMES, *DENSITY_SCHEMES)
 
 
 @dataclass(frozen=True)
@@ -53,10 +39,9 @@ class FlowLoss:
     """The loss and sampling a flow script's options give (:func:`~diffusers_infonoise.training.args.flow_loss`)."""
 
     scheme: str
-    loss_weighting: str  # the weight on the loss: "sigma_sqrt", "cosmap" or "none"
+    objective: Objective  # x0 ("sample", --precondition_outputs 1) or velocity ("flow"); weight "sigma_sqrt", "cosmap" or "none"
     density: str  # the density of s: "logit_normal", "mode" or "uniform"
     noise_sampler: str  # --noise_sampler, or the density when it is not given
-    prediction_type: str  # "sample" (x0, with --precondition_outputs 1) or "flow" (velocity)
 
 
 def training_mu(noise_scheduler, mu: float | None) -> float | None:

@@ -24,6 +24,7 @@ __all__ = [
     "OptimizerConfig",
     "AcceleratorConfig",
     "start_run",
+    "start_script_run",
     "MAX_NONFINITE_STEPS",
     "NonFiniteSteps",
     "per_sample_mse",
@@ -35,6 +36,7 @@ __all__ = [
     "start_sampler",
     "training_length",
     "run_training_loop",
+    "ScriptRun",
     "ema_weights",
 ]
 
@@ -115,6 +117,19 @@ def start_run(cfg: AcceleratorConfig):
     if cfg.allow_tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
     return accelerator
+
+
+def start_script_run(cfg: AcceleratorConfig, sampler: TrainingTimestepSampler, start: SamplerStart | None, *, show: bool):
+    """The start of a script's run: its ``Accelerator`` (:func:`start_run`), or None with ``show``
+    (``--show_noise_schedule``), when the sampler's density is printed and plotted (:func:`~.monitor.show_noise_schedule`;
+    after a ``"stored"`` start, the stored schedule rebuilt for this run) and there is nothing to train. A ``"profile"``
+    start is measured on the data first: the run is set up, and :func:`run_training_loop` shows it instead of training."""
+    if show and (start is None or start.choice != "profile"):
+        if start is not None and start.choice == "stored":
+            apply_start(sampler, start)
+        show_noise_schedule(sampler, cfg.output_dir, start=start)
+        return None
+    return start_run(cfg)
 
 
 def training_target(
@@ -434,6 +449,56 @@ def run_training_loop(
             break
     progress.close()
     return {"global_step": global_step, "step_times": step_times, "total_batch_size": total_batch, "max_steps": max_steps}
+
+
+@dataclass
+class ScriptRun:
+    """What every script's run holds between its setup and its end (:class:`~.text_to_image.TextToImageRun`,
+    :class:`~.unconditional.UnconditionalRun`): its config ``cfg`` (with ``run`` and ``show_noise_schedule``), the
+    training ``noise_scheduler``, the ``sampler`` and its ``start``, and what accelerate prepared. ``accelerator`` is
+    None with ``--show_noise_schedule`` when there is nothing to measure (nothing else is set then)."""
+
+    cfg: object
+    noise_scheduler: object
+    sampler: TrainingTimestepSampler
+    start: SamplerStart | None = None
+    accelerator: object = None
+    model: object = None
+    ema: object = None
+    optimizer: object = None
+    lr_scheduler: object = None
+    dataloader: object = None
+    epoch_setters: tuple = ()
+
+    @property
+    def device(self):
+        return self.accelerator.device
+
+    @property
+    def unwrapped(self):
+        """The trained model without accelerate's wrapper (to build a pipeline, save or sample it)."""
+        return self.accelerator.unwrap_model(self.model)
+
+    def run_loop(self, compute_loss: Callable, *, params_to_clip, **callbacks) -> dict:
+        """:func:`run_training_loop` of this run with ``compute_loss`` and ``callbacks`` (``validate``,
+        ``on_epoch_end``). With ``--show_noise_schedule`` (a ``"profile"`` start) the start is measured and shown, and
+        nothing is trained."""
+        return run_training_loop(
+            self.accelerator,
+            self.cfg.run,
+            model=self.model,
+            optimizer=self.optimizer,
+            lr_scheduler=self.lr_scheduler,
+            dataloader=self.dataloader,
+            epoch_setters=self.epoch_setters,
+            sampler=self.sampler,
+            compute_loss=compute_loss,
+            params_to_clip=params_to_clip,
+            ema=self.ema,
+            start=self.start,
+            show_schedule=self.cfg.show_noise_schedule,
+            **callbacks,
+        )
 
 
 class ema_weights:

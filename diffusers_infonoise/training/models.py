@@ -1,11 +1,39 @@
-"""The denoisers ``train_unconditional.py`` builds: its default UNets for images and one-hot
-sequences, and the check that a given config fits the data."""
+"""The denoisers ``train_unconditional.py`` builds: a pretrained one, one of a given config or its default UNets
+for images and one-hot sequences, and the check that a model fits the data."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["default_unet", "check_unet_config"]
+__all__ = ["default_unet", "check_unet_config", "unconditional_model"]
+
+
+def unconditional_model(cls, cfg, *, channels: int, length: int | None = None):
+    """The denoiser of class ``cls`` (``UNet2DModel`` for images, ``UNet1DModel`` for sequences of ``length``) for
+    ``channels``-channel data: the ``unet/`` of ``cfg.pretrained_model_name_or_path`` (fine-tuning, at
+    ``cfg.revision``), a new one of ``cfg.model_config_name_or_path``, else :func:`default_unet`; each checked against
+    the data (:func:`check_unet_config`, ``cfg.resolution`` for images).
+
+    Raises:
+        ValueError: a model that does not fit the data, or a config of another model class, naming the option.
+    """
+    if cfg.pretrained_model_name_or_path:
+        model = cls.from_pretrained(cfg.pretrained_model_name_or_path, subfolder="unet", revision=cfg.revision)
+        check_unet_config(
+            model.config, channels=channels, length=length, resolution=cfg.resolution, option="--pretrained_model_name_or_path"
+        )
+        return model
+    if cfg.model_config_name_or_path:
+        config = cls.load_config(cfg.model_config_name_or_path)
+        if config.get("_class_name", cls.__name__) != cls.__name__:
+            raise ValueError(
+                f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
+                f"{cls.__name__} config ({'--sequence_column given' if length else 'images'})"
+            )
+        model = cls.from_config(config)
+        check_unet_config(model.config, channels=channels, length=length, resolution=cfg.resolution)
+        return model
+    return default_unet(channels, resolution=cfg.resolution, length=length)
 
 
 def default_unet(channels: int, *, resolution: int | None = None, length: int | None = None):

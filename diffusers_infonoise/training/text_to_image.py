@@ -10,20 +10,19 @@ from typing import Callable, Iterable
 import torch
 
 from ..logs import get_logger
-from ..sampler import SamplerStart, TrainingTimestepSampler, apply_start
+from ..sampler import SamplerStart, TrainingTimestepSampler
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, captioned_dataloader
 from .loop import (
     AcceleratorConfig,
     OptimizerConfig,
     RunConfig,
+    ScriptRun,
     make_optimizer_and_lr_scheduler,
-    run_training_loop,
-    start_run,
+    start_script_run,
     training_length,
 )
 from .lora import add_lora_adapter, lora_layers
-from .monitor import show_noise_schedule
 from .outputs import (
     HubTarget,
     check_finite_weights,
@@ -39,7 +38,6 @@ __all__ = [
     "TextToImageConfig",
     "encode_latents",
     "weight_dtype_of",
-    "start_text_to_image_run",
     "load_pretrained_parts",
     "setup_trained_model",
     "TextToImageRun",
@@ -94,20 +92,6 @@ class TextToImageConfig:
     validation_inference_steps: int = 25
     validation_guidance_scale: float | None = None
     learning_rate: float = 1e-4
-
-
-def start_text_to_image_run(cfg: TextToImageConfig, sampler: TrainingTimestepSampler, start: SamplerStart | None = None):
-    """The start of a text-to-image script's run: the run's ``Accelerator`` (:func:`start_run`), or None with
-    ``--show_noise_schedule``, when the sampler's density is printed and plotted (:func:`show_noise_schedule`;
-    after a ``"stored"`` start, the stored schedule rebuilt for this run) and there is nothing to train. A
-    ``"profile"`` start is measured on the data first: the run is set up, and :meth:`TextToImageRun.train` shows it
-    instead of training."""
-    if cfg.show_noise_schedule and (start is None or start.choice != "profile"):
-        if start is not None and start.choice == "stored":
-            apply_start(sampler, start)
-        show_noise_schedule(sampler, cfg.output_dir, start=start)
-        return None
-    return start_run(cfg.accelerator)
 
 
 def load_pretrained_parts(pretrained_model_name_or_path: str, *, revision: str | None = None, variant: str | None = None, **parts) -> dict:
@@ -213,57 +197,24 @@ def prepare_text_to_image_training(
 
 
 @dataclass
-class TextToImageRun:
-    """A text-to-image run between its start and its end (:func:`setup_text_to_image_run`).
+class TextToImageRun(ScriptRun):
+    """A text-to-image run between its start and its end (:func:`setup_text_to_image_run`; the fields of
+    :class:`~.loop.ScriptRun`).
 
     ``parts``: the frozen components by pipeline name (tokenizers, text encoders, VAE), on the device;
-    ``model``: the trained model as prepared by accelerate (``unwrapped`` for building a pipeline).
-    ``accelerator`` is None with ``--show_noise_schedule`` (nothing else is set then).
+    ``model``: the ``trained`` one as prepared by accelerate (``unwrapped`` for building a pipeline), ``params`` its
+    trainable parameters.
     """
 
-    cfg: TextToImageConfig
-    noise_scheduler: object
-    sampler: TrainingTimestepSampler
-    accelerator: object = None
     parts: dict = field(default_factory=dict)
-    model: object = None
     trained: str = ""
     params: list = field(default_factory=list)
-    ema: object = None
-    optimizer: object = None
-    lr_scheduler: object = None
-    dataloader: object = None
-    epoch_setters: tuple = ()
     weight_dtype: torch.dtype = torch.float32
-    start: SamplerStart | None = None
-
-    @property
-    def device(self):
-        return self.accelerator.device
-
-    @property
-    def unwrapped(self):
-        return self.accelerator.unwrap_model(self.model)
 
     def train(self, compute_loss: Callable, pipeline, **validation_kwargs) -> dict:
-        """:func:`run_training_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``. With
-        ``--show_noise_schedule`` (a ``"profile"`` start) the start is measured and shown, and nothing is trained."""
-        return run_training_loop(
-            self.accelerator,
-            self.cfg.run,
-            model=self.model,
-            optimizer=self.optimizer,
-            lr_scheduler=self.lr_scheduler,
-            dataloader=self.dataloader,
-            epoch_setters=self.epoch_setters,
-            sampler=self.sampler,
-            compute_loss=compute_loss,
-            params_to_clip=self.params,
-            ema=self.ema,
-            start=self.start,
-            show_schedule=self.cfg.show_noise_schedule,
-            validate=validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs),
-        )
+        """:meth:`~.loop.ScriptRun.run_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``."""
+        validate = validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs)
+        return self.run_loop(compute_loss, params_to_clip=self.params, validate=validate)
 
     def finish(
         self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None, validation_kwargs: dict | None = None
@@ -305,11 +256,11 @@ def setup_text_to_image_run(
 ) -> TextToImageRun:
     """Everything a text-to-image script does before its loss, given its training ``noise_scheduler`` and
     ``sampler`` (built from the command line, :mod:`.args`) and where the sampler starts (``start``,
-    :func:`~diffusers_infonoise.training.args.sampler_start`; applied before step 1): :func:`start_text_to_image_run`, the
+    :func:`~diffusers_infonoise.training.args.sampler_start`; applied before step 1): :func:`~.loop.start_script_run`, the
     components ``parts`` of ``cfg.pretrained_model_name_or_path`` (name → class,
     :func:`load_pretrained_parts`), the ``trained`` one set up for training (:func:`setup_trained_model`,
     the others frozen) and :func:`prepare_text_to_image_training`."""
-    accelerator = start_text_to_image_run(cfg, sampler, start)
+    accelerator = start_script_run(cfg.accelerator, sampler, start, show=cfg.show_noise_schedule)
     run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator, trained=trained, start=start)
     if accelerator is None:
         return run

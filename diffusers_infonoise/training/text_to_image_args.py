@@ -10,22 +10,17 @@ import argparse
 import math
 
 from ..argtypes import positive_float, positive_int
-from ..integration import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES
-from ..sampler import TrainingTimestepSampler
+from ..objective import DENSITY_SCHEMES, WEIGHTING_SCHEMES, Objective, scheme_density
+from ..sampler import FIXED_DENSITY_NAMES, TrainingTimestepSampler
 from .args import (
-    accelerator_config,
     add_common_training_args,
     add_noise_sampler_args,
     build_noise_sampler,
     check_sources,
-    data_config,
-    hub_target,
-    optimizer_config,
-    run_config,
-    tracker_config,
+    script_configs,
 )
 from .datasets import DEFAULT_CAPTIONED_DATASET
-from .flow import FLOW_WEIGHTING_SCHEMES, FlowLoss, training_mu
+from .flow import FlowLoss, training_mu
 from .text_to_image import TextToImageConfig
 
 __all__ = [
@@ -143,18 +138,10 @@ def text_to_image_config(args) -> TextToImageConfig:
     """The :class:`TextToImageConfig` of a text-to-image script's parsed arguments (after
     :func:`check_text_to_image_args`)."""
     return TextToImageConfig(
-        run=run_config(args),
-        optimizer=optimizer_config(args),
-        accelerator=accelerator_config(args),
-        data=data_config(args, default_dataset=DEFAULT_CAPTIONED_DATASET),
-        hub=hub_target(args),
-        tracker=tracker_config(args),
-        output_dir=args.output_dir,
-        seed=args.seed,
+        **script_configs(args, default_dataset=DEFAULT_CAPTIONED_DATASET),
         pretrained_model_name_or_path=args.pretrained_model_name_or_path,
         revision=args.revision,
         variant=args.variant,
-        show_noise_schedule=args.show_noise_schedule,
         use_lora=args.use_lora,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
@@ -216,9 +203,7 @@ def build_vp_sampler(args, noise_scheduler) -> TrainingTimestepSampler:
     return build_noise_sampler(
         args,
         noise_scheduler,
-        prediction_type=noise_scheduler.config.prediction_type,
-        loss_weighting="min_snr" if args.snr_gamma else "none",
-        snr_gamma=args.snr_gamma,
+        objective=Objective.from_options(noise_scheduler, snr_gamma=args.snr_gamma),
         name=args.noise_sampler or DEFAULT_VP_NOISE_SAMPLER,
     )
 
@@ -235,7 +220,7 @@ def add_flow_args(parser: argparse.ArgumentParser, *, default_scheme: str, preco
         "--weighting_scheme",
         type=str,
         default=None,
-        choices=FLOW_WEIGHTING_SCHEMES,
+        choices=WEIGHTING_SCHEMES,
         help=f"diffusers' meaning (default {default_scheme}): sigma_sqrt and cosmap weight the loss (the sampler "
         "is told), logit_normal and mode are sampling densities, used when --noise_sampler is not given "
         "and as InfoNoise's warm-up/floor density when it is; none, sigma_sqrt and cosmap sample s "
@@ -269,11 +254,8 @@ def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error("--snr_gamma is Min-SNR for VP models; flow models weight their loss with --weighting_scheme")
     if args.training_mu is not None and not (math.isfinite(args.training_mu) and abs(args.training_mu) <= 20):
         parser.error(f"--training_mu must be a finite number with |mu| <= 20 (a shift of exp(mu)), got {args.training_mu}")
-    if (
-        args.noise_sampler not in (None, "infonoise", "kingma_gao", "loss_slope")
-        and args.weighting_scheme in DENSITY_SCHEMES
-        and args.noise_sampler != args.weighting_scheme
-    ):
+    fixed = args.noise_sampler in FIXED_DENSITY_NAMES
+    if fixed and args.weighting_scheme in DENSITY_SCHEMES and args.noise_sampler != args.weighting_scheme:
         parser.error(
             f"--weighting_scheme {args.weighting_scheme} is a sampling density and --noise_sampler "
             f"{args.noise_sampler} another one; give one of them (or --noise_sampler infonoise, which starts "
@@ -281,16 +263,18 @@ def check_flow_args(parser: argparse.ArgumentParser, args) -> None:
         )
 
 
-def flow_loss(args, *, default_scheme: str) -> FlowLoss:
-    """The :class:`FlowLoss` of a flow script's parsed options."""
+def flow_loss(args, noise_scheduler, *, default_scheme: str) -> FlowLoss:
+    """The :class:`FlowLoss` of a flow script's parsed options on its ``noise_scheduler``
+    (:meth:`~diffusers_infonoise.objective.Objective.from_options`)."""
     scheme = args.weighting_scheme or default_scheme
-    density = scheme if scheme in DENSITY_SCHEMES else "uniform"
+    density = scheme_density(scheme)
     return FlowLoss(
         scheme=scheme,
-        loss_weighting=scheme if scheme in LOSS_WEIGHTING_SCHEMES else "none",
+        objective=Objective.from_options(
+            noise_scheduler, weighting_scheme=scheme, precondition_outputs=getattr(args, "precondition_outputs", None)
+        ),
         density=density,
         noise_sampler=args.noise_sampler or density,
-        prediction_type="sample" if getattr(args, "precondition_outputs", 0) else "flow",
     )
 
 
@@ -306,12 +290,11 @@ def load_flow_scheduler(args):
 def build_flow_sampler(args, noise_scheduler, *, default_scheme: str) -> TrainingTimestepSampler:
     """The training-noise sampler of a flow script, told its loss (:func:`flow_loss`) and built on the
     training path (:func:`training_mu`)."""
-    loss = flow_loss(args, default_scheme=default_scheme)
+    loss = flow_loss(args, noise_scheduler, default_scheme=default_scheme)
     return build_noise_sampler(
         args,
         noise_scheduler,
-        prediction_type=loss.prediction_type,
-        loss_weighting=loss.loss_weighting,
+        objective=loss.objective,
         name=loss.noise_sampler,
         default_base=loss.density,
         mu=training_mu(noise_scheduler, args.training_mu),

@@ -249,3 +249,46 @@ def test_step_with_the_scripts_global_step_warns_on_a_lost_state():
         sampler.step(2)
     with pytest.warns(UserWarning, match="global_step 151"):
         sampler.step(151)
+
+
+def test_one_objective_for_the_scripts_the_drop_in_and_the_stored_schedules():
+    """diffusers' options mean one Objective (objective.py): the drop-in's dict is its keywords; this package's
+    scripts train the plain x0 loss where diffusers' train_unconditional.py SNR-weights it; a stored schedule's
+    record rebuilds it, a custom weighting is recorded as such and rebuilds nothing; given values override it,
+    Min-SNR's gamma going with its weighting."""
+    from diffusers_infonoise.objective import Objective, default_objective
+
+    ddpm_sample = DDPMScheduler(prediction_type="sample")
+    assert Objective.from_options(ddpm_sample) == Objective("sample", "none")  # the scripts: unweighted x0 loss
+    assert Objective.from_options(ddpm_sample, snr_gamma=5.0) == Objective("sample", "min_snr", 5.0)
+    assert Objective.from_options(ddpm_sample, snr_weighted_sample=True) == Objective("sample", "snr")
+    got = sampler_settings(FlowMatchEulerDiscreteScheduler(), weighting_scheme="cosmap", precondition_outputs=1)
+    assert {k: got[k] for k in ("prediction_type", "loss_weighting", "snr_gamma")} == Objective("sample", "cosmap").keywords()
+    assert Objective.from_options(EDMEulerScheduler(prediction_type="v_prediction")) == Objective("sample", "edm")
+
+    def custom(sigmas):
+        return torch.ones_like(sigmas)
+
+    assert Objective("epsilon", custom).record() == {"prediction_type": "epsilon", "loss_weighting": "custom", "snr_gamma": None}
+    assert Objective.recorded({"prediction_type": "epsilon", "loss_weighting": "custom", "snr_gamma": None}) is None
+    assert Objective.recorded(Objective("v_prediction", "min_snr", 5.0).record()) == Objective("v_prediction", "min_snr", 5.0)
+    # the path's conventions without a stored schedule, the stored loss with one
+    sched = DDPMScheduler(prediction_type="v_prediction")
+    assert default_objective(sched) == Objective("v_prediction", "none")
+    assert default_objective(EDMEulerScheduler()) == Objective("sample", "edm")
+    s = make_sampler("infonoise", sched, loss_weighting="min_snr", snr_gamma=5.0, warmup_steps=1, refresh_every=1, num_bins=8)
+    assert s.objective == Objective("v_prediction", "min_snr", 5.0)
+    with pytest.warns(UserWarning, match="has not adapted"):
+        s.save_to_scheduler(sched)  # the base density, stored with the loss it was told
+    assert default_objective(sched) == Objective("v_prediction", "min_snr", 5.0)
+    # overrides: a new weighting takes the given gamma only; the kept one keeps its own unless one is given
+    base = Objective("epsilon", "min_snr", 5.0)
+    assert base.override(prediction_type="v_prediction") == Objective("v_prediction", "min_snr", 5.0)
+    assert base.override(snr_gamma=1.0) == Objective("epsilon", "min_snr", 1.0)
+    assert base.override(loss_weighting="none") == Objective("epsilon", "none")
+    with pytest.raises(ValueError, match="snr_gamma: loss_weighting='min_snr' needs"):
+        Objective("epsilon", "min_snr")
+    # w on the x0 error is the hand-derived one (METHOD.md §4): min(SNR, gamma) for Min-SNR on v, SNR for plain eps
+    sig = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    torch.testing.assert_close(Objective("v_prediction", "min_snr", 5.0).x0_loss_weight(sig), torch.clamp(sig**-2, max=5.0))
+    torch.testing.assert_close(Objective("epsilon").x0_loss_weight(sig), sig**-2)

@@ -102,12 +102,13 @@ def test_the_sweeps_centre_is_the_median_ln_sigma_the_script_draws(script, centr
     """The arm ``logit_normal@mean=c`` run through the script's own arguments draws ln σ (VE σ) with median c."""
     from diffusers import EDMEulerScheduler
 
+    from diffusers_infonoise.objective import Objective
     from diffusers_infonoise.training import build_noise_sampler
 
     arm = f"logit_normal@mean={centre}"
     assert arm in tiers.TRANSFER_SWEEP
     args = script.parse_args(["--diffusion", "edm", "--noise_sampler", "logit_normal", *harness.fixed_param_args(arm)])
-    sampler = build_noise_sampler(args, EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5), prediction_type="sample")
+    sampler = build_noise_sampler(args, EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5), objective=Objective("sample"))
     sigmas = sampler.sample(40_000, generator=torch.Generator().manual_seed(0)).sigmas.double()
     # the median of 40000 draws of N(c, 1) has standard error sqrt(π/2)/200 = 0.0063 (truncation at ln 0.002, ln 80: < 1e-4)
     assert float(torch.log(sigmas).median()) == pytest.approx(centre, abs=0.03)

@@ -300,6 +300,7 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
     from diffusers import DDPMScheduler
 
     from diffusers_infonoise.data import load_builtin_arrays
+    from diffusers_infonoise.objective import Objective
     from diffusers_infonoise.training import add_noise_sampler_args, build_noise_sampler
 
     # ddpm-ε: capped by default at the per-pixel variance of the data noised through the sampler
@@ -316,13 +317,13 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
         script.parse_args(["--infonoise_mmse_cap", "-3"])
     parser = argparse.ArgumentParser()
     add_noise_sampler_args(parser)
-    given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), prediction_type="epsilon")
+    given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), objective=Objective("epsilon"))
     assert given.hyperparameters["mmse_cap"] == 0.3
-    off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), prediction_type="epsilon")
+    off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), objective=Objective("epsilon"))
     assert off.hyperparameters["mmse_cap"] is None
-    tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), prediction_type="epsilon")
+    tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), objective=Objective("epsilon"))
     assert tempered.hyperparameters["temperature"] == 0.64
-    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), prediction_type="epsilon").hyperparameters["temperature"] == 1.0
+    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), objective=Objective("epsilon")).hyperparameters["temperature"] == 1.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--infonoise_temperature", "0"])
     # default off where the x0 conversion does not amplify the model's error (EDM's denoiser)
@@ -380,3 +381,16 @@ def test_a_negative_or_nan_clipping_norm_is_refused_below_the_scripts_too():
         with pytest.raises(ValueError, match="--max_grad_norm: must be a finite number >= 0"):
             RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=bad)
     assert RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=0.0).max_grad_norm == 0.0  # no clipping
+
+
+def test_help_advertises_what_users_should_use_and_the_study_knobs_stay_accepted(script, capsys):
+    """--help names InfoNoise and the fixed densities, not the study knobs (floor_space, gate 'paper') nor the adaptive
+    comparison samplers; stored settings carry the knobs, so they are still accepted (sampler/settings.py)."""
+    with pytest.raises(SystemExit):
+        script.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--noise_sampler NAME" in text and "infonoise" in text and all(name in text for name in S.FIXED_DENSITY_NAMES)
+    for hidden in ("floor_space", "'paper'", "kingma_gao", "loss_slope"):
+        assert hidden not in text, hidden
+    args = script.parse_args(["--infonoise_floor_space", "pi", "--infonoise_gate", "paper", "--noise_sampler", "kingma_gao"])
+    assert (args.infonoise_floor_space, args.infonoise_gate, args.noise_sampler) == ("pi", "paper", "kingma_gao")

@@ -93,8 +93,9 @@ def test_the_training_script_builds_it_with_the_infonoise_flags(script):
     """``--noise_sampler loss_slope`` is one of the script's choices, and the adaptive flags reach it."""
     args = script.parse_args(["--noise_sampler", "loss_slope", "--diffusion", "edm", "--infonoise_warmup_steps", "7",
                               "--infonoise_floor", "0.1"])  # fmt: skip
+    from diffusers_infonoise.objective import Objective
     from diffusers_infonoise.training import build_noise_sampler
 
-    sampler = build_noise_sampler(args, EDMEulerScheduler(), prediction_type="sample", loss_weighting="edm")
+    sampler = build_noise_sampler(args, EDMEulerScheduler(), objective=Objective("sample", "edm"))
     assert isinstance(sampler, LossSlopeSampler)
     assert (sampler.warmup_steps, sampler.floor, sampler.hyperparameters["floor_space"]) == (7, 0.1, "pi")

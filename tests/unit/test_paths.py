@@ -300,3 +300,27 @@ def test_bad_mu_and_base_name_the_argument():
         path_from_scheduler(FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True), mu=1000.0)
     with pytest.raises(ValueError, match="base: expected None, a density name"):
         make_sampler("infonoise", EDMEulerScheduler(), base=42)
+
+
+@pytest.mark.parametrize(
+    "cls,options,expected",
+    [
+        ("VPPath", {"num_train_timesteps": 500, "beta_schedule": "squaredcos_cap_v2", "prediction_type": "sample", "shift": 3.0},
+         DDPMScheduler(num_train_timesteps=500, beta_schedule="squaredcos_cap_v2", prediction_type="sample")),
+        ("VEPath", {"sigma_min": 0.01, "sigma_max": 20.0, "sigma_data": 1.0, "prediction_type": "v_prediction", "num_train_timesteps": 7},
+         EDMEulerScheduler(sigma_min=0.01, sigma_max=20.0, sigma_data=1.0, prediction_type="v_prediction")),
+        ("FlowPath", {"shift": 3.0, "prediction_type": "epsilon", "num_train_timesteps": 500}, FlowMatchEulerDiscreteScheduler(shift=3.0)),
+    ],
+)  # fmt: skip
+def test_a_new_models_scheduler_is_the_paths_with_its_own_options_only(cls, options, expected):
+    """What train_unconditional.py builds for a new model is a path fact: the path's scheduler class, with the options
+    that belong to it (the others' left out), and a scheduler of that path again; its --prediction_type values are
+    what the scheduler takes (flow: none, the velocity)."""
+    from diffusers_infonoise import paths
+
+    path = getattr(paths, cls)
+    sched = path.new_scheduler(options)
+    assert type(sched) is type(expected) and dict(sched.config) == dict(expected.config)
+    assert paths.PATH_CLASSES[paths.scheduler_kind(sched)] is path
+    assert sched.config.get("prediction_type", "flow") in path.scheduler_prediction_types
+    assert {c.diffusion for c in paths.PATH_CLASSES.values()} == {"ddpm", "edm", "flow"}
