@@ -126,22 +126,26 @@ def estimated_cost(race, settings: dict | None = None) -> dict:
 
 
 def _training(spec):
-    """``(args, scheduler, prediction_type, loss_weighting)`` of the run as the training script parses and builds them."""
-    script = training_script("train_unconditional")
-    args = script.parse_args(_default_spec(spec).argv())
-    scheduler, prediction_type, loss_weighting = script.build_scheduler(args)
-    return args, scheduler, prediction_type, loss_weighting
+    """``(config, scheduler, objective)`` of the run as the training script parses and builds them: its
+    :class:`~diffusers_infonoise.training.UnconditionalConfig`, its training scheduler and the loss it trains
+    (:func:`~diffusers_infonoise.training.unconditional_scheduler`)."""
+    from diffusers_infonoise import training
+
+    cfg = training.unconditional_config(training_script("train_unconditional").parse_args(_default_spec(spec).argv()))
+    scheduler, objective = training.unconditional_scheduler(cfg)
+    return cfg, scheduler, objective
 
 
-def probe_examples(args, num: int, seed: int):
+def probe_examples(cfg, num: int, seed: int):
     """(num, ...) float32 x0: ``num`` training examples (a permutation by ``seed``) as the training script loads them
-    from its parsed ``args`` (:func:`diffusers_infonoise.training.unconditional_dataset`), in the model's units."""
+    for its :class:`~diffusers_infonoise.training.UnconditionalConfig` ``cfg``
+    (:func:`~diffusers_infonoise.training.unconditional_dataset`), in the model's units."""
     import numpy as np
     import torch
 
-    from diffusers_infonoise.training import data_config, unconditional_dataset
+    from diffusers_infonoise.training import unconditional_dataset
 
-    dataset, collate, _, _ = unconditional_dataset(data_config(args), sequence_column=args.sequence_column, alphabet=args.alphabet)
+    dataset, collate, _, _ = unconditional_dataset(cfg.data, sequence_column=cfg.sequence_column, alphabet=cfg.alphabet)
     idx = np.random.default_rng(seed).permutation(len(dataset))[: min(num, len(dataset))]
     return (collate or torch.utils.data.default_collate)([dataset[int(i)] for i in idx])
 
@@ -156,8 +160,9 @@ def load_pipeline_model(folder):
     return model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
 
 
-def fit(profile, scheduler, arm: str, *, prediction_type: str, loss_weighting: str) -> dict:
-    """The arm's parameters fitted to ``profile`` for a training on ``scheduler`` with that objective:
+def fit(profile, scheduler, arm: str, objective) -> dict:
+    """The arm's parameters fitted to ``profile`` for a training on ``scheduler`` with ``objective`` (an
+    :class:`~diffusers_infonoise.objective.Objective`):
     ``{"arm", "params", "tv", "family"}`` (``family``: the METHOD.md §6.1 family fitted, ``tv``: TV(φ_fit, ρ̂))."""
     from diffusers_infonoise.diagnostics import recommend_parameters
     from diffusers_infonoise.paths import path_from_scheduler
@@ -169,7 +174,7 @@ def fit(profile, scheduler, arm: str, *, prediction_type: str, loss_weighting: s
             f"arm {arm!r}: #recommended is fitted on the EDM (VE) path only, where {name} is a normal in ln sigma; got a {kind} path"
         )
     family, names = FITTED_FAMILY[(kind, name)]
-    fitted = recommend_parameters(profile, scheduler, families=[family], prediction_type=prediction_type, loss_weighting=loss_weighting)
+    fitted = recommend_parameters(profile, scheduler, families=[family], **objective.keywords())
     params = {names[k]: float(v) for k, v in fitted[family]["params"].items()}
     text = ",".join(f"{k}={v:.6g}" for k, v in params.items())
     return {"arm": f"{name}@{text}", "params": params, "tv": float(fitted[family]["tv"]), "family": family}
@@ -199,10 +204,10 @@ def resolve(spec, settings: dict | None = None) -> dict:
     s = {**PROFILE_SETTINGS, **(settings or {})}
     race = spec.race
     path.parent.mkdir(parents=True, exist_ok=True)
-    args, scheduler, prediction_type, loss_weighting = _training(spec)
+    cfg, scheduler, objective = _training(spec)
     pilot_s = None  # a pilot found on disk (an interrupted resolution) cost what it cost; not timed again
     if race.pretrained:
-        folder, steps = Path(args.pretrained_model_name_or_path), 0
+        folder, steps = Path(cfg.pretrained_model_name_or_path), 0
         source = {"kind": "pretrained (step 0)", "model": str(folder), "pretrain": race.pretrained}
     else:
         folder, steps = pilot_dir(spec), pilot_steps(race)
@@ -216,14 +221,13 @@ def resolve(spec, settings: dict | None = None) -> dict:
         source = {"kind": "pilot", "model": str(folder), "pilot_sampler": parse_arm(spec.sampler).name, "pilot_steps": steps,
                   "pilot_command": argv}  # fmt: skip
     t0 = time.time()
-    x0 = probe_examples(args, s["num_samples"], spec.seed)
+    x0 = probe_examples(cfg, s["num_samples"], spec.seed)
     profile = profile_from_model(
         load_pipeline_model(folder),
         scheduler,
         x0,
         num_levels=s["num_levels"],
-        prediction_type=prediction_type,
-        loss_weighting=loss_weighting,
+        **objective.keywords(),
         batch_size=s["batch_size"],
         num_noise_draws=s["num_noise_draws"],
         generator=torch.Generator().manual_seed(spec.seed),
@@ -232,8 +236,8 @@ def resolve(spec, settings: dict | None = None) -> dict:
     profile_s = time.time() - t0
     fwd = profile_forward_passes(x0.shape[0], profile.log_sigma.numel(), s["num_noise_draws"])
     record = {
-        **fit(profile, scheduler, spec.sampler, prediction_type=prediction_type, loss_weighting=loss_weighting),
-        "objective": {"prediction_type": prediction_type, "loss_weighting": loss_weighting},
+        **fit(profile, scheduler, spec.sampler, objective),
+        "objective": objective.record(),
         "source": {**source, "probe": f"{x0.shape[0]} training examples (seed {spec.seed}) as the script loads them"},
         "profile": {k: v for k, v in profile.to_dict().items() if k in ("log_sigma", "rho_hat", "mmse", "gate", "meta")},
         "cost": {**cost(race, pilot=steps, forward_passes=fwd), "wall_time_s": {"pilot": pilot_s, "profile": round(profile_s, 1)}},

@@ -104,7 +104,7 @@ def test_a_fine_tune_resolves_from_its_pretrain_at_step_0(tmp_path, script):
     mean, std = want["params"]["P_mean"], want["params"]["P_std"]
     assert rec["params"] == {"mean": mean, "std": std} and rec["tv"] == pytest.approx(want["tv"], abs=1e-12)
     assert rec["arm"] == f"logit_normal@mean={mean:.6g},std={std:.6g}" and rec["family"] == "edm_lognormal"
-    assert rec["objective"] == {"prediction_type": "sample", "loss_weighting": "edm"}
+    assert rec["objective"] == {"prediction_type": "sample", "loss_weighting": "edm", "snr_gamma": None}
     assert rec["source"]["kind"] == "pretrained (step 0)" and rec["source"]["model"] == str(folder)
     # cost: no pilot; 16 probes x 8 levels x 1 draw, at 3 forward passes per trained sample of batch 8, over 8 steps
     c = rec["cost"]
@@ -149,8 +149,7 @@ def test_from_scratch_a_pilot_of_a_quarter_is_profiled_counted_and_cached(tmp_pa
     assert c["wall_time_s"]["pilot"] > 0
     # cached: neither the pilot nor the profile is redone; without the record, the kept pilot is profiled again
     real = recommended.training_script("train_unconditional")
-    no_training = types.SimpleNamespace(parse_args=real.parse_args, build_scheduler=real.build_scheduler,
-                                        main=lambda argv: pytest.fail("the pilot ran again"))  # fmt: skip
+    no_training = types.SimpleNamespace(parse_args=real.parse_args, main=lambda argv: pytest.fail("the pilot ran again"))
     monkeypatch.setattr(recommended, "training_script", lambda name: no_training)
     monkeypatch.setattr("diffusers_infonoise.diagnostics.profile_from_model", lambda *a, **k: pytest.fail("profiled again"))
     assert recommended.resolve(spec, SMALL) == rec
