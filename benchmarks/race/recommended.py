@@ -187,7 +187,8 @@ def resolve(spec, settings: dict | None = None) -> dict:
     (``spec.model_config_path``) must exist, as :func:`benchmarks.race.harness.run_one` writes it before it calls this.
 
     Returns:
-        ``{"arm", "params", "tv", "family", "objective", "source", "profile", "cost", "wall_time_s", "settings"}``.
+        ``{"arm", "params", "tv", "family", "objective", "source", "profile", "cost", "settings"}`` (``cost`` with the
+        pilot's and the profile's wall times).
 
     Raises:
         ValueError: an arm that is not ``#recommended``, or a path :func:`fit` refuses.
