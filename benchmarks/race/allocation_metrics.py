@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.race.tiers import Race, parse_arm, train_scheduler
+from benchmarks.race.tiers import Race, parse_arm, run_arm, train_scheduler
 
 
 def base_density(race: Race, sampler_name: str):
@@ -74,7 +74,8 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
 
 def _run_pi(race: Race, run: dict, edges: np.ndarray) -> np.ndarray:
     """A run's π masses on the bins ``edges``: its stored final π (an InfoNoise run, on its own bins; another adaptive
-    sampler's from its last checkpoint, ``final_pi``), else its fixed (or not yet adapted adaptive sampler's base) density's."""
+    sampler's from its last checkpoint, ``final_pi``), else its fixed (or not yet adapted adaptive sampler's base) density's
+    (a ``#recommended`` arm's as resolved, :func:`~benchmarks.race.tiers.run_arm`)."""
     import torch
 
     from diffusers_infonoise.densities import bin_masses
@@ -82,7 +83,7 @@ def _run_pi(race: Race, run: dict, edges: np.ndarray) -> np.ndarray:
     own = (run.get("schedule") or {}).get("pi") or (run.get("final_pi") or {}).get("pi")
     if own and len(own) == len(edges) - 1:
         return np.asarray(own, float)
-    return bin_masses(base_density(race, run["sampler"]), torch.from_numpy(np.asarray(edges, float))).numpy()
+    return bin_masses(base_density(race, run_arm(run)), torch.from_numpy(np.asarray(edges, float))).numpy()
 
 
 def _adaptive_without_schedule(run: dict) -> bool:

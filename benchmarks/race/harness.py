@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import REPO, RESULTS, code_version, training_script
+from benchmarks.race import recommended
 from benchmarks.race.data import DATASETS, load_data
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.tiers import (
@@ -109,11 +111,14 @@ class RunSpec:
         return args + [_pretrained_arg(a, self.root) for a in self.race.sampler_extra_args.get(self.sampler, ())]
 
     def argv(self) -> list[str]:
+        """The training script's arguments of the run (a ``#recommended`` arm's once resolved, with its fitted
+        parameters: :func:`benchmarks.race.recommended.resolved_arm`, which raises before)."""
         r = self.race
         data = load_data(r.dataset)
         # variants "infonoise-<flag>_<value>": --infonoise_<flag> <value>, e.g. infonoise-gate_none, infonoise-mmse_cap_auto;
         # fixed densities with parameters "logit_normal@mean=-2": the baseline flags (FIXED_PARAM_FLAGS)
-        arm = parse_arm(self.sampler)
+        trained = recommended.resolved_arm(self)
+        arm = parse_arm(trained)
         model = (
             ["--pretrained_model_name_or_path", str(pretrained_folder(self.root, r))]
             if r.pretrained
@@ -157,7 +162,7 @@ class RunSpec:
                 "0" if self.schedule_plots else "-1",
             ]
         )
-        return a + fixed_param_args(self.sampler) + self.sampler_args + variant_args(list(arm.options))
+        return a + fixed_param_args(trained) + self.sampler_args + variant_args(list(arm.options))
 
 
 def fixed_param_args(arm: str) -> list[str]:
@@ -428,6 +433,8 @@ def run_one(spec: RunSpec) -> dict:
     os.dup2(log.fileno(), 2)
     if not spec.model_config_path.exists():
         spec.model_config_path.write_text(json.dumps(model_config(race), indent=1))
+    # a "#recommended" arm: its parameters fitted to a profile (a pilot first, from scratch), once (cached)
+    resolution = recommended.resolve(spec) if parse_arm(spec.sampler).recommended else None
     argv = spec.argv()
     resumed = bool(_checkpoints(spec.out_dir))
     if resumed:
@@ -475,6 +482,7 @@ def run_one(spec: RunSpec) -> dict:
         "quality": {k: [round(float(e[k]), 6) for e in evals] for k in evals[0]} if evals else {},
         "jitter": jitter,
         "schedule": stored_schedule(spec.out_dir),
+        **({"resolved_arm": resolution["arm"], "recommended": run_resolution(resolution)} if resolution else {}),
         **({"final_pi": checkpoint_pi(ckpts[-1][1])} if ckpts and parse_arm(spec.sampler).kind == "adaptive" else {}),
         "wall_time_s": {"train": round(train_s, 1), "eval": round(eval_s, 1), "total": round(train_s + eval_s, 1)},
         "cpu_time_s": {
@@ -498,6 +506,14 @@ def run_one(spec: RunSpec) -> dict:
             shutil.rmtree(ck, ignore_errors=True)
     log.flush()
     return result
+
+
+def run_resolution(record: dict) -> dict:
+    """A ``#recommended`` run's resolution as its result keeps it: the record of
+    :func:`benchmarks.race.recommended.resolve` with the profile's ln σ grid and ρ̂ only (6 significant digits)."""
+    prof = record["profile"]
+    kept = {k: [None if v is None else float(f"{v:.6g}") for v in prof[k]] for k in ("log_sigma", "rho_hat")}
+    return {**record, "profile": {**kept, "gate": prof.get("gate")}}
 
 
 def script_command(spec: RunSpec) -> str:
@@ -535,6 +551,8 @@ def reuse_run(spec: RunSpec, source: Path) -> bool:
     arguments but ``--output_dir``, the same evaluation steps, sample count and jitter setting."""
     if spec.result_path.exists() or not source.exists():
         return False
+    if parse_arm(spec.sampler).recommended and not recommended.record_path(spec).exists():
+        return False  # its arguments are not known before it is resolved
     r = json.loads(source.read_text())
     race = spec.race
     source_cfg = source.parent / f"unet_{race.name}.json"
@@ -656,6 +674,15 @@ def estimate_seconds(race: Race, quick_timing: dict | None = None, measured: dic
     return scale * (race.steps * t["step_s"] * race.batch_size / 64 + n_eval * t["eval_s"] * race.num_samples / 2000)
 
 
+def resolution_seconds(race: Race, quick_timing: dict | None = None, measured: dict | None = None) -> float:
+    """Rough wall time of resolving a ``#recommended`` arm of ``race``: its cost in training steps
+    (:func:`benchmarks.race.recommended.estimated_cost`: the pilot from scratch, the profile's forward passes) at the
+    race's cost per step (:func:`estimate_seconds`, no evaluation)."""
+    steps = max(1, math.ceil(recommended.estimated_cost(race)["training_steps"]))
+    as_training = dataclasses.replace(race, steps=steps, eval_every=steps, eval_steps=None, num_samples=0)  # no evaluation
+    return estimate_seconds(as_training, quick_timing, measured)
+
+
 def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str, races: list[Race] | None = None, runs: bool = True) -> float:
     """Print each run with its estimated wall time (``done`` where its result exists), the pretrains still to train,
     and the totals (``--plan``; ``runs=False``: the totals only). Returns the seconds of worker time still to run."""
@@ -673,6 +700,13 @@ def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str, races: 
             if runs:
                 print(f"{'pretrain ' + p.name:70s} ~{est:6.0f} s")
     for sp in specs:
+        if parse_arm(sp.sampler).recommended:  # its pilot (from scratch) and profile, before the run
+            est = resolution_seconds(sp.race, cal, measured)
+            done = recommended.record_path(sp).exists()
+            total += est
+            left += 0 if done else est
+            if runs:
+                print(f"{sp.run_id + ' (pilot and profile)':70s} ~{est:6.0f} s" + ("  done" if done else ""))
         est = estimate_seconds(sp.race, cal, measured) + (len(JITTER_SEEDS) * cal["eval_s"] if sp.jitter else 0)
         done = sp.result_path.exists()
         total += est

@@ -95,6 +95,12 @@ class Race:
     reference: str | None = None
 
 
+#: the tag of a fixed density fitted at run time (``logit_normal#recommended``, :mod:`benchmarks.race.recommended`)
+RECOMMENDED_TAG = "recommended"
+#: the fixed densities a ``#recommended`` arm may name: the normals in ln σ (METHOD.md §6.1's one 2-parameter family)
+RECOMMENDABLE = ("logit_normal", "edm_lognormal")
+
+
 @dataclass(frozen=True)
 class Arm:
     """What a race's sampler name says (:func:`parse_arm`): ``<sampler>[-<option>...][@<key>=<value>,...][#<tag>]``.
@@ -104,12 +110,19 @@ class Arm:
     ``params`` the parameters of a fixed density in the library's convention (the keywords of
     :func:`diffusers_infonoise.baselines.base_density`: logit_normal's ``mean`` is the centre of ln σ on VE, > 0
     more noise; ``std``; edm_lognormal's ``P_mean``, ``P_std``; mode's ``scale``); ``tag`` a label only (the same
-    arguments under another name, e.g. ``infonoise#v2`` for InfoNoise re-run on newer code)."""
+    arguments under another name, e.g. ``infonoise#v2`` for InfoNoise re-run on newer code), except
+    :data:`RECOMMENDED_TAG`: ``logit_normal#recommended`` is the fixed density whose parameters are fitted at run time
+    to a profile of the race's model on its data (:mod:`benchmarks.race.recommended`)."""
 
     name: str
     options: tuple = ()
     params: tuple = ()  # ((key, value), ...), in the order given
     tag: str = ""
+
+    @property
+    def recommended(self) -> bool:
+        """Whether the arm's parameters are resolved at run time from a profile (``#recommended``)."""
+        return self.tag == RECOMMENDED_TAG
 
     @property
     def kind(self) -> str:
@@ -122,11 +135,12 @@ class Arm:
 
 def parse_arm(arm: str) -> Arm:
     """The :class:`Arm` of a sampler name such as ``infonoise``, ``infonoise-gate_none``, ``logit_normal@mean=-2``,
-    ``logit_normal@mean=-1.3,std=0.8`` or ``infonoise#v2``.
+    ``logit_normal@mean=-1.3,std=0.8``, ``infonoise#v2`` or ``logit_normal#recommended``.
 
     Raises:
         ValueError: an unknown sampler, a parameter that is not ``<key>=<number>``, parameters on an adaptive
-            sampler or variant options on a fixed density (naming the arm and what is accepted).
+            sampler or variant options on a fixed density, ``#recommended`` on a sampler other than
+            :data:`RECOMMENDABLE` or with @parameters (they are fitted) (naming the arm and what is accepted).
     """
     from diffusers_infonoise.sampler import FIXED_DENSITY_NAMES, SAMPLER_NAMES
 
@@ -148,7 +162,18 @@ def parse_arm(arm: str) -> Arm:
         raise ValueError(f"arm {arm!r}: @parameters are a fixed density's ({', '.join(FIXED_DENSITY_NAMES)})")
     if options and name in FIXED_DENSITY_NAMES:
         raise ValueError(f"arm {arm!r}: -<flag>_<value> options are for the adaptive samplers, not a fixed density")
+    if tag == RECOMMENDED_TAG and (name not in RECOMMENDABLE or params or options):
+        raise ValueError(
+            f"arm {arm!r}: #{RECOMMENDED_TAG} fits the parameters of {' or '.join(RECOMMENDABLE)} at run time; "
+            f"name one of them without @parameters or options"
+        )
     return Arm(name, tuple(options), tuple(params), tag)
+
+
+def run_arm(run: dict) -> str:
+    """The arm a finished run trained: its sampler name, or for an arm resolved at run time (``#recommended``) the
+    explicit arm it resolved to (``resolved_arm`` of its result, e.g. ``logit_normal@mean=-1.2,std=0.9``)."""
+    return run.get("resolved_arm") or run["sampler"]
 
 
 def split_arms(text: str) -> list[str]:
@@ -330,6 +355,8 @@ FORMER_ESTIMATOR = "infonoise-ema_decay=0.9-clean_end_bound=false"
 #: library's convention (``mean`` > 0: more noise; the harness passes ``--logit_mean`` with diffusers' sign, −mean);
 #: the centre 0 with std 1 is the default ``logit_normal`` itself, whose runs the sweep reuses
 TRANSFER_SWEEP = ("logit_normal@mean=-2", "logit_normal@mean=-1", "logit_normal", "logit_normal@mean=1", "logit_normal@mean=2")
+#: the transfer tier's fixed density recommended from a profile (issue 32; :mod:`benchmarks.race.recommended`)
+RECOMMENDED_ARM = f"logit_normal#{RECOMMENDED_TAG}"
 #: the arms of every transfer task, each one's seeds (the defaults and InfoNoise 3, the sweep and the peers 1)
 TRANSFER_ARMS = (
     "infonoise",
@@ -341,6 +368,9 @@ TRANSFER_ARMS = (
     # the estimator before issue 31: today's defaults measured as they were, on the same code as the tracking
     # estimator the library now uses (docs/METHOD.md §5.10)
     FORMER_ESTIMATOR,
+    # issue 32: logit-normal fitted to a profile (a fine-tune's pretrain at step 0, else a pilot of a quarter of the
+    # run), resolved at run time (benchmarks/race/recommended.py); started after every other arm (TIER_PRIORITY)
+    RECOMMENDED_ARM,
 )
 
 
@@ -678,7 +708,8 @@ TIER_SIZING = {
     "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise, the former estimator "
     "(issue 31's control) and the two defaults, 1 "
     "of each sweep point and adaptive peer; no jitter samplings (the seeds' std includes the evaluation's); the "
-    "fine-tunes' unmoved references are the from-scratch tasks of the same data",
+    "fine-tunes' unmoved references are the from-scratch tasks of the same data; then (issue 32) 1 seed of logit-normal "
+    "fitted to a profile, a fine-tune's pretrain at step 0 or a from-scratch task's pilot of a quarter of its steps",
     "recheck_full": "cut to ~100 min on 2 shared cores, then seeds 3-4 added: 5 seeds of infonoise/edm_lognormal/"
     "logit_normal on binarized MNIST 16x16, 5 on DNA, 1 on MNIST 16x16, 1 seed of each gate rule on "
     "DNA; 4 evaluations at 16x16; then a settings study (2 seeds of 9 variants, a same-code control "
@@ -697,8 +728,9 @@ TIER_SIZING = {
 #: "others" = the other samplers, "main" = InfoNoise, EDM log-normal and logit-normal, "variants" =
 #: InfoNoise's variants, "rest" = the samplers neither main nor a variant, "fixed" / "infonoise" / "peers" =
 #: the arms of that kind (:attr:`Arm.kind`: fixed densities, InfoNoise and its variants, the other adaptive
-#: ones), "all". The full tier puts the issue's central question first (binarized MNIST and DNA, InfoNoise vs
-#: EDM log-normal), then the other paths, then every sampler.
+#: ones; a ``#recommended`` arm is none of them), "recommended" = the ``#recommended`` arms, "all". The full tier
+#: puts the issue's central question first (binarized MNIST and DNA, InfoNoise vs EDM log-normal), then the other
+#: paths, then every sampler.
 TIER_PRIORITY = {
     # per task, the fixed arms first (the defaults, then the sweep: they do not change when the estimator does), then
     # InfoNoise, the next task after; the adaptive peers last
@@ -707,7 +739,9 @@ TIER_PRIORITY = {
     # several sessions has every task's oracle and regret from the first
     "transfer": [(r.name, which, (0,)) for r in _transfer_races() for which in ("fixed", "infonoise")]
     + [(r.name, which, (1, 2)) for r in _transfer_races() for which in ("fixed", "infonoise")]
-    + [(r.name, "peers") for r in _transfer_races()],
+    + [(r.name, "peers") for r in _transfer_races()]
+    # issue 32's recommended arm last, so that the runs queued before it keep their order
+    + [(r.name, "recommended") for r in _transfer_races()],
     "recheck_full": [
         ("edm-binarized_mnist16", "main"),
         ("edm-dna64", "main"),
@@ -749,7 +783,8 @@ def run_priority(tier: str, spec) -> int:
             or (which == "main" and main)
             or (which == "variants" and variant)
             or (which == "rest" and not main and not variant)
-            or (which, arm.kind) in (("fixed", "fixed"), ("infonoise", "infonoise"), ("peers", "adaptive"))
+            or (which == "recommended" and arm.recommended)
+            or (not arm.recommended and (which, arm.kind) in (("fixed", "fixed"), ("infonoise", "infonoise"), ("peers", "adaptive")))
         ):
             return i
     return len(rules)
@@ -757,11 +792,15 @@ def run_priority(tier: str, spec) -> int:
 
 def smoke_races(races: list[Race]) -> list[Race]:
     """The races with the budgets of ``--smoke``: a seconds-long check of the harness, not a measurement (a race
-    with a sweep keeps InfoNoise, its baseline, one more sweep point and the loss slope)."""
+    with a sweep keeps InfoNoise, its baseline, one more sweep point, the loss slope and a ``#recommended`` arm)."""
     return [
         dataclasses.replace(
             r,
-            samplers=(tuple(a for a in r.samplers if a in ("infonoise", r.baseline, r.sweep[1], "loss_slope")) if r.sweep else r.samplers),
+            samplers=(
+                tuple(a for a in r.samplers if a in ("infonoise", r.baseline, r.sweep[1], "loss_slope") or parse_arm(a).recommended)
+                if r.sweep
+                else r.samplers
+            ),
             steps=60,
             eval_every=30,
             num_samples=200,

@@ -8,8 +8,9 @@ final quality among every fixed density, defaults and sweep) and the steps InfoN
 quality (the paper's speed-up); TV(φ, ρ̂) of every InfoNoise run; where the informative window sits (the mode and the
 10-90% range of the final ρ̂ of the InfoNoise runs, in VE σ) against where each arm draws (the 10-90% range of its π).
 Across tasks: each arm's worst-case regret and the runs it needed to be chosen (one for an arm used as it is, one per
-sweep point for the oracle). :func:`summarize_transfer` computes it from the runs and the races' summaries;
-:func:`markdown` and :func:`plot_regret` report it.
+sweep point for the oracle, one plus its pilot's and profile's share of a run for a fixed density recommended from a
+profile, ``logit_normal#recommended``: :mod:`benchmarks.race.recommended`). :func:`summarize_transfer` computes it from
+the runs and the races' summaries; :func:`markdown` and :func:`plot_regret` report it.
 
 Arms are names (:func:`benchmarks.race.tiers.parse_arm`), so arms added later (InfoNoise re-run under a new label,
 ``infonoise#v2``, or a variant, ``infonoise-<flag>_<value>``; a fixed density with parameters read from a pilot,
@@ -26,7 +27,7 @@ import numpy as np
 from benchmarks.race.allocation_metrics import base_density
 from benchmarks.race.steps_to_target import steps_to_reach
 from benchmarks.race.summary import seed_stats
-from benchmarks.race.tiers import Race, parse_arm
+from benchmarks.race.tiers import Race, parse_arm, run_arm
 
 #: the name the oracle has in the cross-task summary (it is no single arm: the sweep point that was best per task)
 ORACLE = "oracle (best sweep point)"
@@ -116,23 +117,26 @@ def window(runs: list[dict]) -> dict | None:
 
 
 def draws(race: Race, arm: str, runs: list[dict]) -> dict | None:
-    """Where an arm puts its draws: the 10-90% range of its π in VE σ. A fixed density's from its inverse CDF; an
-    adaptive arm's final π (InfoNoise's stored schedule, another sampler's last checkpoint), median over its runs;
-    None when an adaptive arm recorded no final π."""
+    """Where an arm puts its draws: the 10-90% range of its π in VE σ. A fixed density's from its inverse CDF (a
+    ``#recommended`` arm's as each run resolved it, median over its runs); an adaptive arm's final π (InfoNoise's stored
+    schedule, another sampler's last checkpoint), median over its runs; None when an adaptive arm recorded no final π."""
     import torch
 
-    if parse_arm(arm).kind == "fixed":
-        q = torch.exp(base_density(race, arm).icdf(torch.tensor([0.1, 0.9], dtype=torch.float64)))
-        return {"sigma_q10": float(q[0]), "sigma_q90": float(q[1]), "source": "the density"}
     found = []
-    for r in runs:
-        own = r.get("schedule") if (r.get("schedule") or {}).get("pi") else r.get("final_pi")
-        if own and own.get("pi") and own.get("edges"):
-            found.append(_quantiles_sigma(np.asarray(own["edges"], float), np.asarray(own["pi"], float)))
+    if parse_arm(arm).kind == "fixed":
+        for name in [run_arm(r) for r in runs] or [arm]:
+            q = torch.exp(base_density(race, name).icdf(torch.tensor([0.1, 0.9], dtype=torch.float64)))
+            found.append((float(q[0]), float(q[1])))
+        source = "the density" + (" as its runs resolved it (median)" if parse_arm(arm).recommended else "")
+    else:
+        for r in runs:
+            own = r.get("schedule") if (r.get("schedule") or {}).get("pi") else r.get("final_pi")
+            if own and own.get("pi") and own.get("edges"):
+                found.append(_quantiles_sigma(np.asarray(own["edges"], float), np.asarray(own["pi"], float)))
+        source = "final pi of its runs (median)"
     if not found:
         return None
-    return {"sigma_q10": float(np.median([f[0] for f in found])), "sigma_q90": float(np.median([f[1] for f in found])),
-            "source": "final pi of its runs (median)"}  # fmt: skip
+    return {"sigma_q10": float(np.median([f[0] for f in found])), "sigma_q90": float(np.median([f[1] for f in found])), "source": source}
 
 
 def summarize_transfer(races: list[Race], runs: list[dict], summary: dict) -> dict:
@@ -166,6 +170,9 @@ def summarize_transfer(races: list[Race], runs: list[dict], summary: dict) -> di
                 entry["tv_phi_rho"] = tv[a]
             if entry["kind"] == "infonoise" and strongest:
                 entry["steps_to_strongest_fixed"] = {"arm": strongest, **steps_to_target(by[strongest], lst, metric)}
+            if parse_arm(a).recommended:
+                entry["recommended"] = recommended_entry(lst)
+                entry["runs_to_choose"] = 1.0 + entry["recommended"]["run_share"]
             arms[a] = entry
         tasks[race.name] = {
             "task": race.task,
@@ -182,9 +189,19 @@ def summarize_transfer(races: list[Race], runs: list[dict], summary: dict) -> di
     return {"tasks": tasks, "worst_case": worst_case(tasks), "how": __doc__.split("\n\n")[1].replace("\n", " ")}
 
 
+def recommended_entry(runs: list[dict]) -> dict:
+    """What a ``#recommended`` arm's runs resolved to (their ``recommended`` records): per run the arm, the fit's TV
+    and the source; the mean share of a run its pilot and profile cost (``run_share``)."""
+    per_run = [{"seed": r["seed"], "arm": r["resolved_arm"], "fit_tv": r["recommended"]["tv"], "source": r["recommended"]["source"]["kind"],
+                "cost": {k: r["recommended"]["cost"][k] for k in ("pilot_steps", "profile_forward_passes", "run_share")}}
+               for r in runs]  # fmt: skip
+    return {"per_run": per_run, "run_share": float(np.mean([p["cost"]["run_share"] for p in per_run]))}
+
+
 def worst_case(tasks: dict) -> dict:
     """Each arm's largest regret over the tasks whose sweep is complete (and the task), with the runs it needs per
-    task to be chosen: 1 for an arm used as it is, the sweep's size for the oracle (whose regret is 0)."""
+    task to be chosen: 1 for an arm used as it is, the sweep's size for the oracle (whose regret is 0), 1 + the share
+    of a run its pilot and profile cost for a ``#recommended`` arm (the largest over the tasks)."""
     out = {}
     complete = {name: t for name, t in tasks.items() if t["oracle"] and t["oracle"]["complete"]}
     arms = arm_order(a for t in complete.values() for a in t["arms"])
@@ -193,7 +210,8 @@ def worst_case(tasks: dict) -> dict:
         if not regrets:
             continue
         worst = max(regrets, key=regrets.get)
-        out[a] = {"regret": regrets[worst], "task": worst, "tasks": regrets, "runs_to_choose": 1}
+        runs = max(t["arms"][a].get("runs_to_choose", 1) for t in complete.values() if a in t["arms"])
+        out[a] = {"regret": regrets[worst], "task": worst, "tasks": regrets, "runs_to_choose": runs}
     if complete:
         sizes = {len(t["oracle"]["sweep"]) for t in complete.values()}
         out[ORACLE] = {"regret": 0.0, "task": None, "tasks": {name: 0.0 for name in complete}, "runs_to_choose": max(sizes)}
@@ -251,7 +269,9 @@ def markdown(tsum: dict, figure: str) -> list[str]:
     L += ["| arm | worst regret (task) | runs needed per task |", "|---|---|---|"]
     for a, w in tsum["worst_case"].items():
         where = f" ({w['task']})" if w["task"] else ""
-        L.append(f"| `{a}` | {_pct(w['regret'])}{where} | {w['runs_to_choose']} |")
+        runs = w["runs_to_choose"]
+        L.append(f"| `{a}` | {_pct(w['regret'])}{where} | {runs if isinstance(runs, int) else f'{runs:.2f}'} |")
+    L += _recommended_section(tasks)
     L += [
         "",
         "### InfoNoise: steps to the strongest fixed arm's final quality, and TV(φ, ρ̂)",
@@ -293,11 +313,36 @@ def markdown(tsum: dict, figure: str) -> list[str]:
     return L + [""]
 
 
-def plot_regret(tsum: dict, path) -> None:
-    """Regret per task (rows) and arm (columns), annotated in percent; colour clipped at 50%."""
+def _recommended_section(tasks: dict) -> list[str]:
+    """The ``#recommended`` arms: what each run resolved to, from what, at what cost, beside its regret."""
+    rows = [(name, a, e) for name, t in tasks.items() for a, e in t["arms"].items() if e.get("recommended")]
+    if not rows:
+        return []
+    L = [
+        "",
+        "### Fixed densities recommended from a profile (`infonoise recommend`, issue 32)",
+        "",
+        "Each run's parameters fitted at run time (docs/METHOD.md §6.1) to a profile of the fine-tune's pretrain at step 0, or "
+        "of a pilot of a quarter of the steps with the family's default (from scratch); fit TV = TV(φ_fit, ρ̂ of that "
+        "profile). Cost: the pilot's steps and the profile's forward passes, as a share of one run (3 forward passes per "
+        "trained sample); the arm needs 1 + that share of a run per task.",
+        "",
+        "| task | arm | resolved to | fit TV | from | pilot steps | profile forward passes | runs needed | regret |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, a, e in rows:
+        for p in e["recommended"]["per_run"]:
+            c = p["cost"]
+            L.append(f"| {name} | `{a}` s{p['seed']} | `{p['arm']}` | {p['fit_tv']:.3f} | {p['source']} | {c['pilot_steps']} | "
+                     f"{c['profile_forward_passes']} | {1 + c['run_share']:.2f} | {_pct(e.get('regret'))} |")  # fmt: skip
+    return L
+
+
+def plot_regret(tsum: dict, path) -> list[str]:
+    """Regret per task (rows) and arm (columns), annotated in percent; colour clipped at 50%. Returns the arms plotted."""
     tasks = tsum["tasks"]
     if not tasks:
-        return
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
@@ -324,3 +369,4 @@ def plot_regret(tsum: dict, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+    return arms
