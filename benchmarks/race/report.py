@@ -117,8 +117,8 @@ def write_report(tier_name: str, tier: str, races, runs: list, summary: dict, me
     plot_pi(races, runs, out / f"quality_race_{tier_name}_pi.png")
     if summary.get("transfer"):
         transfer.plot_regret(summary["transfer"], out / f"quality_race_{tier_name}_regret.png")
-    if meta.get("wall_time_s") is None:
-        meta["wall_time_s"] = float("nan")
+    # a report-only pass times nothing: state the runs' own worker time instead of a wall time
+    meta.setdefault("runs_worker_time_s", round(sum(r["wall_time_s"]["total"] for r in runs if isinstance(r.get("wall_time_s"), dict)), 1))
     write_markdown(tier_name, races, summary, meta, out / f"quality_race_{tier_name}.md")
     return out_json
 
@@ -148,8 +148,12 @@ def write_markdown(tier, races, summary, meta, path: Path):
         f"# Quality race — `{tier}` tier",
         "",
         f"Command: `{meta['command']}`  ",
-        f"Wall time: {meta['wall_time_s']:.0f} s with {meta['jobs']} job(s) × "
-        f"{meta['threads']} thread(s); load average at start/end {meta['load_start']} / {meta['load_end']}.  ",
+        (
+            f"Wall time: {meta['wall_time_s']:.0f} s with {meta['jobs']} job(s) × {meta['threads']} thread(s)"
+            if meta.get("wall_time_s") is not None
+            else f"Report only (no run here); the runs' worker time: {meta['runs_worker_time_s']:.0f} s"
+        )
+        + f"; load average at start/end {meta['load_start']} / {meta['load_end']}.  ",
         f"Figures: [`quality_race_{tier}_curves.png`](quality_race_{tier}_curves.png), "
         f"[`quality_race_{tier}_pi.png`](quality_race_{tier}_pi.png); data: [`quality_race_{tier}.json`](quality_race_{tier}.json).",
         "",
