@@ -21,10 +21,16 @@ step time over the window and its median step. Per repeat: the ratio infonoise /
 window means. Headline: the median of those ratios over the repeats.
 
 On a shared machine two runs differ by several percent whatever the sampler, so the benchmark also
-times, inside each run, every call whose cost depends on the sampler (its ``sample``, ``update`` and
-``step``, ``weighted_loss``, the ScheduleMonitor; on a GPU with a synchronisation around each) and
-reports the *attributed ratio* ``1 + (sampler time/step with InfoNoise − with the default) / (default
-step time)``: the same quantity, without the run-to-run noise of the rest of the step.
+measures, in separate profiled runs of each configuration (:mod:`benchmarks.cost.attribution`:
+:mod:`cProfile` around ``main``, nothing replaced), the time of every outermost call whose cost
+depends on the sampler (its ``sample``/``add_noise``/``update``/``step``, the loop's
+``weighted_loss``, ``ScheduleMonitor.observe``/``after_step``) and reports the *attributed ratio*
+``1 + (sampler time/step with InfoNoise − with the default) / (default profiled step time)``: the
+same quantity, without the run-to-run noise of the rest of the step. The profiler adds a cost to
+every Python call, in the sampler code and in the rest of the step alike, so the ratio is one of
+profiled times. On a GPU the profiler sees the host's time in each call (kernel launches, and the
+wait of a call that synchronises), not its kernels' device time; run with ``CUDA_LAUNCH_BLOCKING=1``
+to have each call's kernels finish inside it (every run is then synchronous).
 
 Models are random pipelines built from configs (``tests/helpers/tiny_pipelines.py``): ``--size small``
 (64x64, a few million parameters; for CPUs) or ``--size full`` (SD 1.5's UNet/VAE/CLIP-L at 512x512;
@@ -55,6 +61,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import RESULTS, training_script
+from benchmarks.cost.attribution import METHOD, attributable_ratio, profile_window
 
 SCRIPTS = {
     "sd": ("train_text_to_image", "uniform"),
@@ -149,81 +156,48 @@ def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opt
     return args
 
 
-#: the calls whose cost depends on the sampler, timed inside the real loop
-SAMPLER_CALLS = ("sample", "update", "step", "weighted_loss", "monitor")
+def run(script, kind: str, sampler: str | None, model: str, opts, extra_args=()) -> dict:
+    """One run of the unmodified script (``extra_args`` appended to its arguments override them); ``main``'s result
+    (``step_times``: the loop's wall time of each optimizer step) with the run's wall time ``run_total_s`` and the
+    steps at which the schedule plots were drawn."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        result = script.main([*script_args(kind, sampler, model, os.path.join(tmp, "out"), opts), *extra_args])
+        total = time.perf_counter() - t0
+        folder = Path(tmp, "out", "schedule")
+        plotted = sorted({int(f.stem.rsplit("_", 1)[1]) for f in folder.glob("*.png")}) if folder.is_dir() else []
+    # the next run in this process starts a fresh Accelerator
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    return {**result, "run_total_s": total, "schedule_plotted_at_steps": plotted}
 
 
 def timed_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
-    """One run of the script; its per-step wall times, and the time spent in the sampler-dependent
-    calls (``SAMPLER_CALLS``: the sampler's ``sample``/``update``/``step``, ``weighted_loss`` and the
-    ScheduleMonitor) per step of the window."""
-    import diffusers_infonoise.training as training
-
-    spent: dict[str, dict[int, float]] = {k: {} for k in SAMPLER_CALLS}
-    holder = {}
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-
-    def timed(fn, key, step_of):
-        def wrapper(*a, **k):
-            sync()  # work queued before the call is not the call's
-            t0 = time.perf_counter()
-            out = fn(*a, **k)
-            sync()
-            step = step_of(a)
-            spent[key][step] = spent[key].get(step, 0.0) + time.perf_counter() - t0
-            return out
-
-        return wrapper
-
-    def current_step(_args):  # the optimizer step the call belongs to (1-based)
-        return holder["sampler"].optimizer_step + 1
-
-    original_build, original_loss = script.build_sampler, training.loop.weighted_loss
-    original_observe, original_after = training.ScheduleMonitor.observe, training.ScheduleMonitor.after_step
-
-    def build_sampler(*a, **k):
-        smp = original_build(*a, **k)
-        holder["sampler"] = smp
-        for name in ("sample", "update"):
-            setattr(smp, name, timed(getattr(smp, name), name, current_step))
-        smp.step = timed(smp.step, "step", current_step)  # before the increment: step k is optimizer_step k − 1
-        return smp
-
-    script.build_sampler = build_sampler
-    training.loop.weighted_loss = timed(original_loss, "weighted_loss", current_step)  # the loop's own reference
-    training.ScheduleMonitor.observe = timed(original_observe, "monitor", current_step)
-    training.ScheduleMonitor.after_step = timed(original_after, "monitor", lambda a: a[2])  # (self, accelerator, step)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            result = script.main(script_args(kind, sampler, model, os.path.join(tmp, "out"), opts))
-            total = time.perf_counter() - t0
-            folder = Path(tmp, "out", "schedule")
-            plotted = sorted({int(f.stem.rsplit("_", 1)[1]) for f in folder.glob("*.png")}) if folder.is_dir() else []
-    finally:
-        script.build_sampler, training.loop.weighted_loss = original_build, original_loss
-        training.ScheduleMonitor.observe, training.ScheduleMonitor.after_step = original_observe, original_after
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    window = result["step_times"][opts.skip : opts.steps]
-    steps = range(opts.skip + 1, opts.steps + 1)
-    sampler_s = {k: sum(v.get(i, 0.0) for i in steps) / len(window) for k, v in spent.items()}
+    """One run of the script, not profiled: the loop's per-step wall times over the window (steps ``opts.skip`` + 1
+    .. ``opts.steps``)."""
+    r = run(script, kind, sampler, model, opts)
+    window = r["step_times"][opts.skip : opts.steps]
+    plotted = r["schedule_plotted_at_steps"]
     return {
-        "sampler": result["sampler"].name,
+        "sampler": r["sampler"].name,
         "window_steps": len(window),
         "mean_step_s": sum(window) / len(window),
         "median_step_s": statistics.median(window),
         "max_step_s": max(window),
-        "sampler_calls_s_per_step": sampler_s,
-        "sampler_s_per_step": sum(sampler_s.values()),
-        "first_steps_s": result["step_times"][: opts.skip + 1],
-        "run_total_s": total,
+        "first_steps_s": r["step_times"][: opts.skip + 1],
+        "run_total_s": r["run_total_s"],
         # InfoNoise: pi is first adapted (and the plots drawn) at the first refresh with enough statistics
         "schedule_plotted_at_steps": plotted,
         "adapted_before_window": bool(plotted) and plotted[0] <= opts.skip if sampler == "infonoise" else None,
     }
+
+
+def profiled_run(script, kind: str, sampler: str | None, model: str, opts) -> dict:
+    """The sampler-dependent code's time per step of the window, from two profiled runs
+    (:func:`benchmarks.cost.attribution.profile_window`)."""
+    return profile_window(lambda extra_args: run(script, kind, sampler, model, opts, extra_args), opts.skip, opts.steps)
 
 
 def bench_script(kind: str, opts, tmp: str) -> dict:
@@ -239,21 +213,20 @@ def bench_script(kind: str, opts, tmp: str) -> dict:
     runs, ratios, attributed = [], [], []
     for rep in range(opts.repeats):
         order = ("infonoise", None) if rep % 2 == 0 else (None, "infonoise")
-        res = {}
-        for sampler in order:
-            r = timed_run(script, kind, sampler, model, opts)
-            r["repeat"] = rep
+        res = {sampler: timed_run(script, kind, sampler, model, opts) for sampler in order}
+        for sampler in order:  # after the timed runs, which paid the lazy imports and first calls (they would not cancel)
+            r = res[sampler] = {**res[sampler], **profiled_run(script, kind, sampler, model, opts), "repeat": rep}
             runs.append(r)
-            res[sampler or "default"] = r
             print(
                 f"{kind} repeat {rep} {r['sampler']:12s} mean {r['mean_step_s'] * 1e3:8.1f} ms/step  median "
-                f"{r['median_step_s'] * 1e3:8.1f} ms  max {r['max_step_s'] * 1e3:8.1f} ms  sampler calls "
-                f"{r['sampler_s_per_step'] * 1e3:7.2f} ms/step",
+                f"{r['median_step_s'] * 1e3:8.1f} ms  max {r['max_step_s'] * 1e3:8.1f} ms  profiled: step "
+                f"{r['profiled_mean_step_s'] * 1e3:8.1f} ms, sampler calls {r['sampler_code_s_per_step'] * 1e3:7.2f} ms/step",
                 flush=True,
             )
-        ratios.append(res["infonoise"]["mean_step_s"] / res["default"]["mean_step_s"])
-        extra = res["infonoise"]["sampler_s_per_step"] - res["default"]["sampler_s_per_step"]
-        attributed.append(1.0 + extra / res["default"]["mean_step_s"])
+            if r["reentries"]:
+                print(f"  WARNING: calls into the sampler code from outside callers reached from it: {r['reentries']}", flush=True)
+        ratios.append(res["infonoise"]["mean_step_s"] / res[None]["mean_step_s"])
+        attributed.append(attributable_ratio(res["infonoise"], res[None]))
     assert all(r["sampler"] in ("infonoise", default) for r in runs)
     if not all(r["adapted_before_window"] for r in runs if r["sampler"] == "infonoise"):
         print(f"{kind}: WARNING: InfoNoise was not adapted before the timed window", flush=True)
@@ -271,7 +244,7 @@ def bench_script(kind: str, opts, tmp: str) -> dict:
         "attributed_ratios_per_repeat": attributed,
         "median_attributed_ratio": statistics.median(attributed),
         "median_sampler_s_per_step": {
-            s: statistics.median(r["sampler_s_per_step"] for r in runs if r["sampler"] == s) for s in ("infonoise", default)
+            s: statistics.median(r["sampler_code_s_per_step"] for r in runs if r["sampler"] == s) for s in ("infonoise", default)
         },
         "median_mean_step_s": mean,
         "median_median_step_s": med,
@@ -345,11 +318,10 @@ def main(argv=None) -> int:
             "order swapped each repeat, after one untimed warm-up run. main() returns the wall time of each optimizer "
             f"step; the window is steps {opts.skip + 1}..{opts.steps} (InfoNoise's warm-up is {opts.skip} steps with "
             f"min_count {opts.min_count}, so pi is adapted at step {opts.skip}, where the schedule plots are drawn, and "
-            "refreshed every refresh_every steps in the window; checked per run: adapted_before_window). Everything in the training "
-            "loop (data, VAE "
-            "and text encoding, draws, forward/backward/AdamW, sampler update/step, refreshes, tracker logging) is "
-            "included; start-up and the final save are not. Ratio per repeat = mean step time infonoise / default over "
-            "the window; the headline per script is the median over repeats."
+            "refreshed every refresh_every steps in the window; checked per run: adapted_before_window). Everything in "
+            "the training loop (data, VAE and text encoding, draws, forward/backward/AdamW, sampler update/step, "
+            "refreshes, tracker logging) is included; start-up and the final save are not. Ratio per repeat = mean step "
+            "time infonoise / default over the window; the headline per script is the median over repeats. " + METHOD
         ),
         "config": {
             "size": opts.size,

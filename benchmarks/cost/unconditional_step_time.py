@@ -4,23 +4,29 @@ against ``--noise_sampler uniform`` (issue 3: the ratio must be below 1.02).
 Method. Both configurations run the unmodified script in this one process through its ``main([...])``
 (same seed, model, data and path: DDPM, the script's default UNet, MNIST at 16x16, batch 32, default
 tensorboard logger), alternating infonoise/uniform run by run and swapping which goes first at every
-repeat. ``ScheduleMonitor.after_step``, which the script calls once at the end of every optimizer step,
-is wrapped to record a timestamp, so the time of the loop between the end of step ``--skip`` and the
-end of step ``--steps`` is measured inside one run: data loading, drawing, forward, backward, AdamW,
-``sampler.update``/``step``, the refreshes of π (every 50 steps by default) and tracker logging are in
-it; start-up, data set building and the final save are not. InfoNoise's warm-up is set to ``--skip``
-steps, so π is adapted over the whole timed window, and the window's length is a multiple of
-``refresh_every``, so it holds refreshes at their steady-state rate. Per run: mean step time over the
-window (the figure the requirement is about) and the median step (robust to one-off stalls of a
-shared machine). Per repeat: the ratio infonoise / uniform of the window means. Headline: the median
-of those ratios over the repeats. The process CPU time of the same window is recorded too.
+repeat. ``main`` returns the training loop's own record of the wall time of every optimizer step
+(``step_times``, from the end of one step to the end of the next), so the steps ``--skip`` + 1 ..
+``--steps`` are timed inside one run without touching the code: data loading, drawing, forward,
+backward, AdamW, ``sampler.update``/``step``, the refreshes of π (every 50 steps by default) and
+tracker logging are in it; start-up, data set building and the final save are not. InfoNoise's
+warm-up is set to ``--skip`` steps, so π is adapted over the whole timed window, and the window's
+length is (with the defaults) a multiple of ``refresh_every``, so it holds refreshes at their
+steady-state rate. Per run: mean step time over the window (the figure the requirement is about)
+and the median step (robust to one-off stalls of a shared machine). Per repeat: the ratio
+infonoise / uniform of the window means. Headline: the median of those ratios over the repeats. The
+process CPU time of each whole run (start-up and final save included: the loop records wall time
+only) is recorded too.
 
 On a shared machine other jobs move wall (and even CPU) time by 10-30% from minute to minute, far
-more than the 2% to resolve, so the code that differs between the two configurations (the sampler's
-``sample``/``add_noise``/``update``/``step`` and ``ScheduleMonitor.after_step``, where refreshes are
-logged) is also timed call by call inside the window: ``1 + (its time per step with infonoise − with
-uniform) / uniform step time`` is the overhead attributable to InfoNoise, which load cannot mask
-(everything else in a step is the same code on the same tensor shapes).
+more than the 2% to resolve, so the time of the code that differs between the two configurations
+(the sampler's ``sample``/``add_noise``/``update``/``step``, the loop's ``weighted_loss``,
+``ScheduleMonitor.observe``/``after_step``, where refreshes are logged) is also measured, in separate
+profiled runs of each configuration (:mod:`benchmarks.cost.attribution`: :mod:`cProfile` around
+``main``, outermost calls only): ``1 + (its time per step with infonoise − with uniform) / uniform
+profiled step time`` is the overhead attributable to InfoNoise, which load can hardly mask
+(everything else in a step is the same code on the same tensor shapes). The profiler adds a cost to
+every Python call, in the sampler code and in the rest of the step alike, so the ratio is one of
+profiled times; the untimed runs give the step times above.
 
 The schedule plots (two matplotlib figures) are drawn at the first refresh and then at most every
 ``--schedule_plot_steps`` (default 500) steps, so none falls inside the window after the first one;
@@ -49,6 +55,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import RESULTS, training_script
+from benchmarks.cost.attribution import METHOD, attributable_ratio, profile_window
 
 
 def script_args(sampler: str, output_dir: str, opts) -> list[str]:
@@ -92,77 +99,41 @@ def script_args(sampler: str, output_dir: str, opts) -> list[str]:
     ]
 
 
-def _timed(spans: list, fn):
-    """``fn`` wrapped to append (end time, duration) of each outermost call to ``spans``."""
-    depth = [0]
-
-    def wrapper(*args, **kwargs):
-        depth[0] += 1
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            depth[0] -= 1
-            if depth[0] == 0:
-                t1 = time.perf_counter()
-                spans.append((t1, t1 - t0))
-
-    return wrapper
+def run(script, sampler: str, opts, extra_args=()) -> dict:
+    """One run of the unmodified script to ``opts.steps`` steps (``extra_args`` appended to its arguments override
+    them); ``main``'s result (``step_times``: the loop's wall time of each optimizer step) with the run's wall and
+    process CPU time (``run_total_s``, ``run_cpu_s``: start-up, data set building and the final save included) and
+    the steps at which the schedule plots were drawn."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        result = script.main([*script_args(sampler, os.path.join(tmp, "out"), opts), *extra_args])
+        total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        folder = Path(tmp, "out", "schedule")
+        plotted = sorted({int(f.stem.rsplit("_", 1)[1]) for f in folder.glob("*.png")}) if folder.is_dir() else []
+    return {**result, "run_total_s": total, "run_cpu_s": cpu, "schedule_plotted_at_steps": plotted}
 
 
 def timed_run(script, sampler: str, opts) -> dict:
-    """One run of the script; per-step wall and CPU time over the window, and the time spent in the
-    code that differs between samplers (draw, noising, update, step/refresh, the per-step monitor)."""
-    from diffusers_infonoise import sampler as S
-    from diffusers_infonoise.sampler.adaptive import _AdaptiveSampler
-    from diffusers_infonoise.training import ScheduleMonitor
-
-    stamps: dict[int, float] = {}
-    cpu: dict[int, float] = {}
-    spans: list[tuple[float, float]] = []
-    patched = [(S.TrainingTimestepSampler, name) for name in ("sample", "add_noise", "update", "step")]
-    patched += [(_AdaptiveSampler, name) for name in ("update", "step")]
-    originals = {(cls, name): cls.__dict__[name] for cls, name in patched}
-    original_after_step = ScheduleMonitor.after_step
-    timed_after_step = _timed(spans, original_after_step)
-
-    def after_step(self, accelerator, global_step):
-        out = timed_after_step(self, accelerator, global_step)
-        stamps[global_step] = time.perf_counter()
-        cpu[global_step] = time.process_time()
-        return out
-
-    ScheduleMonitor.after_step = after_step
-    for (cls, name), fn in originals.items():
-        setattr(cls, name, _timed(spans, fn))
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            script.main(script_args(sampler, os.path.join(tmp, "out"), opts))
-            total = time.perf_counter() - t0
-            folder = Path(tmp, "out", "schedule")
-            plotted = sorted({int(f.stem.rsplit("_", 1)[1]) for f in folder.glob("*.png")}) if folder.is_dir() else []
-    finally:
-        ScheduleMonitor.after_step = original_after_step
-        for (cls, name), fn in originals.items():
-            setattr(cls, name, fn)
-    steps = list(range(opts.skip + 1, opts.steps + 1))
-    per_step = [stamps[k] - stamps[k - 1] for k in steps]
-    lo, hi = stamps[opts.skip], stamps[opts.steps]
-    window = hi - lo
-    cpu_per_step = [cpu[k] - cpu[k - 1] for k in steps]
+    """One run of the script, not profiled: the loop's per-step wall times over the window (steps ``opts.skip`` + 1
+    .. ``opts.steps``) and the run's totals."""
+    r = run(script, sampler, opts)
+    window = r["step_times"][opts.skip : opts.steps]
     return {
         "sampler": sampler,
-        "window_steps": len(steps),
-        "mean_step_s": window / len(steps),
-        "median_step_s": statistics.median(per_step),
-        "max_step_s": max(per_step),
-        "mean_step_cpu_s": (cpu[opts.steps] - cpu[opts.skip]) / len(steps),
-        "median_step_cpu_s": statistics.median(cpu_per_step),
-        "sampler_code_s_per_step": sum(d for t, d in spans if lo < t <= hi) / len(steps),
-        "run_total_s": total,
-        "schedule_plotted_at_steps": plotted,
+        "window_steps": len(window),
+        "mean_step_s": sum(window) / len(window),
+        "median_step_s": statistics.median(window),
+        "max_step_s": max(window),
+        "run_total_s": r["run_total_s"],
+        "run_cpu_s": r["run_cpu_s"],
+        "schedule_plotted_at_steps": r["schedule_plotted_at_steps"],
     }
+
+
+def profiled_run(script, sampler: str, opts) -> dict:
+    """The sampler-dependent code's time per step of the window, from two profiled runs
+    (:func:`benchmarks.cost.attribution.profile_window`)."""
+    return profile_window(lambda extra_args: run(script, sampler, opts, extra_args), opts.skip, opts.steps)
 
 
 def plot_cost(repeats: int = 3) -> float:
@@ -221,23 +192,21 @@ def main(argv=None) -> int:
     runs, ratios, cpu_ratios, attributable = [], [], [], []
     for rep in range(opts.repeats):
         order = ("infonoise", "uniform") if rep % 2 == 0 else ("uniform", "infonoise")
-        res = {}
-        for sampler in order:
-            r = timed_run(script, sampler, opts)
-            r["repeat"] = rep
+        res = {sampler: timed_run(script, sampler, opts) for sampler in order}
+        for sampler in order:  # after the timed runs, which paid the lazy imports and first calls (they would not cancel)
+            r = res[sampler] = {**res[sampler], **profiled_run(script, sampler, opts), "repeat": rep}
             runs.append(r)
-            res[sampler] = r
             print(
                 f"repeat {rep} {sampler:9s} wall: mean {r['mean_step_s'] * 1e3:7.1f} ms/step, median "
-                f"{r['median_step_s'] * 1e3:7.1f} ms, max {r['max_step_s'] * 1e3:7.1f} ms;  cpu: mean "
-                f"{r['mean_step_cpu_s'] * 1e3:7.1f} ms/step;  sampler code {r['sampler_code_s_per_step'] * 1e3:6.2f} ms/step",
+                f"{r['median_step_s'] * 1e3:7.1f} ms, max {r['max_step_s'] * 1e3:7.1f} ms;  run cpu {r['run_cpu_s']:6.1f} s;  "
+                f"profiled: step {r['profiled_mean_step_s'] * 1e3:7.1f} ms, sampler code {r['sampler_code_s_per_step'] * 1e3:6.2f} ms/step",
                 flush=True,
             )
+            if r["reentries"]:
+                print(f"  WARNING: calls into the sampler code from outside callers reached from it: {r['reentries']}", flush=True)
         ratios.append(res["infonoise"]["mean_step_s"] / res["uniform"]["mean_step_s"])
-        attributable.append(
-            1 + (res["infonoise"]["sampler_code_s_per_step"] - res["uniform"]["sampler_code_s_per_step"]) / res["uniform"]["mean_step_s"]
-        )
-        cpu_ratios.append(res["infonoise"]["mean_step_cpu_s"] / res["uniform"]["mean_step_cpu_s"])
+        attributable.append(attributable_ratio(res["infonoise"], res["uniform"]))
+        cpu_ratios.append(res["infonoise"]["run_cpu_s"] / res["uniform"]["run_cpu_s"])
     median_ratio = statistics.median(ratios)
     median_cpu_ratio = statistics.median(cpu_ratios)
     med = {s: statistics.median(r["median_step_s"] for r in runs if r["sampler"] == s) for s in ("infonoise", "uniform")}
@@ -250,18 +219,14 @@ def main(argv=None) -> int:
         "script_args": {s: script_args(s, "<tmp>", opts) for s in ("infonoise", "uniform")},
         "method": (
             "Both samplers run the unmodified script in one process via main([...]), alternating run by run with the "
-            "order swapped each repeat, after one untimed warm-up run. ScheduleMonitor.after_step (called once at the "
-            "end of every optimizer step) is wrapped to timestamp each step; the window from the end of step "
-            f"{opts.skip} to the end of step {opts.steps} is timed inside each run, so start-up, data set building and "
+            "order swapped each repeat, after one untimed warm-up run. main() returns the training loop's wall time of "
+            f"each optimizer step; the window is steps {opts.skip + 1}..{opts.steps}, so start-up, data set building and "
             "the final save are excluded and everything in the training loop (data, draws, forward/backward/AdamW, "
             "sampler update/step, refreshes of pi every refresh_every steps, tracker logging) is included. InfoNoise's "
             f"warm-up is {opts.skip} steps, so pi is adapted in the whole window. Ratio per repeat = mean step time "
-            "infonoise / uniform over the window; the headline is the median over repeats. The same ratio of process "
-            "CPU time (time.process_time, all threads of the process) is reported as a check that is far less sensitive "
-            "to other jobs on a shared machine than wall time. Third, the code that differs between the two runs (the "
-            "sampler's sample/add_noise/update/step and ScheduleMonitor.after_step, which holds the refresh logging) is "
-            "timed call by call inside the window; 1 + (its per-step time with infonoise - with uniform) / the uniform "
-            "step time is the overhead attributable to InfoNoise, which the load of other jobs cannot mask."
+            "infonoise / uniform over the window; the headline is the median over repeats. The ratio of the whole runs' "
+            "process CPU time (time.process_time, all threads, start-up and final save included) is a check less "
+            "sensitive to other jobs on a shared machine than wall time. " + METHOD
         ),
         "config": {
             "steps": opts.steps,
@@ -278,8 +243,8 @@ def main(argv=None) -> int:
         },
         "runs": runs,
         "ratios_per_repeat": ratios,
-        "cpu_ratios_per_repeat": cpu_ratios,
-        "median_cpu_ratio": median_cpu_ratio,
+        "run_cpu_ratios_per_repeat": cpu_ratios,
+        "median_run_cpu_ratio": median_cpu_ratio,
         "attributable_ratios_per_repeat": attributable,
         "median_attributable_ratio": statistics.median(attributable),
         "median_ratio": median_ratio,
@@ -312,9 +277,9 @@ def main(argv=None) -> int:
         f"step time ratio infonoise/uniform: median {median_ratio:.4f} over {opts.repeats} repeats "
         f"({', '.join(f'{r:.4f}' for r in ratios)}); threshold 1.02: {'PASS' if result['passed'] else 'FAIL'}"
     )
-    print(f"process CPU time ratio: median {median_cpu_ratio:.4f} ({', '.join(f'{r:.4f}' for r in cpu_ratios)})")
+    print(f"process CPU time ratio of the whole runs: median {median_cpu_ratio:.4f} ({', '.join(f'{r:.4f}' for r in cpu_ratios)})")
     print(
-        f"attributable ratio (1 + sampler-code time difference / step): median {statistics.median(attributable):.5f} "
+        f"attributable ratio (1 + profiled sampler-code time difference / profiled step): median {statistics.median(attributable):.5f} "
         f"({', '.join(f'{r:.5f}' for r in attributable)})"
     )
     plots = result["schedule_plots"]
