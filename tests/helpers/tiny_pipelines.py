@@ -14,7 +14,7 @@ a few thousand parameters each, so that a training step takes milliseconds on a 
 
 Images are 16x16 (latents 8x8, 4 channels). ``size="small"`` (64x64 images, a few million
 parameters) and ``size="full"`` (SD 1.5's UNet, VAE and CLIP-L; SD3-medium's transformer and VAE
-with shallow text encoders of the real widths) are for ``benchmarks/t2i_step_time.py``.
+with shallow text encoders of the real widths) are for ``benchmarks/cost/t2i_step_time.py``.
 """
 
 from __future__ import annotations
