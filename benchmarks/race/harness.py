@@ -628,7 +628,8 @@ def quick_calibration(out: Path) -> dict:
     runs = json.loads(path.read_text())["runs"]
     step = [r["wall_time_s"]["train"] / r["hyperparameters"]["steps"] for r in runs]
     ev = [r["wall_time_s"]["eval"] / (len(r["steps"]) + (len(r["jitter"]["seeds"]) - 1 if r.get("jitter") else 0)) for r in runs]
-    return {"step_s": float(np.median(step)), "eval_s": float(np.median(ev)), "source": str(path.relative_to(REPO))}
+    source = path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path  # --out may be elsewhere
+    return {"step_s": float(np.median(step)), "eval_s": float(np.median(ev)), "source": str(source)}
 
 
 #: the committed runs whose measured costs calibrate the 16x16 image and DNA estimates (:func:`measured_calibration`)
