@@ -181,3 +181,11 @@ def test_benchmarks_readme_names_every_results_file_and_every_tier():
             assert re.search(rf"\b{re.escape(stem)}\b(?!_)", text), path.name
     for tier in TIERS:
         assert f"--tier {tier}" in text or f"- `{tier}`" in text, tier
+
+
+def test_readme_infonoise_examples_read_folders_a_readme_command_writes():
+    text = " ".join((ROOT / "README.md").read_text().split())  # code spans wrap across lines
+    read = set(re.findall(r"infonoise (?:show|recommend|grid|compare) (/tmp/[\w./-]+)", text))
+    assert read, "no infonoise example on a /tmp folder"
+    for folder in read:
+        assert f"--output_dir {folder}" in text, folder
