@@ -546,3 +546,27 @@ def test_the_settings_are_defined_once():
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             InfoNoiseSettings(**kw)
+
+
+def test_memory_with_ema_decay_is_refused_not_ignored():
+    """ema_decay (the former rule, one EMA step a refresh) has no horizon: a memory given beside it was accepted and
+    never used. Now it names memory; a stored payload that records both (a 0.3.0 run given both) still rebuilds its π,
+    and continuing it with a memory needs ema_decay=None, as the error says."""
+    with pytest.raises(ValueError, match=r"memory: not used with ema_decay=0.9"):
+        make_sampler("infonoise", EDMEulerScheduler(), memory=100, ema_decay=0.9)
+    assert make_sampler("infonoise", EDMEulerScheduler(), memory="auto", ema_decay=0.9).settings.ema_decay == 0.9
+    assert make_sampler("infonoise", EDMEulerScheduler(), memory=100).memory_steps() == 100.0
+
+    sch = EDMEulerScheduler()
+    trained = _gaussian_trained(InfoNoiseTrainingTimestepSampler.from_scheduler(sch, warmup_steps=10, refresh_every=10, ema_decay=0.9))
+    trained.save_to_scheduler(sch)
+    config = dict(sch.config)
+    payload = copy.deepcopy(config["_infonoise_schedule"])
+    payload["hyperparameters"]["memory"] = 100.0  # what 0.3.0 stored for --infonoise_memory 100 --infonoise_ema_decay 0.9
+    both = EDMEulerScheduler.from_config({**config, "_infonoise_schedule": payload})
+    again = InfoNoiseTrainingTimestepSampler.from_scheduler(both)
+    assert again.settings.ema_decay == 0.9 and again.settings.memory == "auto"
+    assert torch.equal(again.probs, trained.probs)
+    with pytest.raises(ValueError, match="memory: not used with ema_decay"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50)
+    assert InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50, ema_decay=None).memory_steps() == 50.0
