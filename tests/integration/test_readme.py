@@ -189,3 +189,12 @@ def test_readme_infonoise_examples_read_folders_a_readme_command_writes():
     assert read, "no infonoise example on a /tmp folder"
     for folder in read:
         assert f"--output_dir {folder}" in text, folder
+
+
+def test_readme_names_every_script_option_of_the_newest_changelog_section():
+    """A user of the new version reads about the options it adds or changes in the README, not only in --help."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    newest = re.split(r"^## ", changelog, flags=re.M)[1]
+    options = set(re.findall(r"--infonoise_\w+", newest))
+    readme = (ROOT / "README.md").read_text()
+    assert options and not {o for o in options if not re.search(rf"{o}\b", readme)}, sorted(options)
