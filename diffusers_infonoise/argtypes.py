@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from .estimator import parse_gate
 
@@ -20,6 +21,7 @@ __all__ = [
     "memory_arg",
     "ema_decay_arg",
     "bool_arg",
+    "figure_file_arg",
 ]
 
 
@@ -132,3 +134,17 @@ def bool_arg(value: str) -> bool:
     if v in ("false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"must be true or false, got {value!r}")
+
+
+def figure_file_arg(value: str) -> str:
+    """``--plot FILE`` of the ``infonoise`` command: a file name whose suffix names a format matplotlib writes, checked
+    before anything is computed (matplotlib refused the others only after the work, naming no option, and saved a name
+    without a suffix as ``FILE.png``). Without matplotlib (the ``[train]`` extra) the command says so when it draws."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return value
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if Path(value).suffix.lstrip(".").lower() not in formats:
+        raise argparse.ArgumentTypeError(f"{value!r}: a figure file ending in one of {', '.join('.' + f for f in formats)}")
+    return value

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..argtypes import gate_arg, positive_float, positive_int
+from ..argtypes import figure_file_arg, gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
 from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_recommend, _cmd_show
 from .loading import _DEFAULT_SAMPLERS, CLIError, _one_line
@@ -131,7 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(read through huggingface_hub; cached repos work offline).",
     )
     p.add_argument("path", metavar="PATH_OR_REPO")
-    p.add_argument("--plot", metavar="FILE", default=None, help="also draw the schedule (pi, base, rho_hat, phi) to FILE (PNG/PDF/SVG)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=figure_file_arg,
+        default=None,
+        help="also draw the schedule (pi, base, rho_hat, phi) to FILE (PNG/PDF/SVG)",
+    )
     p.add_argument("--rows", type=positive_int, default=16, help="rows of the per-bin table (default 16)")
     _add_hub_args(p)
     p.set_defaults(func=_cmd_show)
@@ -198,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pipeline or scheduler directory, scheduler JSON, Hub repo id, or edm / ddpm / flow (default configs)",
     )
     p.add_argument("--num-levels", type=positive_int, default=64, help="grid points (default 64; a stored schedule's bins when present)")
-    p.add_argument("--plot", metavar="FILE", default=None, help="draw the allocations to FILE")
+    p.add_argument("--plot", metavar="FILE", type=figure_file_arg, default=None, help="draw the allocations to FILE")
     p.add_argument("--json", metavar="FILE", default=None, help="write the allocations to FILE")
     _add_objective_args(p)
     _add_hub_args(p)
@@ -232,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which the profile is measured through)",
     )
     p.add_argument("--trainer", default="all", choices=("all",) + TRAINER_NAMES, help="whose flags to print (default: all)")
-    p.add_argument("--plot", metavar="FILE", default=None, help="draw rho_hat with the fitted allocations to FILE")
+    p.add_argument("--plot", metavar="FILE", type=figure_file_arg, default=None, help="draw rho_hat with the fitted allocations to FILE")
     p.add_argument("--json", metavar="FILE", default=None, help="write the fits and every trainer's flags to FILE")
     _add_objective_args(p)
     _add_hub_args(p)
@@ -257,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(ungated m/sigma^2) or q_sigma (q times sigma)",
     )
     p.add_argument("--mu", type=float, default=None, help="flow schedulers with dynamic shifting: the pipeline's mu")
-    p.add_argument("--plot", metavar="FILE", default=None, help="draw the grid against the default spacing to FILE")
+    p.add_argument("--plot", metavar="FILE", type=figure_file_arg, default=None, help="draw the grid against the default spacing to FILE")
     _add_hub_args(p)
     p.set_defaults(func=_cmd_grid)
     return parser

@@ -474,6 +474,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 # the warm-up setting as saved (0 after a start that skipped the automatic one): not the resume command's
                 "warmup_setting": self.settings.warmup_steps,
                 "start": None if self.start_record is None else dict(self.start_record),
+                # what decides π and how the statistics are collected, to name what a resume command changes
+                "settings": {k: getattr(self.settings, k) for k in InfoNoiseSettings.names("pi", "statistics")},
                 "samples_trained": self.samples_trained,
                 "data": {
                     **self.data.state_dict(),
@@ -533,6 +535,17 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 raise ValueError(f"state_dict['data']['mmse_cap']: must be None or a finite number > 0, got {cap!r}")
             self.estimator.mmse_cap = cap
             self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
+        saved = state.get("settings")  # states written before the settings were recorded have none
+        if isinstance(saved, dict):
+            changed = [f"{k}: {v!r} -> {getattr(self.settings, k)!r}" for k, v in saved.items() if v != getattr(self.settings, k, v)]
+            if changed:  # the resume command's settings are used, as they were before; the user should know
+                warnings.warn(
+                    f"noise sampler: resumed at step {self.optimizer_step} with settings that differ from the checkpoint's run "
+                    f"(checkpoint -> this run's): {'; '.join(changed)}; the schedule continues under this run's, not the one the "
+                    "run would have reached (give the run's own options to continue it exactly)",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def describe(self):
         return {

@@ -67,7 +67,7 @@ class InfoNoiseSettings:
         num_training_steps: the run's optimizer steps, if known (also ``sampler.plan_run``).
         refresh_every: optimizer steps between refreshes (default 50).
         ema_decay: ``None`` (default): the memory below. A float β in [0, 1): ``m̂ ← β·m̂ + (1 − β)·mean`` once a
-            refresh instead (a study knob; 0.9 was the default before 0.3).
+            refresh instead (a study knob; 0.9 was the default before 0.3); ``memory`` must then be ``"auto"``.
         memory: H, the memory of the estimate in optimizer steps: a loss ``a`` steps old weighs ``exp(−a/H)`` in its
             bin's mean (docs/METHOD.md §5.10). ``"auto"`` (default): an eighth of ``num_training_steps``, at least
             the steps that bring ``num_bins·min_count`` samples at the measured rate, between ``refresh_every`` and
@@ -157,6 +157,11 @@ class InfoNoiseSettings:
             if not ok:
                 raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
         check_estimator_settings(**self.estimator_keywords())
+        if self.ema_decay is not None and self.memory != "auto":  # the former rule has no horizon: one would be ignored
+            raise ValueError(
+                f"memory: not used with ema_decay={self.ema_decay!r} (the former rule: one EMA step a refresh, docs/METHOD.md "
+                f"5.10); give one of them (ema_decay=None with a memory, or memory='auto' with ema_decay), got memory={self.memory!r}"
+            )
         # stored as given, but for the two that are numbers whatever their type
         object.__setattr__(self, "mmse_cap", cap if cap in (None, "auto") else float(cap))
         object.__setattr__(self, "temperature", float(tau))
@@ -215,6 +220,8 @@ class InfoNoiseSettings:
         the base density it records."""
         hp = payload.get("hyperparameters") or {}
         out = {k: cls.stored_value(hp, k) for k in cls.names("pi", "statistics") if k in hp or _BEFORE[k] is not _NOT_BEFORE}
+        if out.get("ema_decay") is not None:  # a payload of a run given both: its memory was not used
+            out.pop("memory", None)
         out["num_bins"] = len(payload["pi"])
         base = payload.get("base")
         if isinstance(base, dict) and isinstance(base.get("name"), str):

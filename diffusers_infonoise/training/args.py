@@ -93,7 +93,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         "--infonoise_ema_decay",
         type=ema_decay_arg,
         default=None,
-        help="The former estimate instead of --infonoise_memory: weight on the old bin value at each refresh (0.9 was "
+        help="The former estimate instead of --infonoise_memory (which stays auto): weight on the old bin value at each refresh (0.9 was "
         "the default before 0.3). Default: none.",
     )
     g.add_argument(

@@ -234,3 +234,23 @@ def test_show_validates_the_payload_once(capsys, saved, tmp_path, monkeypatch):
         calls.clear()
         assert run(capsys, "show", source)[0] == 0
         assert len(calls) == 1, source
+
+
+def test_a_plot_file_matplotlib_cannot_write_is_refused_before_any_work(capsys, saved, tmp_path):
+    """--plot of every subcommand: an unknown suffix (matplotlib refused it only after the work, in a message naming
+    no option) or none (saved as FILE.png while the command said it wrote FILE) is an argparse error naming --plot;
+    nothing is written."""
+    for name in ("s.txt", "s"):
+        for argv in (
+            ("show", saved["learned"]),
+            ("recommend", saved["learned"]),
+            ("compare", "--scheduler", saved["learned"]),
+            ("grid", saved["learned"]),
+        ):
+            with pytest.raises(SystemExit) as info:
+                main([str(a) for a in (*argv, "--plot", tmp_path / name)])
+            err = capsys.readouterr().err
+            assert info.value.code == 2 and "argument --plot" in err and ".png" in err, (argv, err)
+    assert list(tmp_path.iterdir()) == []
+    rc, out, _ = run(capsys, "show", saved["learned"], "--plot", tmp_path / "s.PDF")
+    assert rc == 0 and (tmp_path / "s.PDF").is_file() and f"wrote {tmp_path / 's.PDF'}" in out

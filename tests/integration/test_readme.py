@@ -1,7 +1,7 @@
 """The README's quickstart runs as written (tiny stand-ins for the objects it takes from the user's script)
 and its π is the promised one: adapted, capped at the data's variance, φ within the floor of ρ̂. Its results table
-links every row to files that exist and to sections of docs/results.md that exist, and docs/results.md names every
-results file under benchmarks/results/."""
+links every row to files that exist and to sections of docs/results.md that exist, and docs/results.md and
+benchmarks/README.md name every results file under benchmarks/results/ (the latter every tier too)."""
 
 from __future__ import annotations
 
@@ -161,3 +161,40 @@ def test_docs_results_links_resolve_and_name_every_results_file():
         if path.is_file():
             stem = re.sub(r"(_curves|_pi|_runs_.*)?\.(json|md|png)$", "", path.name)
             assert f"`{stem}." in text or f"`{stem}_" in text or f"{stem}.json" in text, path.name
+
+
+def _expand_braces(text: str) -> str:
+    """``a_{x,y}.json`` -> ``a_x a_y.json``: the README's shorthand for several files, spelled out."""
+    pattern = re.compile(r"([\w.]*)\{([^{}]*,[^{}]*)\}")
+    while (m := pattern.search(text)) is not None:
+        text = text[: m.start()] + " ".join(m.group(1) + alt for alt in m.group(2).split(",")) + text[m.end() :]
+    return text
+
+
+def test_benchmarks_readme_names_every_results_file_and_every_tier():
+    from benchmarks.race.tiers import TIERS
+
+    text = _expand_braces((ROOT / "benchmarks" / "README.md").read_text())
+    for path in sorted((ROOT / "benchmarks" / "results").iterdir()):
+        if path.is_file():
+            stem = re.sub(r"(_curves|_pi|_regret|_runs_.*)?\.(json|md|png)$", "", path.name)
+            assert re.search(rf"\b{re.escape(stem)}\b(?!_)", text), path.name
+    for tier in TIERS:
+        assert f"--tier {tier}" in text or f"- `{tier}`" in text, tier
+
+
+def test_readme_infonoise_examples_read_folders_a_readme_command_writes():
+    text = " ".join((ROOT / "README.md").read_text().split())  # code spans wrap across lines
+    read = set(re.findall(r"infonoise (?:show|recommend|grid|compare) (/tmp/[\w./-]+)", text))
+    assert read, "no infonoise example on a /tmp folder"
+    for folder in read:
+        assert f"--output_dir {folder}" in text, folder
+
+
+def test_readme_names_every_script_option_of_the_newest_changelog_section():
+    """A user of the new version reads about the options it adds or changes in the README, not only in --help."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    newest = re.split(r"^## ", changelog, flags=re.M)[1]
+    options = set(re.findall(r"--infonoise_\w+", newest))
+    readme = (ROOT / "README.md").read_text()
+    assert options and not {o for o in options if not re.search(rf"{o}\b", readme)}, sorted(options)

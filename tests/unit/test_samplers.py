@@ -341,8 +341,9 @@ def test_state_dict_round_trip_exact(name, kind, tmp_path):
     a = _adapt(_make(name, kind), steps=3)
     state = a.state_dict()
     for key, value in _walk(state):
-        # strings only where a name is the value: the sampler's, and the run's start and warm-up setting (issue 28)
-        named = key in ("name", "warmup_setting") or key.startswith("start.")
+        # strings only where a name is the value: the sampler's, the run's start and warm-up setting (issue 28), and the
+        # settings' named values ('auto', 'phi') recorded to name what a resume command changes
+        named = key in ("name", "warmup_setting") or key.startswith(("start.", "settings."))
         assert value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float)) or (named and isinstance(value, str)), key
     assert isinstance(state["name"], str)
     json.dumps({k: (v.tolist() if torch.is_tensor(v) else v) for k, v in _walk(state)})  # JSON-friendly
@@ -546,3 +547,46 @@ def test_the_settings_are_defined_once():
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             InfoNoiseSettings(**kw)
+
+
+def test_memory_with_ema_decay_is_refused_not_ignored():
+    """ema_decay (the former rule, one EMA step a refresh) has no horizon: a memory given beside it was accepted and
+    never used. Now it names memory; a stored payload that records both (a 0.3.0 run given both) still rebuilds its π,
+    and continuing it with a memory needs ema_decay=None, as the error says."""
+    with pytest.raises(ValueError, match=r"memory: not used with ema_decay=0.9"):
+        make_sampler("infonoise", EDMEulerScheduler(), memory=100, ema_decay=0.9)
+    assert make_sampler("infonoise", EDMEulerScheduler(), memory="auto", ema_decay=0.9).settings.ema_decay == 0.9
+    assert make_sampler("infonoise", EDMEulerScheduler(), memory=100).memory_steps() == 100.0
+
+    sch = EDMEulerScheduler()
+    trained = _gaussian_trained(InfoNoiseTrainingTimestepSampler.from_scheduler(sch, warmup_steps=10, refresh_every=10, ema_decay=0.9))
+    trained.save_to_scheduler(sch)
+    config = dict(sch.config)
+    payload = copy.deepcopy(config["_infonoise_schedule"])
+    payload["hyperparameters"]["memory"] = 100.0  # what 0.3.0 stored for --infonoise_memory 100 --infonoise_ema_decay 0.9
+    both = EDMEulerScheduler.from_config({**config, "_infonoise_schedule": payload})
+    again = InfoNoiseTrainingTimestepSampler.from_scheduler(both)
+    assert again.settings.ema_decay == 0.9 and again.settings.memory == "auto"
+    assert torch.equal(again.probs, trained.probs)
+    with pytest.raises(ValueError, match="memory: not used with ema_decay"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50)
+    assert InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50, ema_decay=None).memory_steps() == 50.0
+
+
+def test_a_resume_with_other_settings_says_which():
+    """A checkpoint resumed by a command with another --infonoise_memory (or any setting that decides π or how the
+    statistics are collected) continued under the command's setting with no word; the schedule then differs from the
+    run's. It still continues under the command's, and the warning names each setting, checkpoint -> this run's."""
+    import warnings
+
+    run = _gaussian_trained(make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, memory=7), steps=12)
+    state = run.state_dict()
+    resumed = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, floor=0.1)
+    with pytest.warns(UserWarning, match=r"resumed at step 12 .*memory: 7 -> 'auto'; floor: 0.05 -> 0.1; the schedule"):
+        resumed.load_state_dict(copy.deepcopy(state))
+    assert resumed.memory_steps() == 500.0 and resumed.settings.floor == 0.1  # the command's, as before
+    for same, saved in ((make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, memory=7), state),
+                        (resumed, {k: v for k, v in state.items() if k != "settings"})):  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            same.load_state_dict(copy.deepcopy(saved))
