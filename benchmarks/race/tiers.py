@@ -355,6 +355,8 @@ FORMER_ESTIMATOR = "infonoise-ema_decay=0.9-clean_end_bound=false"
 #: library's convention (``mean`` > 0: more noise; the harness passes ``--logit_mean`` with diffusers' sign, −mean);
 #: the centre 0 with std 1 is the default ``logit_normal`` itself, whose runs the sweep reuses
 TRANSFER_SWEEP = ("logit_normal@mean=-2", "logit_normal@mean=-1", "logit_normal", "logit_normal@mean=1", "logit_normal@mean=2")
+#: InfoNoise with logit-normal(0, 1) as its warm-up and floor base (``--infonoise_base logit_normal``; issue 31)
+WARMUP_BASE_ARM = "infonoise-base=logit_normal"
 #: the transfer tier's fixed density recommended from a profile (issue 32; :mod:`benchmarks.race.recommended`)
 RECOMMENDED_ARM = f"logit_normal#{RECOMMENDED_TAG}"
 #: the arms of every transfer task, each one's seeds (the defaults and InfoNoise 3, the sweep and the peers 1)
@@ -368,6 +370,9 @@ TRANSFER_ARMS = (
     # the estimator before issue 31: today's defaults measured as they were, on the same code as the tracking
     # estimator the library now uses (docs/METHOD.md §5.10)
     FORMER_ESTIMATOR,
+    # issue 31's warm-up question: the warm-up (and floor) base logit-normal(0, 1) instead of the EDM path's EDM
+    # log-normal, which trails logit-normal on every binarized race (docs/METHOD.md §5.10, "What the warm-up is for")
+    WARMUP_BASE_ARM,
     # issue 32: logit-normal fitted to a profile (a fine-tune's pretrain at step 0, else a pilot of a quarter of the
     # run), resolved at run time (benchmarks/race/recommended.py); started after every other arm (TIER_PRIORITY)
     RECOMMENDED_ARM,
@@ -383,7 +388,7 @@ def _transfer_races() -> list[Race]:
     the fine-tunes 240 steps at a third of the learning rate from an EDM log-normal pretrain of binarized MNIST
     16x16 (1200 steps): a full fine-tune at the new resolution (the script has no LoRA for unconditional UNets) and
     one onto data scaled by 0.25. The fine-tunes' references are the from-scratch tasks of the same data."""
-    main = ("infonoise", FORMER_ESTIMATOR, "logit_normal", "edm_lognormal")
+    main = ("infonoise", FORMER_ESTIMATOR, WARMUP_BASE_ARM, "logit_normal", "edm_lognormal")
     seeds = {a: [0, 1, 2] if a in main else [0] for a in TRANSFER_ARMS}
     common = dict(
         samplers=TRANSFER_ARMS,
