@@ -30,6 +30,7 @@ from benchmarks.race.data import DATASETS, load_data
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.tiers import (
     ALL_SAMPLERS,
+    DEFAULT_PILOT_FRACTION,
     EVAL_SEED,
     JITTER_SEEDS,
     NUM_INFERENCE_STEPS,
@@ -675,11 +676,13 @@ def estimate_seconds(race: Race, quick_timing: dict | None = None, measured: dic
     return scale * (race.steps * t["step_s"] * race.batch_size / 64 + n_eval * t["eval_s"] * race.num_samples / 2000)
 
 
-def resolution_seconds(race: Race, quick_timing: dict | None = None, measured: dict | None = None) -> float:
+def resolution_seconds(
+    race: Race, quick_timing: dict | None = None, measured: dict | None = None, pilot_fraction: float = DEFAULT_PILOT_FRACTION
+) -> float:
     """Rough wall time of resolving a ``#recommended`` arm of ``race``: its cost in training steps
-    (:func:`benchmarks.race.recommended.estimated_cost`: the pilot from scratch, the profile's forward passes) at the
-    race's cost per step (:func:`estimate_seconds`, no evaluation)."""
-    steps = max(1, math.ceil(recommended.estimated_cost(race)["training_steps"]))
+    (:func:`benchmarks.race.recommended.estimated_cost`: the pilot from scratch, ``pilot_fraction`` of the race's
+    steps, the profile's forward passes) at the race's cost per step (:func:`estimate_seconds`, no evaluation)."""
+    steps = max(1, math.ceil(recommended.estimated_cost(race, pilot_fraction=pilot_fraction)["training_steps"]))
     as_training = dataclasses.replace(race, steps=steps, eval_every=steps, eval_steps=None, num_samples=0)  # no evaluation
     return estimate_seconds(as_training, quick_timing, measured)
 
@@ -702,7 +705,7 @@ def print_plan(specs: list[RunSpec], out: Path, *, jobs: int, tier: str, races: 
                 print(f"{'pretrain ' + p.name:70s} ~{est:6.0f} s")
     for sp in specs:
         if parse_arm(sp.sampler).recommended:  # its pilot (from scratch) and profile, before the run
-            est = resolution_seconds(sp.race, cal, measured)
+            est = resolution_seconds(sp.race, cal, measured, parse_arm(sp.sampler).pilot_fraction)
             done = recommended.record_path(sp).exists()
             total += est
             left += 0 if done else est

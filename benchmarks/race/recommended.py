@@ -8,7 +8,8 @@ race's model on the race's data (:func:`diffusers_infonoise.diagnostics.recommen
 1. **The model profiled.** A fine-tune (``race.pretrained``): the pipeline every run of the race starts from, its
    step 0. From scratch: a pilot, the training script run exactly as the race runs the family at its default
    (``logit_normal``: logit-normal(0, 1), the path default of the transfer tier), same seed, batch and learning-rate
-   schedule, for :data:`PILOT_FRACTION` of the race's steps; its saved pipeline (the EMA weights, as the script saves
+   schedule, for the arm's share of the race's steps (``Arm.pilot_fraction``: a quarter, or ``f`` of
+   ``#recommended-pilot=<f>``); its saved pipeline (the EMA weights, as the script saves
    them), under ``<root>/recommended/<run_id>-pilot``.
 2. **The profile.** :func:`diffusers_infonoise.diagnostics.profile_from_model`, forward passes only, at the settings
    of ``infonoise profile`` / ``infonoise recommend --model --dataset`` (:data:`PROFILE_SETTINGS`: their defaults), on
@@ -34,10 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks import training_script
-from benchmarks.race.tiers import parse_arm
-
-#: the share of a race's steps a from-scratch arm's pilot trains
-PILOT_FRACTION = 0.25
+from benchmarks.race.tiers import DEFAULT_PILOT_FRACTION, parse_arm
 #: the profile's settings: the defaults of ``infonoise profile`` and ``infonoise recommend --model --dataset``
 #: (``--num-samples``, ``--num-levels``, ``--num-noise-draws``, ``--batch-size``; gate ``auto``)
 PROFILE_SETTINGS = {"num_samples": 256, "num_levels": 32, "num_noise_draws": 2, "batch_size": 128}
@@ -76,9 +74,9 @@ def resolved_arm(spec) -> str:
     return json.loads(path.read_text())["arm"]
 
 
-def pilot_steps(race) -> int:
-    """The pilot's optimizer steps: :data:`PILOT_FRACTION` of the race's (rounded down), at least 1."""
-    return max(1, int(PILOT_FRACTION * race.steps))
+def pilot_steps(race, fraction: float = DEFAULT_PILOT_FRACTION) -> int:
+    """The pilot's optimizer steps: the share ``fraction`` of the race's (rounded down), at least 1."""
+    return max(1, int(fraction * race.steps))
 
 
 def _default_spec(spec):
@@ -91,7 +89,7 @@ def pilot_argv(spec) -> list[str]:
     """The training script's arguments of a from-scratch run's pilot: the family at its default as the race runs it,
     for :func:`pilot_steps` steps (one checkpoint, at the end), written to :func:`pilot_dir`; its end-of-run samples cut
     to one sample of one inference step (they do not touch the training)."""
-    steps = pilot_steps(spec.race)
+    steps = pilot_steps(spec.race, parse_arm(spec.sampler).pilot_fraction)
     race = dataclasses.replace(spec.race, steps=steps, eval_every=steps, eval_steps=None)
     # argparse keeps the last value: the pilot's own folder; one sample of one step at the end (nobody looks at it)
     tail = ["--output_dir", str(pilot_dir(spec)), "--eval_batch_size", "1", "--num_inference_steps", "1"]
@@ -117,12 +115,12 @@ def cost(race, *, pilot: int, forward_passes: int) -> dict:
     }
 
 
-def estimated_cost(race, settings: dict | None = None) -> dict:
-    """:func:`cost` before anything ran (``--plan``): the pilot of a from-scratch race and a profile at ``settings``
-    (default :data:`PROFILE_SETTINGS`)."""
+def estimated_cost(race, settings: dict | None = None, pilot_fraction: float = DEFAULT_PILOT_FRACTION) -> dict:
+    """:func:`cost` before anything ran (``--plan``): the pilot of a from-scratch race (``pilot_fraction`` of its steps)
+    and a profile at ``settings`` (default :data:`PROFILE_SETTINGS`)."""
     s = {**PROFILE_SETTINGS, **(settings or {})}
     fwd = profile_forward_passes(s["num_samples"], s["num_levels"], s["num_noise_draws"])
-    return cost(race, pilot=0 if race.pretrained else pilot_steps(race), forward_passes=fwd)
+    return cost(race, pilot=0 if race.pretrained else pilot_steps(race, pilot_fraction), forward_passes=fwd)
 
 
 def _training(spec):
@@ -211,7 +209,7 @@ def resolve(spec, settings: dict | None = None) -> dict:
         folder, steps = Path(cfg.pretrained_model_name_or_path), 0
         source = {"kind": "pretrained (step 0)", "model": str(folder), "pretrain": race.pretrained}
     else:
-        folder, steps = pilot_dir(spec), pilot_steps(race)
+        folder, steps = pilot_dir(spec), pilot_steps(race, parse_arm(spec.sampler).pilot_fraction)
         argv = pilot_argv(spec)
         if not (folder / "model_index.json").exists():
             t0 = time.time()

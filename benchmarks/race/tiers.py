@@ -7,6 +7,7 @@ schedulers (:func:`train_scheduler`; :func:`eval_scheduler`, the fixed inference
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -95,8 +96,12 @@ class Race:
     reference: str | None = None
 
 
-#: the tag of a fixed density fitted at run time (``logit_normal#recommended``, :mod:`benchmarks.race.recommended`)
+#: the tag of a fixed density fitted at run time (``logit_normal#recommended``, :mod:`benchmarks.race.recommended`);
+#: ``#recommended-pilot=<f>`` fits it from scratch on a pilot of the share f of the race's steps instead of
+#: :data:`DEFAULT_PILOT_FRACTION`
 RECOMMENDED_TAG = "recommended"
+#: the share of a race's steps a from-scratch ``#recommended`` arm's pilot trains (the first pass of issue 32)
+DEFAULT_PILOT_FRACTION = 0.25
 #: the fixed densities a ``#recommended`` arm may name: the normals in ln σ (METHOD.md §6.1's one 2-parameter family)
 RECOMMENDABLE = ("logit_normal", "edm_lognormal")
 
@@ -121,8 +126,16 @@ class Arm:
 
     @property
     def recommended(self) -> bool:
-        """Whether the arm's parameters are resolved at run time from a profile (``#recommended``)."""
-        return self.tag == RECOMMENDED_TAG
+        """Whether the arm's parameters are resolved at run time from a profile (``#recommended[-pilot=<f>]``)."""
+        return self.tag == RECOMMENDED_TAG or self.tag.startswith(f"{RECOMMENDED_TAG}-pilot=")
+
+    @property
+    def pilot_fraction(self) -> float | None:
+        """A ``#recommended`` arm's pilot share of the race's steps (from scratch): ``f`` of ``-pilot=<f>``, else
+        :data:`DEFAULT_PILOT_FRACTION`; ``None`` for other arms."""
+        if not self.recommended:
+            return None
+        return float(self.tag.partition("=")[2]) if "=" in self.tag else DEFAULT_PILOT_FRACTION
 
     @property
     def kind(self) -> str:
@@ -162,7 +175,14 @@ def parse_arm(arm: str) -> Arm:
         raise ValueError(f"arm {arm!r}: @parameters are a fixed density's ({', '.join(FIXED_DENSITY_NAMES)})")
     if options and name in FIXED_DENSITY_NAMES:
         raise ValueError(f"arm {arm!r}: -<flag>_<value> options are for the adaptive samplers, not a fixed density")
-    if tag == RECOMMENDED_TAG and (name not in RECOMMENDABLE or params or options):
+    if tag.startswith(f"{RECOMMENDED_TAG}-pilot="):
+        try:
+            fraction = float(tag.partition("=")[2])
+        except ValueError:
+            fraction = math.nan
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"arm {arm!r}: #{RECOMMENDED_TAG}-pilot=<f> takes the pilot's share of the race's steps, a number in (0, 1]")
+    if Arm(name, tag=tag).recommended and (name not in RECOMMENDABLE or params or options):
         raise ValueError(
             f"arm {arm!r}: #{RECOMMENDED_TAG} fits the parameters of {' or '.join(RECOMMENDABLE)} at run time; "
             f"name one of them without @parameters or options"
@@ -359,6 +379,8 @@ TRANSFER_SWEEP = ("logit_normal@mean=-2", "logit_normal@mean=-1", "logit_normal"
 WARMUP_BASE_ARM = "infonoise-base=logit_normal"
 #: the transfer tier's fixed density recommended from a profile (issue 32; :mod:`benchmarks.race.recommended`)
 RECOMMENDED_ARM = f"logit_normal#{RECOMMENDED_TAG}"
+#: the same with a pilot of half the race's steps (from scratch; a fine-tune profiles its pretrain either way)
+RECOMMENDED_HALF_PILOT_ARM = f"logit_normal#{RECOMMENDED_TAG}-pilot=0.5"
 #: the arms of every transfer task, each one's seeds (the defaults and InfoNoise 3, the sweep and the peers 1)
 TRANSFER_ARMS = (
     "infonoise",
@@ -376,6 +398,9 @@ TRANSFER_ARMS = (
     # issue 32: logit-normal fitted to a profile (a fine-tune's pretrain at step 0, else a pilot of a quarter of the
     # run), resolved at run time (benchmarks/race/recommended.py); started after every other arm (TIER_PRIORITY)
     RECOMMENDED_ARM,
+    # the same fitted from scratch on a pilot of half the run (a quarter-run pilot's model is too young: its profile
+    # fits logit-normal(0.20, 0.53) at x4, the end-of-run models' (0.87-1.02, 0.87-0.98), the oracle (1, 1))
+    RECOMMENDED_HALF_PILOT_ARM,
 )
 
 
@@ -802,7 +827,7 @@ def smoke_races(races: list[Race]) -> list[Race]:
         dataclasses.replace(
             r,
             samplers=(
-                tuple(a for a in r.samplers if a in ("infonoise", r.baseline, r.sweep[1], "loss_slope") or parse_arm(a).recommended)
+                tuple(a for a in r.samplers if a in ("infonoise", r.baseline, r.sweep[1], "loss_slope", RECOMMENDED_ARM))
                 if r.sweep
                 else r.samplers
             ),

@@ -61,13 +61,22 @@ def test_the_arm_name_parses_and_sits_last_in_the_transfer_tier():
         with pytest.raises(ValueError, match="#recommended fits the parameters of logit_normal or edm_lognormal"):
             tiers.parse_arm(bad)
     assert tiers.split_arms(f"logit_normal,{ARM},infonoise") == ["logit_normal", ARM, "infonoise"]
+    # the pilot's share: a quarter, or f of #recommended-pilot=<f> in (0, 1]
+    half = tiers.parse_arm(tiers.RECOMMENDED_HALF_PILOT_ARM)
+    assert tiers.RECOMMENDED_HALF_PILOT_ARM == "logit_normal#recommended-pilot=0.5" and half.recommended and half.pilot_fraction == 0.5
+    assert tiers.parse_arm(ARM).pilot_fraction == 0.25 and tiers.parse_arm("logit_normal").pilot_fraction is None
+    for bad in ("logit_normal#recommended-pilot=0", "logit_normal#recommended-pilot=1.5", "logit_normal#recommended-pilot=x"):
+        with pytest.raises(ValueError, match=r"#recommended-pilot=<f> takes the pilot's share of the race's steps, a number in \(0, 1\]"):
+            tiers.parse_arm(bad)
+    with pytest.raises(ValueError, match="#recommended fits the parameters"):
+        tiers.parse_arm("infonoise#recommended-pilot=0.5")
     # in every transfer task with one seed, and started after every other run of the tier, the peers included
-    assert tiers.TRANSFER_ARMS[-1] == ARM
+    assert tiers.TRANSFER_ARMS[-2:] == (ARM, tiers.RECOMMENDED_HALF_PILOT_ARM)
     specs = harness.run_specs(tiers.tier_races("transfer"), tier="transfer", results_tier="transfer", root="/tmp/x")
-    ours = [sp for sp in specs if sp.sampler == ARM]
-    assert len(ours) == len(tiers.tier_races("transfer")) and {sp.seed for sp in ours} == {0}
+    ours = [sp for sp in specs if tiers.parse_arm(sp.sampler).recommended]
+    assert len(ours) == 2 * len(tiers.tier_races("transfer")) and {sp.seed for sp in ours} == {0}
     assert specs[-len(ours) :] == ours
-    others = [tiers.run_priority("transfer", sp) for sp in specs if sp.sampler != ARM]
+    others = [tiers.run_priority("transfer", sp) for sp in specs if not tiers.parse_arm(sp.sampler).recommended]
     assert max(others) < min(tiers.run_priority("transfer", sp) for sp in ours)
     # its profile is the one `infonoise profile` / `infonoise recommend --model --dataset` measure by default
     from diffusers_infonoise.cli import build_parser
@@ -138,6 +147,11 @@ def test_from_scratch_a_pilot_of_a_quarter_is_profiled_counted_and_cached(tmp_pa
     assert [flag(f) for f in ("--noise_sampler", "--max_train_steps", "--seed", "--train_batch_size")] == ["logit_normal", "2", "0", "8"]
     assert flag("--output_dir") == str(pilot) and "--logit_mean" not in cmd and "--pretrained_model_name_or_path" not in cmd
     assert rec["source"]["kind"] == "pilot" and rec["source"]["pilot_steps"] == 2
+    # a pilot of half the run (#recommended-pilot=0.5): 4 of the 8 steps, in its own folder
+    half = harness.RunSpec("t", race, tiers.RECOMMENDED_HALF_PILOT_ARM, 0, str(tmp_path))
+    half_cmd = recommended.pilot_argv(half)
+    assert half_cmd[len(half_cmd) - 1 - half_cmd[::-1].index("--max_train_steps") + 1] == "4"
+    assert recommended.pilot_dir(half) != pilot and recommended.estimated_cost(race, SMALL, 0.5)["pilot_steps"] == 4
     # its profile: the parameters recommend_parameters gives on the pilot's model, measured here
     want = _expected(pilot)
     assert rec["params"] == {"mean": want["params"]["P_mean"], "std": want["params"]["P_std"]}
