@@ -36,6 +36,7 @@ from pathlib import Path
 
 from benchmarks import training_script
 from benchmarks.race.tiers import DEFAULT_PILOT_FRACTION, parse_arm
+
 #: the profile's settings: the defaults of ``infonoise profile`` and ``infonoise recommend --model --dataset``
 #: (``--num-samples``, ``--num-levels``, ``--num-noise-draws``, ``--batch-size``; gate ``auto``)
 PROFILE_SETTINGS = {"num_samples": 256, "num_levels": 32, "num_noise_draws": 2, "batch_size": 128}

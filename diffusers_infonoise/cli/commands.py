@@ -218,8 +218,11 @@ def _cmd_dataset_profile(args) -> int:
         progress=not args.no_progress,
         gate=args.gate,
     )
-    prof.meta.update({"dataset": args.dataset, "split": args.split, "pixel_range": [-1.0, 1.0]})
-    _print_profile(prof, f"optimal-empirical-denoiser profile of {args.dataset} ({args.split}, {x.shape[0]} samples, pixels in [-1, 1])")
+    lo, hi = float(x.min()), float(x.max())
+    prof.meta.update({"dataset": args.dataset, "split": args.split, "value_range": [lo, hi]})
+    _print_profile(
+        prof, f"optimal-empirical-denoiser profile of {args.dataset} ({args.split}, {x.shape[0]} samples, values in [{lo:.3g}, {hi:.3g}])"
+    )
     print(
         "  note: the empirical denoiser knows every training point, so this profile describes memorisation of this finite "
         "data set (METHOD.md section 7); it approaches the population profile only as the data set grows"

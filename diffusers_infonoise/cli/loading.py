@@ -114,7 +114,12 @@ def _objective(args, scheduler):
 
 
 def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int, image_column: str = "image"):
-    """(N, C, H, W) float32 images scaled to [−1, 1] and (N,) int64 labels (or None)."""
+    """(N, C, H, W) float32 x0 and (N,) int64 labels (or None), as ``train_unconditional.py`` reads them: pixels
+    scaled to [−1, 1]; a column of float arrays (``datasets.Array2D``/``Array3D``: latents, rescaled data) as stored,
+    in the model's units (``training.datasets.is_array_column``).
+
+    Raises:
+        CLIError: naming ``--dataset``, ``--split`` or ``--image-column``; arrays holding a non-finite value."""
     import numpy as np
     import torch
 
@@ -143,6 +148,9 @@ def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int
         ds = ds[split]
     if image_column not in ds.column_names:
         raise CLIError(f"--image-column: {image_column!r} is not a column of {p}; columns: {', '.join(ds.column_names)}")
+    from ..training.datasets import is_array_column
+
+    as_stored = is_array_column(ds, image_column)  # x0 in model units: a pixel mapping would silently change the data
     n = len(ds)
     if max_samples is not None and max_samples < n:
         idx = np.sort(np.random.default_rng(seed).permutation(n)[:max_samples])
@@ -159,7 +167,10 @@ def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int
     if len(shapes) != 1:
         raise CLIError(f"--dataset: images of different shapes {sorted(shapes)[:3]}...; resize them to one size first")
     x = torch.from_numpy(np.stack(arrays))
-    if float(x.max()) > 1.5:  # uint8-like pixels
+    if as_stored:
+        if not bool(torch.isfinite(x).all()):
+            raise CLIError(f"--image-column {image_column!r}: the arrays of {p} hold a non-finite value")
+    elif float(x.max()) > 1.5:  # uint8-like pixels
         x = x / 127.5 - 1.0
     labels = None
     if "label" in ds.column_names:

@@ -328,7 +328,6 @@ def unconditional_dataset(
         ValueError: the column is not in the data set (naming the columns there are); arrays whose size is
             not ``--resolution``, that hold a non-finite value, or with ``--random_flip``.
     """
-    import datasets
 
     from ..data import one_hot_sequences
 
@@ -340,7 +339,7 @@ def unconditional_dataset(
         # one-hot once (a few MB for tens of thousands of short sequences); batches index into it
         encoded = one_hot_sequences(dataset[sequence_column], alphabet)
         return torch.utils.data.TensorDataset(encoded), _stack_first, encoded.shape[1], encoded.shape[2]
-    if isinstance(dataset.features.get(column), (datasets.Array2D, datasets.Array3D)):
+    if is_array_column(dataset, column):
         arrays = _x0_arrays(dataset.with_format("numpy")[column], data)
         return torch.utils.data.TensorDataset(arrays), _stack_first, arrays.shape[1], None
     channels = 1 if dataset[0][column].mode in ("L", "1", "I", "F") else 3
@@ -355,6 +354,15 @@ def unconditional_dataset(
         binary=binary_data(data),
     )
     return images, None, channels, None
+
+
+def is_array_column(dataset, column: str) -> bool:
+    """Whether ``column`` of a ``datasets.Dataset`` holds x0 arrays in the model's own units (a ``datasets.Array2D``
+    (R, R) or ``Array3D`` (C, R, R) feature: latents, dequantized or rescaled data), which training and the profiles
+    of ``infonoise`` take as stored; any other image column is pixels, mapped to [−1, 1]."""
+    import datasets
+
+    return isinstance(dataset.features.get(column), (datasets.Array2D, datasets.Array3D))
 
 
 def _x0_arrays(values, data: DataConfig) -> torch.Tensor:
