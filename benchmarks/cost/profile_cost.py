@@ -85,7 +85,7 @@ def case_args(case: str, model: str, out: str, opts) -> list[str]:
 
 class _StartReport(logging.Handler):
     """Keeps the profile start's report, the record :func:`diffusers_infonoise.apply_start` logs
-    (``noise sampler start: <reason>; samples_per_bin 6, forward_passes 45, ...``), as numbers."""
+    (``noise sampler start: profile (<reason>); samples_per_bin 6, forward_passes 45, ...``), as numbers."""
 
     def __init__(self):
         super().__init__(logging.INFO)

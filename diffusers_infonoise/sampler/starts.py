@@ -148,8 +148,9 @@ def apply_start(
     """Start ``sampler`` as ``start`` says, before step 1: nothing for ``"base"``, its
     ``load_schedule(start.payload, source=start.source)`` for ``"stored"``, its ``start_from_model`` (``loss_fn``,
     ``batches``, ``samples_per_bin``) for ``"profile"``. The sampler records the start (``sampler.start_record``;
-    :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.record_start`; a fixed density records nothing).
-    Returns a description for the log (``{"start", ...}``).
+    :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.record_start`; a fixed density records nothing) and
+    logs it, once: ``noise sampler start: <choice> (<reason>); <what it measured>``. Returns that description
+    (``{"start", ...}``).
 
     Raises:
         ValueError: a ``"profile"`` start without ``loss_fn`` and ``batches``, a ``"stored"`` or ``"profile"`` start of
@@ -165,7 +166,8 @@ def apply_start(
     else:
         info = {"start": "base"}
         sampler.record_start({"choice": "base"})
-    logger.info(f"noise sampler start: {start.reason}; " + ", ".join(f"{k} {v}" for k, v in info.items() if k != "start"))
+    details = ", ".join(f"{k} {v}" for k, v in info.items() if k != "start")
+    logger.info(f"noise sampler start: {start.choice} ({start.reason})" + (f"; {details}" if details else ""))
     return info
 
 

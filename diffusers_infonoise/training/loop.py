@@ -271,13 +271,12 @@ def finish_micro_batch(
 
 
 def start_sampler(accelerator, sampler: TrainingTimestepSampler, start: SamplerStart, *, model, compute_loss: Callable, dataloader) -> dict:
-    """Apply ``start`` before step 1 of a fresh run (:func:`~diffusers_infonoise.apply_start`) and log it. A
+    """Apply ``start`` before step 1 of a fresh run (:func:`~diffusers_infonoise.apply_start`, which logs it). A
     ``"profile"`` start measures ``compute_loss`` on the dataloader's batches with ``model`` in eval mode, without
     gradients (:meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.start_from_model`); its forward passes
     and time are logged to the trackers as ``infonoise/start_forward_passes`` and ``infonoise/start_seconds``. Returns
     ``apply_start``'s description."""
-    # logged here, not where it was chosen: the scripts choose it before start_run configures logging
-    logger.info(f"noise sampler start: {start.choice} ({start.reason})")
+    # logged by apply_start, here and not where it was chosen: the scripts choose it before start_run configures logging
     model.eval()
     info = apply_start(sampler, start, loss_fn=compute_loss, batches=dataloader, progress=accelerator.is_local_main_process)
     model.train()

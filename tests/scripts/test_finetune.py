@@ -122,6 +122,10 @@ def test_profile_measures_the_pretrained_model_before_step_one(script, pretraine
     log = caplog.text
     # auto: no stored schedule in the pretrained scheduler, a pretrained model: its errors are measured
     assert "init 'auto': a pretrained model is given, so its errors are measured" in log
+    # one line for the start, with what it measured (it was logged twice, once without the measurement)
+    (line,) = _start_log(caplog).splitlines()
+    # 16 bins x 1 level a bin, in batches of 8 (base_args)
+    assert line.startswith("noise sampler start: profile (init 'auto'") and "samples_per_bin 1, forward_passes 2, samples 16," in line, line
     assert "noise sampler profile start:" in log and "16 of 16 bins filled" in log
     payload = scheduler_payload(out)
     assert payload["adapted"] and payload["warmup_steps_resolved"] == 0 and payload["tv_phi_rho"] <= 0.07

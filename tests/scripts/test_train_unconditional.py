@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import os
 import re
 
@@ -104,6 +105,14 @@ def test_kingma_gao_runs_without_storing_a_schedule(script, unet_config, tmp_pat
     assert sampler.name == "kingma_gao" and sampler.num_updates == 1 and sampler.optimizer_step == 3
     assert scheduler_payload(out) is None  # the stored schedule is InfoNoise's
     assert (out / "schedule" / "schedule_0000002.png").is_file()
+
+
+def test_the_sampler_start_is_logged_once(script, unet_config, tmp_path, caplog):
+    """The loop logged the start before applying it and apply_start logged it again: two lines for one start."""
+    with caplog.at_level(logging.INFO):
+        script.main(base_args(unet_config, tmp_path / "once", "--max_train_steps", 2, "--infonoise_warmup_steps", 1))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("noise sampler start")]
+    assert lines == ["noise sampler start: base (init 'auto': no pretrained model and no stored schedule (training from scratch))"], lines
 
 
 # ----------------------------------------------------------------------------------------------
