@@ -21,15 +21,16 @@ class CLIError(Exception):
 
 
 def _stored_and_grid(scheduler, args):
-    """``(payload or None, log-σ grid)``: a learned schedule's bin centres, else ``--num-levels``
-    points over the scheduler's path."""
-    from ..diagnostics import load_learned_sampler, log_sigma_grid
+    """``(payload or None, log-σ grid)``: a learned schedule's bin centres (those of the sampler it loads into, on the
+    path of its stored shift), else ``--num-levels`` points over the scheduler's path. Only the grid is taken: the
+    schedule is not loaded into a sampler, whose warnings are about training with it."""
+    from ..diagnostics import log_sigma_grid
     from ..paths import path_from_scheduler
-    from ..schedule_io import read_schedule
+    from ..schedule_io import read_schedule, stored_mu
 
     stored = read_schedule(scheduler)
     if stored is not None:
-        return stored, load_learned_sampler(scheduler).estimator.centers
+        return stored, log_sigma_grid(path_from_scheduler(scheduler, mu=stored_mu(scheduler, stored)), len(stored["pi"]))
     return stored, log_sigma_grid(path_from_scheduler(scheduler, mu=args.mu), args.num_levels)
 
 

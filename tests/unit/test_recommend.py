@@ -17,6 +17,7 @@ import json
 import math
 import re
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from diffusers_infonoise import densities, make_sampler
 from diffusers_infonoise.cli import main
 from diffusers_infonoise.diagnostics import (
     allocation_tv,
+    analytic_mmse_gaussian,
     log_sigma_grid,
     profile_from_errors,
     recommend_fixed_density,
@@ -353,6 +355,33 @@ def test_recommend_from_a_measured_profile_and_from_its_json(capsys, pipes, tmp_
     rc, out, err = run(capsys, "recommend", tmp_path / "p" / "profile.json", "--json", tmp_path / "j.json")
     assert rc == 0, err
     assert json.loads((tmp_path / "j.json").read_text())["families"] == data["families"]
+
+
+def test_recommend_profiles_a_model_on_its_stored_grid_without_the_schedules_training_warnings(capsys, tmp_path):
+    """A profile measures the model at the bin centres of the schedule stored with it and uses nothing else of it.
+    It loaded the schedule into a sampler for them, whose training-time warning about π ('step 0: pi rests mostly on
+    bins never measured ... a longer warmup_steps') came out raw, with a file and line, from a command that trains
+    nothing."""
+    scheduler = EDMEulerScheduler()
+    s = make_sampler("infonoise", scheduler, warmup_steps=0, num_bins=32)
+    x = s.estimator.centers
+    near = torch.argsort((x - math.log(7.0)).abs())[:3]  # 3 of 32 bins measured, at VE sigma about 7
+    s.estimator.accumulate(x[near], analytic_mmse_gaussian(torch.exp(x[near]), 0.5))
+    with pytest.warns(UserWarning, match="rests mostly on bins never measured"):  # the schedule is that sparse
+        assert s.refresh_now(ema_decay=0.0, min_count=1)
+    s.save_to_scheduler(scheduler)
+    tiny_unet2d(8).save_pretrained(tmp_path / "pipe" / "unet")
+    scheduler.save_pretrained(tmp_path / "pipe" / "scheduler")
+
+    common = ("--dataset", "digits", "--num-samples", 4, "--num-noise-draws", 1, "--no-progress", "--json", tmp_path / "r.json")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, _, err = run(capsys, "recommend", "--model", tmp_path / "pipe", *common)
+    assert rc == 0 and "Warning" not in err, err
+    assert not [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    # the profile is still measured at the stored schedule's bin centres
+    target = json.loads((tmp_path / "r.json").read_text())["target"]
+    assert torch.allclose(torch.tensor(target["log_sigma"], dtype=torch.float64), x, rtol=0, atol=1e-12)
 
 
 def test_recommend_errors_are_one_line_naming_the_argument(capsys, pipes, tmp_path):
