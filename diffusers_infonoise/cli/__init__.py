@@ -16,7 +16,8 @@ Subcommands (``infonoise SUBCOMMAND --help`` for each):
 
 All noise levels are VE σ (METHOD.md §1). Errors a user can fix (a path without a learned schedule,
 an unknown sampler name, a model that does not fit the data or scheduler, an uncached Hub repo while
-offline) print one line ``infonoise SUBCOMMAND: error: ...`` and exit with status 2; ``--debug``
+offline) print one line ``infonoise SUBCOMMAND: error: ...`` and exit with status 2, led by the flag to change
+(``--prediction-type: ...``, also for the library's errors about the argument that flag sets); ``--debug``
 shows the traceback instead.
 """
 
@@ -28,7 +29,7 @@ import sys
 from ..argtypes import figure_file_arg, gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
 from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_recommend, _cmd_show
-from .loading import _DEFAULT_SAMPLERS, CLIError, _one_line
+from .loading import _DEFAULT_SAMPLERS, CLIError, _as_option_error, _one_line
 
 __all__ = ["main", "CLIError"]
 
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as err:
         msg = str(err)
     except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
-        # library errors name the argument and the accepted values; keep them to one line
-        msg = _one_line(err)
+        # library errors name the argument and the accepted values; keep them to one line, naming the flag that sets it
+        msg = _as_option_error(_one_line(err), args)
     print(f"infonoise {args.command}: error: {msg}", file=sys.stderr)
     return 2

@@ -466,22 +466,15 @@ def _cmd_recommend(args) -> int:
         source, scheduler, what = _recommend_source(args)
         if args.scheduler:
             scheduler, _ = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
-    try:
-        rec = recommend_fixed_density(
-            source,
-            scheduler,
-            prediction_type=args.prediction_type,
-            loss_weighting=None if args.loss_weighting == "auto" else args.loss_weighting,
-            snr_gamma=args.snr_gamma,
-            mu=args.mu,
-            trainers=args.trainer,
-        )
-    except ValueError as err:
-        msg = _one_line(err)
-        for name, flag in (("noise_scheduler:", "--scheduler:"), ("trainer:", "--trainer:"), ("mu:", "--mu:")):
-            if msg.startswith(name):
-                msg = flag + msg[len(name) :]
-        raise CLIError(msg) from None
+    rec = recommend_fixed_density(  # its errors name the argument: main shows them led by its flag
+        source,
+        scheduler,
+        prediction_type=args.prediction_type,
+        loss_weighting=None if args.loss_weighting == "auto" else args.loss_weighting,
+        snr_gamma=args.snr_gamma,
+        mu=args.mu,
+        trainers=args.trainer,
+    )
     t = rec.target
     path, obj, x = t.path.config(), t.objective, t.log_sigma
     lo, hi = profile_window(t.rho_hat, x)

@@ -184,6 +184,27 @@ def _one_line(err) -> str:
     return text[0] if text else type(err).__name__
 
 
+#: the library's arguments that the commands' options set: name -> the option's ``dest`` (its flag: ``--`` and dashes)
+_OPTION_OF_ARGUMENT = {
+    "noise_scheduler": "scheduler",
+    "prediction_type": "prediction_type",
+    "loss_weighting": "loss_weighting",
+    "snr_gamma": "snr_gamma",
+    "mu": "mu",
+    "trainer": "trainer",
+}
+
+
+def _as_option_error(message: str, args) -> str:
+    """A library error that leads with the name of an argument the command's options set (``prediction_type: ...``),
+    led instead by the flag the user types (``--prediction-type: ...``); other messages as they are."""
+    name, sep, rest = message.partition(": ")
+    dest = _OPTION_OF_ARGUMENT.get(name)
+    if not sep or dest is None or not hasattr(args, dest):
+        return message
+    return f"--{dest.replace('_', '-')}: {rest}"
+
+
 def _load_pipeline_parts(model_path: str, model_subfolder: str | None, scheduler_spec: str | None):
     import diffusers
 

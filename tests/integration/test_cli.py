@@ -185,7 +185,7 @@ def test_profile_errors(capsys, saved, tmp_path):
         tmp_path,
         "--no-progress",
     )
-    assert_one_line_error(rc, err, "prediction_type")
+    assert_one_line_error(rc, err, "--prediction-type: 'flow' is not a loss parameterization of the ve path")
 
 
 def test_a_device_this_machine_lacks_is_a_clear_error(capsys):
