@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["default_unet", "check_unet_config", "unconditional_model"]
+__all__ = ["default_unet", "check_unet_config", "unconditional_model", "local_model_config"]
+
+#: what ``--model_config_name_or_path`` accepts, said in its errors
+MODEL_CONFIG_ACCEPTED = "a UNet config, as a JSON file (a model's config.json) or a folder that holds one as config.json"
 
 
 def unconditional_model(cls, cfg, *, channels: int, length: int | None = None):
@@ -24,7 +27,9 @@ def unconditional_model(cls, cfg, *, channels: int, length: int | None = None):
         )
         return model
     if cfg.model_config_name_or_path:
-        config = cls.load_config(cfg.model_config_name_or_path)
+        config = local_model_config(cfg.model_config_name_or_path)
+        if config is None:  # a Hub repo id
+            config = cls.load_config(cfg.model_config_name_or_path)
         if config.get("_class_name", cls.__name__) != cls.__name__:
             raise ValueError(
                 f"--model_config_name_or_path: a {config['_class_name']} config; this data needs a "
@@ -34,6 +39,33 @@ def unconditional_model(cls, cfg, *, channels: int, length: int | None = None):
         check_unet_config(model.config, channels=channels, length=length, resolution=cfg.resolution)
         return model
     return default_unet(channels, resolution=cfg.resolution, length=length)
+
+
+def local_model_config(spec) -> dict | None:
+    """The config ``--model_config_name_or_path`` names when it is local: the JSON object of a file, or of a folder's
+    ``config.json``; None for a Hub repo id (nothing of that name here, :func:`~diffusers_infonoise.schedule_io.local_or_hub`;
+    a name ending in ``.json`` is always a file), which diffusers' ``load_config`` reads. Reads nothing from the network.
+
+    Raises:
+        ValueError: one line naming the option, what is wrong (no such file, a device, a folder without config.json,
+            not valid JSON, not a JSON object) and what it accepts.
+    """
+    from ..schedule_io import ScheduleSourceError, local_or_hub, read_json_file
+
+    text = str(spec)
+    try:
+        where = local_or_hub(text)
+        if isinstance(where, str):
+            if not text.endswith(".json"):
+                return None
+            raise ScheduleSourceError(f"no such file: {text}")
+        if where.is_dir():
+            where = where / "config.json"
+            if not where.is_file():
+                raise ScheduleSourceError(f"{text}: a folder without a config.json")
+        return read_json_file(where)
+    except ScheduleSourceError as err:
+        raise ValueError(f"--model_config_name_or_path: {err}; accepted: {MODEL_CONFIG_ACCEPTED}") from None
 
 
 def default_unet(channels: int, *, resolution: int | None = None, length: int | None = None):

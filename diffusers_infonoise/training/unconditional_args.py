@@ -9,6 +9,7 @@ import argparse
 from ..argtypes import positive_float, positive_int
 from ..paths import PATH_CLASSES
 from .args import add_common_training_args, add_noise_sampler_args, check_sources, script_configs
+from .models import local_model_config
 from .unconditional import UnconditionalConfig
 
 __all__ = ["add_unconditional_args", "check_unconditional_args", "unconditional_config", "DIFFUSION_PATHS", "SCHEDULER_FLAGS"]
@@ -112,6 +113,11 @@ def check_unconditional_args(parser: argparse.ArgumentParser, args) -> None:
     allowed = PATH_CLASSES[DIFFUSION_PATHS[args.diffusion]].scheduler_prediction_types
     if args.model_config_name_or_path and args.pretrained_model_name_or_path:
         parser.error("--model_config_name_or_path (from scratch) and --pretrained_model_name_or_path (fine-tuning): give one")
+    if args.model_config_name_or_path:
+        try:  # read before anything is loaded or trained: an unreadable config ended the run in a traceback
+            local_model_config(args.model_config_name_or_path)
+        except ValueError as err:
+            parser.error(str(err))
     if args.prediction_type is None and not args.pretrained_model_name_or_path:
         args.prediction_type = allowed[0]  # a pretrained model's own is read from its scheduler
     elif args.prediction_type is not None and args.prediction_type not in allowed:

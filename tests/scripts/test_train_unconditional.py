@@ -20,6 +20,7 @@ import torch
 from diffusers_infonoise import sampler as S
 from diffusers_infonoise.schedule_io import read_schedule
 
+from helpers.scripts import assert_option_error
 from helpers.unconditional import (
     base_args,
     load_pipeline_quietly,
@@ -381,6 +382,30 @@ def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_confi
     # the tiny config is 8x8, one channel: training it at 16 would save a pipeline that samples 8x8
     with pytest.raises(ValueError, match=r"--model_config_name_or_path: sample_size 8, but --resolution is 16"):
         script.main(base_args(unet_config, tmp_path / "r16", "--resolution", 16, "--max_train_steps", 1))
+
+
+@pytest.mark.parametrize(
+    "name,content,says",
+    [
+        ("/dev/null", None, "/dev/null: a character device, not a regular file or a folder"),
+        ("empty.json", "", "empty.json: not valid JSON"),
+        ("notes.json", "sample_size: 8", "notes.json: not valid JSON"),
+        ("list.json", "[8, 16]", "list.json: expected a JSON object, got list"),
+        ("missing.json", None, "no such file: missing.json"),  # a bare name, which diffusers took for a Hub repo id
+        ("./missing.json", None, "no such file or folder: ./missing.json"),
+        ("folder", "a folder", "folder: a folder without a config.json"),
+    ],
+)
+def test_an_unreadable_model_config_is_one_line_naming_the_option(script, tmp_path, capsys, monkeypatch, name, content, says):
+    """Each of these ended in a traceback from diffusers' load_config (or an AttributeError on a JSON list)."""
+    monkeypatch.chdir(tmp_path)
+    if content == "a folder":
+        (tmp_path / name).mkdir()
+    elif content is not None:
+        (tmp_path / name).write_text(content)
+    line = assert_option_error(capsys, re.escape(f"--model_config_name_or_path: {says}"), script.main, base_args(name, tmp_path / "out"))
+    assert line.endswith("; accepted: a UNet config, as a JSON file (a model's config.json) or a folder that holds one as config.json")
+    assert not (tmp_path / "out").exists()  # refused before anything ran
 
 
 def test_a_negative_or_nan_clipping_norm_is_refused_below_the_scripts_too():

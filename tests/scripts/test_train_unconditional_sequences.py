@@ -62,8 +62,10 @@ def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, une
     with torch.no_grad():
         assert not torch.allclose(model(x, torch.tensor([1.0, 1.0])).sample, model(x, torch.tensor([300.0, 300.0])).sample)
 
+    fits = tmp_path / "unet1d.json"  # a config that fits, where the error is another option's
+    fits.write_text(json.dumps(TINY_UNET_1D))
     with pytest.raises(ValueError, match="--sequence_column: 'seq' is not a column"):
-        script.main(seq_args(tmp_path / "none.json", dataset, tmp_path / "a", "--sequence_column", "seq", "--max_train_steps", 1))
+        script.main(seq_args(fits, dataset, tmp_path / "a", "--sequence_column", "seq", "--max_train_steps", 1))
     with pytest.raises(ValueError, match="--model_config_name_or_path: a UNet2DModel config"):
         script.main(seq_args(unet_config, dataset, tmp_path / "b", "--max_train_steps", 1))
     # a 1-D config that does not fit the data: named before torch fails on a shape
@@ -81,16 +83,4 @@ def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, une
     with pytest.raises(SystemExit):
         script.parse_args(["--sequence_column", "sequence"])  # no --dataset_name: argparse error
     with pytest.raises(ValueError, match=r"--train_batch_size 8 is larger than the data set \(4 examples"):
-        script.main(
-            seq_args(
-                tmp_path / "none.json",
-                dataset,
-                tmp_path / "d",
-                "--max_train_samples",
-                4,
-                "--max_train_steps",
-                1,
-                "--model_config_name_or_path",
-                str(tmp_path / "unet1d.json"),
-            )
-        )
+        script.main(seq_args(fits, dataset, tmp_path / "d", "--max_train_samples", 4, "--max_train_steps", 1))
