@@ -1,5 +1,11 @@
 """argparse types shared by the training scripts and the ``infonoise`` command: each turns text into a
-value of the library or raises ``argparse.ArgumentTypeError``, which argparse reports naming the option."""
+value of the library or raises ``argparse.ArgumentTypeError``, which argparse reports naming the option.
+
+One rule for the words an option takes besides numbers: ``auto``, ``none`` (and the gate's ``off`` and rules), and
+``true``/``false`` are accepted in any case and stored in lower case, so ``AUTO`` is stored as ``'auto'``. Options
+that choose from a list of names (argparse ``choices``) take ``auto`` the same way (:func:`auto_arg`) and their
+other names as written.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from pathlib import Path
 from .estimator import parse_gate
 
 __all__ = [
+    "auto_arg",
     "positive_int",
     "nonnegative_int",
     "plot_steps_arg",
@@ -23,6 +30,16 @@ __all__ = [
     "bool_arg",
     "figure_file_arg",
 ]
+
+
+def _is_auto(value: str) -> bool:
+    return value.lower() == "auto"
+
+
+def auto_arg(value: str) -> str:
+    """argparse type of an option whose ``choices`` include ``auto``: ``auto`` in any case as ``'auto'``, any other
+    name as written (``choices`` then checks it)."""
+    return "auto" if _is_auto(value) else value
 
 
 def _int_at_least(value: str, low: int) -> int:
@@ -73,6 +90,7 @@ def nonnegative_float(value: str) -> float:
 
 
 def gate_arg(value: str):
+    """``--infonoise_gate`` and the command's ``--gate``: :func:`~diffusers_infonoise.gate.parse_gate`."""
     try:
         return parse_gate(value)
     except ValueError as err:
@@ -80,6 +98,7 @@ def gate_arg(value: str):
 
 
 def mmse_cap_arg(value: str):
+    """``--infonoise_mmse_cap``: ``none``, ``auto`` or a float > 0."""
     if value.lower() in ("none", "auto"):
         return value.lower()
     try:
@@ -92,7 +111,8 @@ def mmse_cap_arg(value: str):
 
 
 def warmup_arg(value: str):
-    if value == "auto":
+    """``--infonoise_warmup_steps``: ``auto`` or an int >= 0."""
+    if _is_auto(value):
         return "auto"
     try:
         v = int(value)
@@ -105,8 +125,8 @@ def warmup_arg(value: str):
 
 def memory_arg(value: str):
     """``--infonoise_memory``: ``auto`` or a number of optimizer steps > 0."""
-    if value == "auto":
-        return value
+    if _is_auto(value):
+        return "auto"
     try:
         return positive_float(value)
     except argparse.ArgumentTypeError:

@@ -48,15 +48,15 @@ class GateResult:
 
 def parse_gate(text: str) -> str | float | None:
     """A ``gate`` value from text (command lines): a rule of :data:`GATE_RULES`, ``none``/``off`` (no
-    gate) or a positive float pivot (VE σ).
+    gate), each in any case, or a positive float pivot (VE σ).
 
     Raises:
         ValueError: anything else, naming the accepted values.
     """
     if text.lower() in ("none", "off"):
         return None
-    if text in GATE_RULES:
-        return text
+    if text.lower() in GATE_RULES:
+        return text.lower()
     try:
         value = float(text)
     except ValueError:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..argtypes import figure_file_arg, gate_arg, positive_float, positive_int
+from ..argtypes import auto_arg, figure_file_arg, gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
 from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_recommend, _cmd_show
 from .loading import _DEFAULT_SAMPLERS, CLIError, _as_option_error, _one_line
@@ -56,6 +56,7 @@ def _add_objective_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--loss-weighting",
+        type=auto_arg,
         default="auto",
         choices=("auto",) + tuple(LOSS_WEIGHTINGS),
         help="the training loss's weighting, for w(sigma) in phi = pi*w (METHOD.md section 4). auto: a stored "

@@ -17,7 +17,7 @@ from ..logs import get_logger
 from ..paths import NoisePath
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler
 from .fixed import _resolve_base
-from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int
+from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int, _plain_number
 
 logger = get_logger(__name__)
 
@@ -128,6 +128,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             ValueError: ``num_training_steps`` is not an int >= 1, or ``start`` is no start.
         """
         if num_training_steps is not None:
+            num_training_steps = _plain_number(num_training_steps)
             if not (_is_int(num_training_steps) and num_training_steps >= 1):
                 raise ValueError(f"num_training_steps: must be an int >= 1, got {num_training_steps!r}")
             self.settings = self.settings.replace(num_training_steps=num_training_steps)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from ..estimator import check_estimator_settings
@@ -39,6 +40,14 @@ _NOT_BEFORE = object()  # a setting every payload records
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _plain_number(x):
+    """A real number of another type (a numpy integer or float scalar) as the Python int or float it holds, so that the
+    stored settings stay JSON; anything else as it is, a bool (Python's or numpy's) included, to be refused."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return x
+    return int(x) if isinstance(x, numbers.Integral) else float(x)
 
 
 def _real(x) -> bool:
@@ -100,6 +109,9 @@ class InfoNoiseSettings:
             q = m̂/σ² ≤ 1 at the clean end (default True, docs/METHOD.md §5.10; assumes a per-sample loss that is a
             mean over elements); ``False``: a study knob.
 
+    A numpy integer or float scalar is taken where a Python int or float is, as the Python number it holds (the settings
+    are stored as JSON); a bool is no number here.
+
     Raises:
         ValueError: an invalid setting, naming the argument and its accepted values.
     """
@@ -122,6 +134,8 @@ class InfoNoiseSettings:
     clean_end_bound: bool = _setting(True, "pi", before=False)
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # numpy scalars are taken as the numbers they hold
+            object.__setattr__(self, f.name, _plain_number(getattr(self, f.name)))
         n, warm, cap, tau = self.num_training_steps, self.warmup_steps, self.mmse_cap, self.temperature
         for arg, value, ok, accepted in (
             ("num_bins", self.num_bins, _is_int(self.num_bins) and self.num_bins >= 4, "an int >= 4"),

@@ -12,6 +12,7 @@ import os
 import sys
 
 from ..argtypes import (
+    auto_arg,
     bool_arg,
     ema_decay_arg,
     gate_arg,
@@ -187,7 +188,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--infonoise_init",
-        type=str,
+        type=auto_arg,
         default="auto",
         choices=START_CHOICES,
         help="Where InfoNoise starts (METHOD.md 5.9): 'base' (the warm-up on the base density), 'stored' (the "

@@ -27,6 +27,16 @@ def test_help(capsys, sub):
         assert "--edm-timestep-scale" in out and "--samplers" in out
 
 
+@pytest.mark.parametrize("sub", ["profile", "compare", "recommend"])
+def test_auto_is_accepted_in_any_case(sub):
+    """argtypes' rule, as in the training scripts: --loss-weighting AUTO was an invalid choice, --gate AUTO no gate rule."""
+    from diffusers_infonoise.cli import build_parser
+
+    needs = {"profile": ["--model", "m", "--dataset", "d"], "compare": ["--scheduler", "edm"], "recommend": ["x"]}[sub]
+    args = build_parser().parse_args([sub, *needs, "--loss-weighting", "AUTO"] + (["--gate", "Auto"] if sub != "compare" else []))
+    assert args.loss_weighting == "auto" and getattr(args, "gate", "auto") == "auto"
+
+
 def test_show_learned_schedule_in_every_container(capsys, saved, tmp_path):
     rc, out, _ = run(capsys, "show", saved["learned"], "--plot", tmp_path / "s.png", "--rows", 4)
     assert rc == 0

@@ -417,6 +417,23 @@ def test_a_negative_or_nan_clipping_norm_is_refused_below_the_scripts_too():
     assert RunConfig(output_dir="out", train_batch_size=1, max_grad_norm=0.0).max_grad_norm == 0.0  # no clipping
 
 
+@pytest.mark.parametrize(
+    "flag,word,stored",
+    [
+        ("--infonoise_warmup_steps", "AUTO", "auto"),
+        ("--infonoise_memory", "Auto", "auto"),
+        ("--infonoise_gate", "AUTO", "auto"),
+        ("--infonoise_gate", "Profile", "profile"),
+        ("--infonoise_gate", "NONE", None),
+        ("--infonoise_mmse_cap", "AUTO", "auto"),
+        ("--infonoise_init", "AUTO", "auto"),
+    ],
+)
+def test_the_words_an_option_takes_are_accepted_in_any_case_and_stored_in_lower_case(script, flag, word, stored):
+    """argtypes' rule: 'auto' was accepted in any case by --infonoise_mmse_cap alone (and 'none' by it and the gate)."""
+    assert getattr(script.parse_args([flag, word]), flag[2:]) == stored
+
+
 def test_help_advertises_what_users_should_use_and_the_study_knobs_stay_accepted(script, capsys):
     """--help names InfoNoise and the fixed densities, not the study knobs (floor_space, gate 'paper') nor the adaptive
     comparison samplers; stored settings carry the knobs, so they are still accepted (sampler/settings.py)."""

@@ -549,6 +549,33 @@ def test_the_settings_are_defined_once():
             InfoNoiseSettings(**kw)
 
 
+def test_numpy_scalars_are_settings_as_the_python_numbers_they_hold_and_bools_are_refused():
+    """InfoNoiseSettings(memory=np.int64(200)) was refused (not an int), a np.float64 was kept as one; the settings are
+    stored as JSON, so each is taken as the Python number it holds. A bool, Python's or numpy's, is still no number."""
+    from diffusers_infonoise import InfoNoiseSettings
+
+    given = dict(num_bins=np.int32(16), warmup_steps=np.int64(5), num_training_steps=np.int64(100), refresh_every=np.int64(10))
+    given.update(memory=np.int64(200), min_count=np.uint8(2), smoothing=np.float64(0.5), floor=np.float32(0.25), gate=np.float16(0.5))
+    given.update(gate_fallback=np.float64(0.25), mmse_cap=np.float32(0.5), temperature=np.float64(1.0))
+    settings = InfoNoiseSettings(**given)
+    for name, value in given.items():
+        got = getattr(settings, name)
+        assert got == value and type(got) is (int if isinstance(value, np.integer) else float), (name, got)
+    assert json.loads(json.dumps(settings.stored())) == settings.stored()
+    for bad in (True, np.bool_(True)):
+        with pytest.raises(ValueError, match="memory: must be 'auto'"):
+            InfoNoiseSettings(memory=bad)
+        with pytest.raises(ValueError, match="num_bins: must be an int >= 4"):
+            InfoNoiseSettings(num_bins=bad)
+    # the run's length, given to a sampler later, the same way
+    s = make_sampler("infonoise", EDMEulerScheduler(), memory=np.int64(200))
+    s.plan_run(np.int64(100))
+    assert type(s.settings.num_training_steps) is int and s.warmup_steps == 50  # a tenth of the run, at least one refresh (50)
+    json.dumps(s.to_payload())
+    with pytest.raises(ValueError, match="num_training_steps: must be an int >= 1"):
+        s.plan_run(np.bool_(True))
+
+
 def test_memory_with_ema_decay_is_refused_not_ignored():
     """ema_decay (the former rule, one EMA step a refresh) has no horizon: a memory given beside it was accepted and
     never used. Now it names memory; a stored payload that records both (a 0.3.0 run given both) still rebuilds its π,
