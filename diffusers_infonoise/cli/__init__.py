@@ -18,13 +18,15 @@ All noise levels are VE σ (METHOD.md §1). Errors a user can fix (a path withou
 an unknown sampler name, a model that does not fit the data or scheduler, an uncached Hub repo while
 offline) print one line ``infonoise SUBCOMMAND: error: ...`` and exit with status 2, led by the flag to change
 (``--prediction-type: ...``, also for the library's errors about the argument that flag sets); ``--debug``
-shows the traceback instead.
+shows the traceback instead. Warnings print once each as one line ``infonoise SUBCOMMAND: warning: ...`` (a category
+other than ``UserWarning`` is named), without the source line Python's own display adds.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from ..argtypes import auto_arg, figure_file_arg, gate_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
@@ -281,6 +283,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.debug:
         return args.func(args)
+    with warnings.catch_warnings():  # restores the caller's display when the command returns
+        warnings.showwarning = _one_line_warnings(args.command)
+        return _run(args)
+
+
+def _one_line_warnings(command: str):
+    """A ``warnings.showwarning`` that prints each distinct warning once, as one line led by the command: the library's
+    warnings are about the schedule shown, and a command may load it more than once (the filters still decide what shows)."""
+    shown = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = " ".join(str(message).split())
+        if text in shown:
+            return
+        shown.add(text)
+        kind = "warning" if category is UserWarning else category.__name__
+        print(f"infonoise {command}: {kind}: {text}", file=sys.stderr if file is None else file)
+
+    return show
+
+
+def _run(args) -> int:
     try:
         return args.func(args)
     except CLIError as err:

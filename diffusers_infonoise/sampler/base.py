@@ -29,6 +29,14 @@ __all__ = [
 ]
 
 
+def as_count(value) -> int | None:
+    """``value`` as the Python int it holds when it is an integer, Python's or numpy's; None otherwise (a bool, a float,
+    anything else), for the caller to refuse, naming its argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
 @dataclass
 class NoiseLevels:
     """One batch of training noise levels.
@@ -217,7 +225,7 @@ class TrainingTimestepSampler:
         Raises:
             ValueError: ``seed`` is not an int >= 0.
         """
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        if as_count(seed) is None or seed < 0:
             raise ValueError(f"seed: must be an int >= 0, got {seed!r}")
         self.seed, self.num_draws = int(seed), 0
         return self
@@ -279,10 +287,11 @@ class TrainingTimestepSampler:
             :class:`NoiseLevels` with (batch_size,) tensors.
 
         Raises:
-            ValueError: negative or non-integer ``batch_size``.
+            ValueError: negative or non-integer ``batch_size`` (a Python or numpy integer is taken; a bool is not).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+        if as_count(batch_size) is None or batch_size < 0:
             raise ValueError(f"batch_size: must be a non-negative int, got {batch_size!r}")
+        batch_size = int(batch_size)  # a numpy integer (len of an array's rows) as the count it holds
         if generator is None:
             generator = self._stream_generator()
         gen_device = generator.device

@@ -20,7 +20,7 @@ from ..logs import get_logger
 from ..paths import NoisePath, path_from_scheduler
 from ..schedule_io import CONFIG_KEY, FORMAT, VERSION, ScheduleError, read_schedule, stored_mu, write_schedule
 from .adaptive import _AdaptiveSampler
-from .base import default_prediction_type
+from .base import as_count, default_prediction_type
 from .batches import X0_BATCH_KEYS, batch_size_of, batch_stream, forward_passes, stratified_levels, world
 from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings
 
@@ -471,8 +471,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             ValueError: ``samples_per_bin`` neither ``"auto"`` nor an int >= 1, ``batches`` that yield nothing, or a
             model none of whose losses (on any process) is finite.
         """
-        if samples_per_bin != "auto" and (isinstance(samples_per_bin, bool) or not isinstance(samples_per_bin, int) or samples_per_bin < 1):
-            raise ValueError(f"samples_per_bin: must be 'auto' or an int >= 1, got {samples_per_bin!r}")
+        if not (isinstance(samples_per_bin, str) and samples_per_bin == "auto"):
+            if as_count(samples_per_bin) is None or samples_per_bin < 1:
+                raise ValueError(f"samples_per_bin: must be 'auto' or an int >= 1, got {samples_per_bin!r}")
+            samples_per_bin = int(samples_per_bin)
         rank, world_size = world()
         stream = batch_stream(batches)
         first = next(stream)

@@ -13,6 +13,7 @@ import torch
 from ..objective import Objective
 from ..paths import PATH_CLASSES, NoisePath, scheduler_kind
 from ..sampler import SamplerStart, TrainingTimestepSampler
+from .args import option_errors
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, batch_loader, unconditional_dataset
 from .loop import (
@@ -245,12 +246,16 @@ def setup_unconditional_run(
     if accelerator is None:
         return run
     run.alphabet = cfg.alphabet if cfg.sequence_column else None
-    dataset, collate, run.channels, length = unconditional_dataset(cfg.data, sequence_column=cfg.sequence_column, alphabet=cfg.alphabet)
-    dataloader, order = batch_loader(dataset, cfg.data, collate_fn=collate)
+    # a data set or model that does not fit the options (a missing column or asset, a batch larger than the data, a UNet
+    # of another size, a model folder or Hub id that cannot be read) is a mistake in the options: one line, as argparse's, not a traceback
+    with option_errors():
+        dataset, collate, run.channels, length = unconditional_dataset(cfg.data, sequence_column=cfg.sequence_column, alphabet=cfg.alphabet)
+        dataloader, order = batch_loader(dataset, cfg.data, collate_fn=collate)
     run.dataloader = accelerator.prepare(dataloader)
     run.epoch_setters = (order, dataset) if hasattr(dataset, "set_epoch") else (order,)
 
-    model = build_model(cfg, run.channels, length)
+    with option_errors():
+        model = build_model(cfg, run.channels, length)
     model_cls = type(model)  # before accelerate.prepare, which may wrap it (DistributedDataParallel)
     if cfg.use_ema:
         from diffusers.training_utils import EMAModel

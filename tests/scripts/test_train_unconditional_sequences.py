@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from helpers.scripts import assert_option_error
 from helpers.unconditional import (
     TINY_UNET_1D,
     scheduler_payload,
@@ -50,7 +51,7 @@ def test_sequences_train_a_1d_unet_resume_and_write_fasta(script, dna_dataset, t
     assert model(x, torch.tensor([1.0, 2.0])).sample.shape == (2, 4, 16)
 
 
-def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, unet_config):
+def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, unet_config, capsys):
     from diffusers import UNet1DModel
 
     dataset, _ = dna_dataset
@@ -64,23 +65,20 @@ def test_sequences_default_1d_unet_and_errors(script, dna_dataset, tmp_path, une
 
     fits = tmp_path / "unet1d.json"  # a config that fits, where the error is another option's
     fits.write_text(json.dumps(TINY_UNET_1D))
-    with pytest.raises(ValueError, match="--sequence_column: 'seq' is not a column"):
-        script.main(seq_args(fits, dataset, tmp_path / "a", "--sequence_column", "seq", "--max_train_steps", 1))
-    with pytest.raises(ValueError, match="--model_config_name_or_path: a UNet2DModel config"):
-        script.main(seq_args(unet_config, dataset, tmp_path / "b", "--max_train_steps", 1))
+    # each is one line naming the option, as argparse's errors (exit status 2), not a traceback
+    argv = seq_args(fits, dataset, tmp_path / "a", "--sequence_column", "seq", "--max_train_steps", 1)
+    assert_option_error(capsys, "--sequence_column: 'seq' is not a column", script.main, argv)
+    argv = seq_args(unet_config, dataset, tmp_path / "b", "--max_train_steps", 1)
+    assert_option_error(capsys, "--model_config_name_or_path: a UNet2DModel config", script.main, argv)
     # a 1-D config that does not fit the data: named before torch fails on a shape
     cfg = tmp_path / "unet1d_len12.json"
     cfg.write_text(json.dumps({**TINY_UNET_1D, "sample_size": 12, "in_channels": 5}))
-    with pytest.raises(
-        ValueError,
-        match=r"in/out_channels 5/4, but --alphabet has 4 letters; sample_size 12, but the "
-        r"sequences have length 16",
-    ):
-        script.main(seq_args(cfg, dataset, tmp_path / "c", "--max_train_steps", 1))
+    says = r"in/out_channels 5/4, but --alphabet has 4 letters; sample_size 12, but the sequences have length 16"
+    assert_option_error(capsys, says, script.main, seq_args(cfg, dataset, tmp_path / "c", "--max_train_steps", 1))
     # the default 1-D UNet for an odd length: no downsampling, still trains shapes through
     assert len(script.build_unet(args, 4, 33).config.block_out_channels) == 1
     assert len(script.build_unet(args, 4, 10).config.block_out_channels) == 2
     with pytest.raises(SystemExit):
         script.parse_args(["--sequence_column", "sequence"])  # no --dataset_name: argparse error
-    with pytest.raises(ValueError, match=r"--train_batch_size 8 is larger than the data set \(4 examples"):
-        script.main(seq_args(fits, dataset, tmp_path / "d", "--max_train_samples", 4, "--max_train_steps", 1))
+    argv = seq_args(fits, dataset, tmp_path / "d", "--max_train_samples", 4, "--max_train_steps", 1)
+    assert_option_error(capsys, r"--train_batch_size 8 is larger than the data set \(4 examples", script.main, argv)

@@ -357,31 +357,54 @@ def test_recommend_from_a_measured_profile_and_from_its_json(capsys, pipes, tmp_
     assert json.loads((tmp_path / "j.json").read_text())["families"] == data["families"]
 
 
+def _sparse_schedule_pipeline(folder):
+    """A pipeline folder (a tiny UNet, an EDM scheduler) whose stored schedule rests mostly on bins never measured:
+    3 of 32 bins, at VE sigma about 7. Returns the schedule's (32,) bin centres (log VE sigma)."""
+    scheduler = EDMEulerScheduler()
+    s = make_sampler("infonoise", scheduler, warmup_steps=0, num_bins=32)
+    x = s.estimator.centers
+    near = torch.argsort((x - math.log(7.0)).abs())[:3]
+    s.estimator.accumulate(x[near], analytic_mmse_gaussian(torch.exp(x[near]), 0.5))
+    with pytest.warns(UserWarning, match="rests mostly on bins never measured"):  # the schedule is that sparse
+        assert s.refresh_now(ema_decay=0.0, min_count=1)
+    s.save_to_scheduler(scheduler)
+    tiny_unet2d(8).save_pretrained(folder / "unet")
+    scheduler.save_pretrained(folder / "scheduler")
+    return x
+
+
 def test_recommend_profiles_a_model_on_its_stored_grid_without_the_schedules_training_warnings(capsys, tmp_path):
     """A profile measures the model at the bin centres of the schedule stored with it and uses nothing else of it.
     It loaded the schedule into a sampler for them, whose training-time warning about π ('step 0: pi rests mostly on
     bins never measured ... a longer warmup_steps') came out raw, with a file and line, from a command that trains
     nothing."""
-    scheduler = EDMEulerScheduler()
-    s = make_sampler("infonoise", scheduler, warmup_steps=0, num_bins=32)
-    x = s.estimator.centers
-    near = torch.argsort((x - math.log(7.0)).abs())[:3]  # 3 of 32 bins measured, at VE sigma about 7
-    s.estimator.accumulate(x[near], analytic_mmse_gaussian(torch.exp(x[near]), 0.5))
-    with pytest.warns(UserWarning, match="rests mostly on bins never measured"):  # the schedule is that sparse
-        assert s.refresh_now(ema_decay=0.0, min_count=1)
-    s.save_to_scheduler(scheduler)
-    tiny_unet2d(8).save_pretrained(tmp_path / "pipe" / "unet")
-    scheduler.save_pretrained(tmp_path / "pipe" / "scheduler")
-
+    x = _sparse_schedule_pipeline(tmp_path / "pipe")
     common = ("--dataset", "digits", "--num-samples", 4, "--num-noise-draws", 1, "--no-progress", "--json", tmp_path / "r.json")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rc, _, err = run(capsys, "recommend", "--model", tmp_path / "pipe", *common)
-    assert rc == 0 and "Warning" not in err, err
+    assert rc == 0 and "warning" not in err.lower(), err
     assert not [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     # the profile is still measured at the stored schedule's bin centres
     target = json.loads((tmp_path / "r.json").read_text())["target"]
     assert torch.allclose(torch.tensor(target["log_sigma"], dtype=torch.float64), x, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("command", ["show", "recommend"])
+def test_a_commands_warnings_are_one_line_each_shown_once(capsys, tmp_path, command):
+    """The sparse schedule's warning (π rests on bins never measured) concerns the π that show and recommend SOURCE
+    report, so it stays; it came out as Python shows it (a file, a line number, 'UserWarning', the source line) and twice
+    from show, which reads the schedule twice. Now: once, one line led by the command."""
+    _sparse_schedule_pipeline(tmp_path / "pipe")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        before = warnings.showwarning
+        rc, _, err = run(capsys, command, tmp_path / "pipe")
+        assert warnings.showwarning is before  # the command puts the caller's display back
+    assert rc == 0, err
+    lines = [line for line in err.splitlines() if "never measured" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"infonoise {command}: warning: noise sampler: "), err
+    assert "UserWarning" not in err and ".py:" not in err and "_check_measured_mass" not in err, err
 
 
 def test_recommend_errors_are_one_line_naming_the_argument(capsys, pipes, tmp_path):

@@ -241,6 +241,9 @@ def _levels(n=4):
         (lambda s, lv: s.update((lv.timesteps, lv.sigmas), torch.ones(4)), TypeError, "levels"),
         (lambda s, lv: s.sample(-1), ValueError, "batch_size"),
         (lambda s, lv: s.sample(2.0), ValueError, "batch_size"),
+        (lambda s, lv: s.sample(True), ValueError, "batch_size"),
+        (lambda s, lv: s.sample(np.bool_(True)), ValueError, "batch_size"),
+        (lambda s, lv: s.sample(np.int64(-1)), ValueError, "batch_size"),
         (lambda s, lv: s.add_noise(torch.ones(4, 2), torch.ones(4, 3), lv), ValueError, "noise"),
         (lambda s, lv: s.add_noise(torch.ones(3, 2), torch.ones(3, 2), lv), ValueError, "levels"),
         (lambda s, lv: s.timestep_probabilities(), ValueError, "timestep_probabilities"),
@@ -252,6 +255,15 @@ def test_bad_update_and_sample_arguments(call, exc, name):
         lv = s.sample(4, generator=torch.Generator().manual_seed(0))
         with pytest.raises(exc, match=name):
             call(s, lv)
+
+
+def test_a_numpy_integer_batch_size_is_the_count_it_holds():
+    """``sample(len(rows))`` of a numpy array's count (np.int64) draws that many levels, the same ones an int draws."""
+    for name in ("uniform", "infonoise"):
+        s = make_sampler(name, EDMEulerScheduler())
+        a = s.sample(np.int64(5), generator=torch.Generator().manual_seed(3))
+        b = s.sample(5, generator=torch.Generator().manual_seed(3))
+        assert a.sigmas.shape == (5,) and torch.equal(a.sigmas, b.sigmas) and torch.equal(a.timesteps, b.timesteps)
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,21 @@ def test_profile_start_of_a_bayes_optimal_model_is_the_analytic_profile(schedule
     assert s.estimator.ema_decay is None and s.estimator.min_count == 8
 
 
+def test_a_profile_start_takes_samples_per_bin_as_a_python_or_numpy_int_only():
+    """np.int64(2) measures what 2 does (2 levels a bin: the count of stratified levels by hand); a bool, a float or
+    zero is refused naming the argument, before any forward pass."""
+    counts = {}
+    for n in (2, np.int64(2)):
+        s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32, gate=None, mmse_cap=None)
+        info = start_from_model(s, _bayes_loss(s), _batches(), samples_per_bin=n, progress=False)
+        counts[type(n).__name__] = (info["samples_per_bin"], info["samples"], type(info["samples_per_bin"]))
+    assert counts["int"] == counts["int64"] == (2, 32 * 2, int)
+    for bad in (True, 2.0, 0, np.int64(0), "2"):
+        s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32)
+        with pytest.raises(ValueError, match="samples_per_bin: must be 'auto' or an int >= 1"):
+            start_from_model(s, _bayes_loss(s), _batches(), samples_per_bin=bad, progress=False)
+
+
 def test_profile_start_uses_the_cap_and_gate_of_this_data():
     """ε losses: the cap V is this data's variance (S² = 0.25), the value-grid gate this data's (two-point ±1:
     a tenth of the gap 2)."""
