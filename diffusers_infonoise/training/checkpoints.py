@@ -53,10 +53,20 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
     def save_hook(models, weights, output_dir):
         save_sampler_state(sampler, folder(output_dir, accelerator.process_index))
 
+    def load(input_dir: str, rank: int) -> bool:
+        try:
+            return load_sampler_state(sampler, folder(input_dir, rank))
+        except ValueError as err:  # another path, sampler or grid: the run's options differ from the checkpoint's
+            raise ValueError(
+                f"--resume_from_checkpoint: {input_dir} holds the noise sampler of a run with other options "
+                f"({' '.join(str(err).split())}); resume with the options it was saved with (--diffusion, --noise_sampler, "
+                "--infonoise_num_bins) or train into another --output_dir"
+            ) from None
+
     def load_hook(models, input_dir):
-        if load_sampler_state(sampler, folder(input_dir, accelerator.process_index)):
+        if load(input_dir, accelerator.process_index):
             return
-        if load_sampler_state(sampler, folder(input_dir, 0)):
+        if load(input_dir, 0):
             logger.warning(f"{input_dir}: no sampler state for rank {accelerator.process_index}; loaded rank 0's")
             return
         logger.warning(

@@ -344,8 +344,11 @@ def run_training_loop(
 
     from tqdm.auto import tqdm
 
+    from .args import option_errors  # (args builds on this module)
+
     _, max_steps, num_epochs = training_length(run, dataloader)
-    resume_dir = None if show_schedule else resume_checkpoint(run)
+    with option_errors():  # a checkpoint that does not fit the options: one line, as argparse's, before any step
+        resume_dir = None if show_schedule else resume_checkpoint(run)
     # the warm-up and the profile start's budget, settled once from the run's length and the start it applies (a
     # resumed run applies none: its checkpoint brings the sampler's state)
     sampler.plan_run(int(max_steps), start=None if resume_dir else start)
@@ -354,13 +357,14 @@ def run_training_loop(
         info = start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader) if start else {}
         shown = show_noise_schedule(sampler, run.output_dir, start=start, info=info)
         return {"global_step": 0, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps, "shown": shown}
-    global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader, resume_dir)
-    if global_step > max_steps:
-        raise ValueError(
-            f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, past this run's "
-            f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
-            "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N"
-        )
+    with option_errors():
+        global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader, resume_dir)
+        if global_step > max_steps:
+            raise ValueError(
+                f"--resume_from_checkpoint: the checkpoint is at optimizer step {global_step}, past this run's "
+                f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
+                "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N"
+            )
     if global_step == max_steps and max_steps > 0 and run.resume_from_checkpoint:
         # a requeued job, or a kill during the final save: the checkpoint already is the end of the run
         logger.warning(

@@ -38,7 +38,9 @@ def unconditional_model(cls, cfg, *, channels: int, length: int | None = None):
         model = cls.from_config(config)
         check_unet_config(model.config, channels=channels, length=length, resolution=cfg.resolution)
         return model
-    return default_unet(channels, resolution=cfg.resolution, length=length)
+    model = default_unet(channels, resolution=cfg.resolution, length=length)
+    check_unet_config(model.config, channels=channels, length=length, resolution=cfg.resolution, option="the default UNet")
+    return model
 
 
 def local_model_config(spec) -> dict | None:
@@ -125,13 +127,20 @@ def check_unet_config(
 
 def _2d_problems(config, channels: int, resolution: int) -> list[str]:
     """A UNet2DModel config must take the training images as they are: a model of another sample_size
-    would train at --resolution and then save a pipeline that samples at its own size."""
+    would train at --resolution and then save a pipeline that samples at its own size; a resolution its down
+    blocks cannot halve fails deep inside torch at step 1."""
     size = config.sample_size if isinstance(config.sample_size, int) else tuple(config.sample_size)
     problems = []
     if size not in (resolution, (resolution, resolution)):
         problems.append(f"sample_size {size}, but --resolution is {resolution}")
     if config.in_channels != channels or config.out_channels != channels:
         problems.append(f"in/out_channels {config.in_channels}/{config.out_channels}, but the images have {channels}")
+    factor = 2 ** (len(config.down_block_types) - 1)  # every down block but the last halves the images
+    if resolution % factor:
+        problems.append(
+            f"{len(config.down_block_types)} down blocks halve the images {factor.bit_length() - 1} times: --resolution must be "
+            f"a multiple of {factor}, got {resolution}"
+        )
     return problems
 
 

@@ -384,6 +384,21 @@ def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_confi
     assert_option_error(capsys, r"--model_config_name_or_path: sample_size 8, but --resolution is 16", script.main, argv)
 
 
+def test_a_resolution_the_unet_cannot_halve_is_refused_before_step_1(script, unet_config, tmp_path, capsys):
+    """The default UNet has 3 down blocks, 2 of which halve the images, so --resolution must be a multiple of 2² = 4;
+    at 7 step 1 failed inside diffusers' up block ('Sizes of tensors must match'). The tiny config has 2 down blocks
+    (one halving): 8 fits it, a 9x9 config does not."""
+    argv = base_args(unet_config, tmp_path / "r7", "--resolution", 7, "--max_train_steps", 1)
+    argv = argv[: argv.index("--model_config_name_or_path")] + argv[argv.index("--model_config_name_or_path") + 2 :]
+    says = r"the default UNet: 3 down blocks halve the images 2 times: --resolution must be a multiple of 4, got 7"
+    assert_option_error(capsys, says, script.main, argv)
+    odd = tmp_path / "unet9.json"
+    odd.write_text(json.dumps({**json.loads(open(unet_config).read()), "sample_size": 9}))
+    says = r"--model_config_name_or_path: 2 down blocks halve the images 1 times: --resolution must be a multiple of 2, got 9"
+    assert_option_error(capsys, says, script.main, base_args(str(odd), tmp_path / "r9", "--resolution", 9, "--max_train_steps", 1))
+    assert not (tmp_path / "r7" / "unet").exists() and not (tmp_path / "r9" / "unet").exists()
+
+
 @pytest.mark.parametrize(
     "name,content,says",
     [

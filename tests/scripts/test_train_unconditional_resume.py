@@ -16,6 +16,7 @@ import torch
 
 from helpers import ROOT
 from helpers.launch import accelerate_launch, refreshes_in_log
+from helpers.scripts import assert_option_error
 from helpers.unconditional import (
     SCRIPT,
     assert_same_state,
@@ -383,7 +384,7 @@ def test_resume_in_a_fresh_folder_is_exact(script, unet_config, tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config, tmp_path, caplog):
+def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config, tmp_path, caplog, capsys):
     """A requeued job, or a kill during the final save: ``--resume_from_checkpoint latest`` from the last
     checkpoint used to train one more step and overwrite the model (12 -> 13, issue 20). It takes no step,
     writes the same weights and schedule, and says so; a checkpoint past the run's end is an error."""
@@ -403,9 +404,21 @@ def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config,
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert scheduler_payload(out) == payload and payload["optimizer_steps"] == 4
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
-    with pytest.raises(
-        ValueError,
-        match=r"--resume_from_checkpoint: the checkpoint is at optimizer step 4, past this "
-        r"run's 3 .* never trains past the run's end",
+    argv = base_args(unet_config, out, *common[:2], "--max_train_steps", 3, "--resume_from_checkpoint", "latest")
+    says = r"--resume_from_checkpoint: the checkpoint is at optimizer step 4, past this run's 3 .* never trains past the run's end"
+    assert_option_error(capsys, says, script.main, argv)
+    # a checkpoint of other options (another grid, another sampler, a name that is no checkpoint) is one line naming the
+    # option, as argparse's errors, before any step; these ended in a traceback from accelerate's load_state
+    for extra, cause in (
+        (["--infonoise_num_bins", 32], "its log-sigma grid differs"),
+        (["--noise_sampler", "logit_normal"], "saved by a 'infonoise' sampler"),
     ):
-        script.main(base_args(unet_config, out, *common[:2], "--max_train_steps", 3, "--resume_from_checkpoint", "latest"))
+        argv = base_args(unet_config, out, *common, *extra, "--resume_from_checkpoint", "latest")
+        line = assert_option_error(
+            capsys, r"--resume_from_checkpoint: \S*checkpoint-4 holds the noise sampler of a run with other options", script.main, argv
+        )
+        assert cause in line and line.endswith("or train into another --output_dir"), line
+    argv = base_args(unet_config, out, *common, "--resume_from_checkpoint", "checkpoint-99")
+    assert_option_error(capsys, "--resume_from_checkpoint: 'checkpoint-99' is neither 'latest' nor a checkpoint folder", script.main, argv)
+    assert load_file(str(weights)).keys() == before.keys() and all(torch.equal(before[k], load_file(str(weights))[k]) for k in before)
+    assert scheduler_payload(out) == payload and sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
