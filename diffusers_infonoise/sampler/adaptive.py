@@ -15,7 +15,7 @@ from ..data_statistics import DataStatistics
 from ..estimator import ProfileEstimator
 from ..logs import get_logger
 from ..paths import NoisePath
-from .base import NoiseLevels, RunPlan, TrainingTimestepSampler
+from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, _check_global_step_arg
 from .fixed import _resolve_base
 from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int, _plain_number
 
@@ -330,6 +330,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         once the start is known), when the warm-up ended with no bin filled, when levels given to
         :meth:`update` lay outside the grid, and when most of π rests on bins never measured.
         """
+        _check_global_step_arg(global_step)
         if not self._warmup_checked:
             self._check_warmup_fits()
         if self.optimizer_step == 0 and self.start_record is None:

@@ -37,6 +37,12 @@ def as_count(value) -> int | None:
     return int(value)
 
 
+def _check_global_step_arg(global_step) -> None:
+    """``step(global_step)``'s argument: None or an int >= 1, refused before anything counts."""
+    if global_step is not None and (as_count(global_step) is None or global_step < 1):
+        raise ValueError(f"global_step: must be None or an int >= 1 (the optimizer steps done), got {global_step!r}")
+
+
 @dataclass
 class NoiseLevels:
     """One batch of training noise levels.
@@ -394,7 +400,11 @@ class TrainingTimestepSampler:
         after ``global_step += 1``). When given, a sampler whose own count differs warns once: it was
         resumed without its state (register it with ``accelerator.register_for_checkpointing`` before
         ``load_state``) or is stepped per micro-batch.
+
+        Raises:
+            ValueError: ``global_step`` neither None nor an int >= 1 (Python's or numpy's), before the count moves.
         """
+        _check_global_step_arg(global_step)
         self.optimizer_step += 1
         self._check_global_step(global_step)
 
