@@ -392,9 +392,22 @@ def option_errors():
     try:
         yield
     except (ValueError, OSError) as err:
-        message = " ".join(str(err).split()) or type(err).__name__
+        message = _led_by_flag(" ".join(str(err).split()) or type(err).__name__)
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
         raise SystemExit(2) from None
+
+
+def _led_by_flag(message: str) -> str:
+    """A library error led by an InfoNoise setting's name (``floor: must be ...``) led instead by the option that sets
+    it (``--infonoise_floor: must be ...``), the name a script's user typed."""
+    import dataclasses
+
+    from ..sampler.settings import InfoNoiseSettings
+
+    name, sep, rest = message.partition(": ")
+    if sep and name in {f.name for f in dataclasses.fields(InfoNoiseSettings)} and name != "num_training_steps":
+        return f"--infonoise_{name}: {rest}"
+    return message
 
 
 def script_configs(args, *, report_to: str | None = None, default_dataset: str = "mnist") -> dict:

@@ -384,6 +384,22 @@ def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_confi
     assert_option_error(capsys, r"--model_config_name_or_path: sample_size 8, but --resolution is 16", script.main, argv)
 
 
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        (["--infonoise_floor", "nan"], "--infonoise_floor: must be a float in [0, 1]"),
+        (["--infonoise_num_bins", "2"], "--infonoise_num_bins: must be an int >= 4"),
+        (["--infonoise_smoothing", "-1"], "--infonoise_smoothing: must be a float in [0, 64]"),
+        (["--infonoise_base", "bogus"], "--infonoise_base: name: unknown base density 'bogus'"),
+    ],
+)
+def test_a_sampler_setting_the_library_refuses_is_named_by_its_flag(script, unet_config, tmp_path, capsys, extra, says):
+    """These pass argparse and are refused when the sampler is built; the line named the library's argument
+    (``floor: ...``), not the option the user typed."""
+    line = assert_option_error(capsys, re.escape(says), script.main, base_args(unet_config, tmp_path / "o", *extra, "--max_train_steps", 1))
+    assert line.split(": error: ")[1].startswith(says.split(":")[0] + ":"), line
+
+
 def test_a_resolution_the_unet_cannot_halve_is_refused_before_step_1(script, unet_config, tmp_path, capsys):
     """The default UNet has 3 down blocks, 2 of which halve the images, so --resolution must be a multiple of 2² = 4;
     at 7 step 1 failed inside diffusers' up block ('Sizes of tensors must match'). The tiny config has 2 down blocks
