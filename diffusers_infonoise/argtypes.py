@@ -168,3 +168,13 @@ def figure_file_arg(value: str) -> str:
     if Path(value).suffix.lstrip(".").lower() not in formats:
         raise argparse.ArgumentTypeError(f"{value!r}: a figure file ending in one of {', '.join('.' + f for f in formats)}")
     return value
+
+
+def output_dir_arg(value: str) -> str:
+    """``--output_dir``: a folder, created when missing; an empty name or an existing file is refused (``os.makedirs``
+    failed on them after the data and the model were loaded)."""
+    if not value:
+        raise argparse.ArgumentTypeError("expected a folder (created when missing), got ''")
+    if Path(value).exists() and not Path(value).is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} exists and is not a folder: give a folder (created when missing)")
+    return value

@@ -20,6 +20,7 @@ from ..argtypes import (
     mmse_cap_arg,
     nonnegative_float,
     nonnegative_int,
+    output_dir_arg,
     plot_steps_arg,
     positive_float,
     positive_int,
@@ -217,7 +218,7 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     """The optimizer, schedule, logging, checkpoint and Hub arguments of diffusers' example scripts."""
     d = {"learning_rate": 1e-4, "train_batch_size": 16, "lr_warmup_steps": 500, **(defaults or {})}
     a = parser.add_argument
-    a("--output_dir", type=str, default=d.get("output_dir", "infonoise-model"))
+    a("--output_dir", type=output_dir_arg, default=d.get("output_dir", "infonoise-model"))
     a("--cache_dir", type=str, default=None, help="Where downloaded datasets and models are cached.")
     a("--seed", type=int, default=None, help="A seed for reproducible training.")
     a("--train_batch_size", type=positive_int, default=d["train_batch_size"], help="Batch size per device.")

@@ -370,6 +370,8 @@ def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):
         (["--max_grad_norm", "-1"], "--max_grad_norm: expected a finite number >= 0"),
         (["--max_grad_norm", "nan"], "--max_grad_norm: expected a finite number >= 0"),
         (["--schedule_plot_steps", "-5"], "--schedule_plot_steps: expected an integer >= -1"),
+        (["--output_dir", ""], "--output_dir: expected a folder (created when missing), got ''"),
+        (["--output_dir", "/dev/null"], "--output_dir: '/dev/null' exists and is not a folder"),
     ],
 )
 def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match, capsys):
