@@ -74,8 +74,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         choices=SAMPLER_NAMES,
         metavar="NAME",
         help="Distribution of training noise levels: 'infonoise' (default) adapts it to the conditional-entropy rate; "
-        f"a fixed density instead: {', '.join(FIXED_DENSITY_NAMES)}; the adaptive peers (benchmarks): "
-        f"{', '.join(n for n in SAMPLER_NAMES if n != 'infonoise' and n not in FIXED_DENSITY_NAMES)}.",
+        f"a fixed density instead: {', '.join(FIXED_DENSITY_NAMES)}.",
     )
     g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
     g.add_argument(
