@@ -56,11 +56,11 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
     def load(input_dir: str, rank: int) -> bool:
         try:
             return load_sampler_state(sampler, folder(input_dir, rank))
-        except ValueError as err:  # another path, sampler or grid: the run's options differ from the checkpoint's
+        except ValueError as err:  # most often another path, sampler or grid; also a damaged state file
             raise ValueError(
-                f"--resume_from_checkpoint: {input_dir} holds the noise sampler of a run with other options "
-                f"({' '.join(str(err).split())}); resume with the options it was saved with (--diffusion, --noise_sampler, "
-                "--infonoise_num_bins) or train into another --output_dir"
+                f"--resume_from_checkpoint: {input_dir}: its noise-sampler state does not load ({' '.join(str(err).split())}); "
+                "a checkpoint of other options resumes only with the options it was saved with (--diffusion, "
+                "--noise_sampler, --infonoise_num_bins), or train into another --output_dir"
             ) from None
 
     def load_hook(models, input_dir):

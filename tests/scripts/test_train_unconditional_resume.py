@@ -415,9 +415,10 @@ def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config,
     ):
         argv = base_args(unet_config, out, *common, *extra, "--resume_from_checkpoint", "latest")
         line = assert_option_error(
-            capsys, r"--resume_from_checkpoint: \S*checkpoint-4 holds the noise sampler of a run with other options", script.main, argv
+            capsys, r"--resume_from_checkpoint: \S*checkpoint-4: its noise-sampler state does not load", script.main, argv
         )
-        assert cause in line and line.endswith("or train into another --output_dir"), line
+        assert cause in line and "(--diffusion, --noise_sampler, --infonoise_num_bins)" in line, line
+        assert line.endswith("or train into another --output_dir"), line
     argv = base_args(unet_config, out, *common, "--resume_from_checkpoint", "checkpoint-99")
     assert_option_error(capsys, "--resume_from_checkpoint: 'checkpoint-99' is neither 'latest' nor a checkpoint folder", script.main, argv)
     assert load_file(str(weights)).keys() == before.keys() and all(torch.equal(before[k], load_file(str(weights))[k]) for k in before)
