@@ -444,6 +444,10 @@ def _transfer_races() -> list[Race]:
     ]  # fmt: skip
 
 
+#: issue 31's run-sized cadence and memory, for the 400-step fine-tunes: a refresh every L/40 steps, and also H = L/16
+TRACKING_CADENCE_ARMS = ("infonoise-refresh_every=10", "infonoise-refresh_every=10-memory=25")
+
+
 def _tracking_races() -> list[Race]:
     """Issue 31: the tracking estimator (docs/METHOD.md §5.10: a memory sized to the run, the clean-end bound), the
     library's default, against the same-code control (:data:`FORMER_ESTIMATOR`) and logit-normal, the best fixed
@@ -452,7 +456,9 @@ def _tracking_races() -> list[Race]:
     digits and digits at 16x16, evaluated at 100, 200 and 400 steps; InfoNoise's ``auto`` start is ``profile`` there,
     and their final models are what ``benchmarks.finetune_lag`` profiles), and from scratch binarized MNIST 16x16 (600
     steps) and DNA (800 steps) with the library's automatic warm-up, evaluated from a quarter of the run on."""
-    arms = ("infonoise", FORMER_ESTIMATOR, "logit_normal")
+    # the estimate's cadence sized to the run (a refresh every L/40 steps instead of 50), then with the memory at
+    # L/16, nearer the drift/scatter optimum H* ≈ 0.06·L of docs/METHOD.md §5.10 than the default L/8
+    arms = ("infonoise", FORMER_ESTIMATOR, "logit_normal", *TRACKING_CADENCE_ARMS)
     seeds = _seeds(arms, 3)
     tune = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400), learning_rate=3e-4, lr_warmup_steps=20, extra_args=(), jitter=False)
     races = [
