@@ -20,6 +20,7 @@ __all__ = [
     "positive_int",
     "nonnegative_int",
     "plot_steps_arg",
+    "finite_float",
     "positive_float",
     "nonnegative_float",
     "gate_arg",
@@ -65,6 +66,17 @@ def nonnegative_int(value: str) -> int:
 def plot_steps_arg(value: str) -> int:
     """argparse type of ``--schedule_plot_steps``: an int >= 1, 0 (every refresh) or -1 (never)."""
     return _int_at_least(value, -1)
+
+
+def finite_float(value: str) -> float:
+    """argparse type: a finite float (a density's location: ``nan`` or ``inf`` would reach the draws as NaN)."""
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {value!r}")
+    return v
 
 
 def positive_float(value: str) -> float:

@@ -15,6 +15,7 @@ from ..argtypes import (
     auto_arg,
     bool_arg,
     ema_decay_arg,
+    finite_float,
     gate_arg,
     memory_arg,
     mmse_cap_arg,
@@ -160,17 +161,17 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).",
     )
-    g.add_argument("--edm_p_mean", type=float, default=-1.2, help="P_mean of 'edm_lognormal'.")
-    g.add_argument("--edm_p_std", type=float, default=1.2, help="P_std of 'edm_lognormal'.")
+    g.add_argument("--edm_p_mean", type=finite_float, default=-1.2, help="P_mean of 'edm_lognormal'.")
+    g.add_argument("--edm_p_std", type=positive_float, default=1.2, help="P_std of 'edm_lognormal'.")
     g.add_argument(
         "--logit_mean",
-        type=float,
+        type=finite_float,
         default=0.0,
         help="Mean of 'logit_normal' in diffusers' meaning: u ~ logit-normal(logit_mean, logit_std) indexes the "
         "descending table, so the noise level is s = 1 - u and a POSITIVE value means LESS noise (the SD3 "
         "paper's mean with the sign reversed).",
     )
-    g.add_argument("--logit_std", type=float, default=1.0, help="Std of 'logit_normal'.")
+    g.add_argument("--logit_std", type=positive_float, default=1.0, help="Std of 'logit_normal'.")
     g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
     g.add_argument(
         "--snr_gamma",

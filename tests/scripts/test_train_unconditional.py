@@ -372,6 +372,10 @@ def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):
         (["--schedule_plot_steps", "-5"], "--schedule_plot_steps: expected an integer >= -1"),
         (["--output_dir", ""], "--output_dir: expected a folder (created when missing), got ''"),
         (["--output_dir", "/dev/null"], "--output_dir: '/dev/null' exists and is not a folder"),
+        (["--edm_p_std", "0"], "--edm_p_std: expected a finite number > 0, got '0'"),
+        (["--logit_std", "-1"], "--logit_std: expected a finite number > 0, got '-1'"),
+        (["--edm_p_mean", "nan"], "--edm_p_mean: expected a finite number, got 'nan'"),
+        (["--logit_mean", "inf"], "--logit_mean: expected a finite number, got 'inf'"),
     ],
 )
 def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match, capsys):
