@@ -217,11 +217,14 @@ def resized_pretrain(root, race: Race) -> Path:
 
 
 def _pretrained_arg(arg: str, root) -> str:
-    if "{pretrained:" not in arg:
-        return arg
-    head, rest = arg.split("{pretrained:", 1)
-    name, tail = rest.split("}", 1)
-    return head + str(pretrain_dir(root, name)) + tail
+    """``arg`` with ``{pretrained:NAME}`` replaced by that pretrain's folder, ``{run:RUN_ID}`` by the output folder
+    of a run of the same tier (one that must have finished first)."""
+    for key, folder in (("pretrained", lambda name: pretrain_dir(root, name)), ("run", lambda rid: Path(root) / "runs" / rid)):
+        if "{" + key + ":" in arg:
+            head, rest = arg.split("{" + key + ":", 1)
+            name, tail = rest.split("}", 1)
+            return head + str(folder(name)) + tail
+    return arg
 
 
 def pretrain_argv(p: Pretrain, root) -> list[str]:

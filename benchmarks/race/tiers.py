@@ -444,10 +444,6 @@ def _transfer_races() -> list[Race]:
     ]  # fmt: skip
 
 
-#: issue 31's run-sized cadence and memory, for the 400-step fine-tunes: a refresh every L/40 steps, and also H = L/16
-TRACKING_CADENCE_ARMS = ("infonoise-refresh_every=10", "infonoise-refresh_every=10-memory=25")
-
-
 def _tracking_races() -> list[Race]:
     """Issue 31: the tracking estimator (docs/METHOD.md §5.10: a memory sized to the run, the clean-end bound), the
     library's default, against the same-code control (:data:`FORMER_ESTIMATOR`) and logit-normal, the best fixed
@@ -456,9 +452,7 @@ def _tracking_races() -> list[Race]:
     digits and digits at 16x16, evaluated at 100, 200 and 400 steps; InfoNoise's ``auto`` start is ``profile`` there,
     and their final models are what ``benchmarks.finetune_lag`` profiles), and from scratch binarized MNIST 16x16 (600
     steps) and DNA (800 steps) with the library's automatic warm-up, evaluated from a quarter of the run on."""
-    # the estimate's cadence sized to the run (a refresh every L/40 steps instead of 50), then with the memory at
-    # L/16, nearer the drift/scatter optimum H* ≈ 0.06·L of docs/METHOD.md §5.10 than the default L/8
-    arms = ("infonoise", FORMER_ESTIMATOR, "logit_normal", *TRACKING_CADENCE_ARMS)
+    arms = ("infonoise", FORMER_ESTIMATOR, "logit_normal")
     seeds = _seeds(arms, 3)
     tune = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400), learning_rate=3e-4, lr_warmup_steps=20, extra_args=(), jitter=False)
     races = [
@@ -474,6 +468,34 @@ def _tracking_races() -> list[Race]:
     return races
 
 
+#: issue 31's run-sized cadence for the 400-step fine-tunes: a refresh every L/40 steps instead of 50, then also the
+#: memory at L/16 instead of L/8 (nearer the drift/scatter optimum H* ≈ 0.06·L of docs/METHOD.md §5.10)
+CADENCE_ARMS = ("infonoise-refresh_every=10", "infonoise-refresh_every=10-memory=25")
+
+
+#: the diagnostic of the first quarter: π fixed from step 0 at the schedule the default's seed-0 run ended with (a
+#: stored start that never refreshes), i.e. the target of the *final* model known in advance. Ahead of logit-normal
+#: early, the gap is the estimate's lag; behind it, the target itself (π ∝ ρ̂/w) is what trails early in a fine-tune.
+CLAIRVOYANT_ARM = "infonoise-init_stored-refresh_every=400"
+
+
+def _cadence_races() -> list[Race]:
+    """Issue 31, second round: the tracking tier's fine-tunes (same races, budgets and run ids, so that
+    ``--reuse tracking`` takes runs made there) with the default estimator, logit-normal(0, 1) and the run-sized
+    cadence of :data:`CADENCE_ARMS` and :data:`CLAIRVOYANT_ARM`, 3 seeds each, all on the same code."""
+    arms = ("infonoise", "logit_normal", *CADENCE_ARMS, CLAIRVOYANT_ARM)
+    return [
+        dataclasses.replace(
+            r,
+            samplers=arms,
+            seeds=_seeds(arms, 3),
+            sampler_extra_args={CLAIRVOYANT_ARM: ("--infonoise_schedule_from", f"{{run:{r.name}__infonoise__s0}}/scheduler")},
+        )
+        for r in _tracking_races()
+        if r.pretrained
+    ]
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -485,7 +507,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 
 
 #: every tier :func:`tier_races` knows (``--tier``)
-TIERS = ("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking")
+TIERS = ("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking", "cadence")
 
 
 def tier_races(tier: str) -> list[Race]:
@@ -498,6 +520,8 @@ def tier_races(tier: str) -> list[Race]:
         return _transfer_races()
     if tier == "tracking":
         return _tracking_races()
+    if tier == "cadence":
+        return _cadence_races()
     if tier == "quick":
         samplers = ("infonoise", "edm_lognormal")
         return [
@@ -740,6 +764,8 @@ TIER_SIZING = {
     "200, 400 with 2000 samples; no jitter samplings: the seeds' std includes the evaluation's) and two from-scratch "
     "races at the recheck_full tier's "
     "budgets (binarized MNIST 16x16 600 steps, DNA 800), with the library's automatic warm-up instead of a pinned one",
+    "cadence": "3 seeds of each arm on the tracking tier's fine-tunes, at its budget (400 steps, evaluated at 100, 200, "
+    "400 with 2000 samples; no jitter samplings), continuous digits and binarized MNIST first",
     "transfer": "first pass sized for about 5 h of 2 cores: 1000 samples per evaluation at a third, two thirds and the "
     "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise, the former estimator "
     "(issue 31's control) and the two defaults, 1 "

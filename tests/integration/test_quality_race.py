@@ -191,3 +191,15 @@ def test_margin_eval_rankings_and_the_end_to_end_row_by_hand():
         "Control, InfoGrid NFE 8 from the same source (an offline profile of the final model): InfoNoise "
         "43 [42, 44] (on its stored schedule's grid 45) against logit-normal 46.5; InfoNoise lower on 2/2 seeds.  "
     )
+
+
+def test_the_cadence_tiers_fixed_end_schedule_reads_the_default_runs_folder():
+    """``{run:RUN_ID}`` names the output folder of a run of the same tier: the diagnostic arm of the cadence tier starts
+    from the scheduler the default's seed-0 run saved, and never refreshes within the 400 steps."""
+    spec = _spec("cadence", "tk-ft-digits16", tiers.CLAIRVOYANT_ARM, seed=2, root="/tmp/q/quality_race_cadence")
+    assert spec.sampler_args == ["--infonoise_schedule_from", "/tmp/q/quality_race_cadence/runs/tk-ft-digits16__infonoise__s0/scheduler"]
+    arm = tiers.parse_arm(tiers.CLAIRVOYANT_ARM)
+    assert arm.options == ("init_stored", "refresh_every=400") and spec.race.steps == 400
+    # the other arms take no extra arguments; the races are the tracking tier's, so their runs can be reused
+    assert _spec("cadence", "tk-ft-digits16", "infonoise").sampler_args == []
+    assert {r.name for r in tiers.tier_races("cadence")} == {r.name for r in tiers.tier_races("tracking") if r.pretrained}
