@@ -29,6 +29,7 @@ __all__ = [
     "memory_arg",
     "ema_decay_arg",
     "bool_arg",
+    "output_file_arg",
     "figure_file_arg",
 ]
 
@@ -172,6 +173,7 @@ def figure_file_arg(value: str) -> str:
     """``--plot FILE`` of the ``infonoise`` command: a file name whose suffix names a format matplotlib writes, checked
     before anything is computed (matplotlib refused the others only after the work, naming no option, and saved a name
     without a suffix as ``FILE.png``). Without matplotlib (the ``[train]`` extra) the command says so when it draws."""
+    output_file_arg(value)
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
@@ -179,6 +181,17 @@ def figure_file_arg(value: str) -> str:
     formats = sorted(FigureCanvasBase.get_supported_filetypes())
     if Path(value).suffix.lstrip(".").lower() not in formats:
         raise argparse.ArgumentTypeError(f"{value!r}: a figure file ending in one of {', '.join('.' + f for f in formats)}")
+    return value
+
+
+def output_file_arg(value: str) -> str:
+    """A file the command writes at its end (``--plot``, ``--json``): its folder must exist and the name must not be a
+    folder, checked before anything is computed (the write failed after the work, naming no option)."""
+    path = Path(value)
+    if not value or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a file name, not a folder")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r}: its folder {str(path.parent)!r} does not exist")
     return value
 
 

@@ -28,7 +28,7 @@ import argparse
 import sys
 import warnings
 
-from ..argtypes import auto_arg, figure_file_arg, gate_arg, positive_float, positive_int
+from ..argtypes import auto_arg, figure_file_arg, gate_arg, output_file_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
 from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_recommend, _cmd_show
 from .loading import _DEFAULT_SAMPLERS, CLIError, _as_option_error, _one_line
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-levels", type=positive_int, default=64, help="grid points (default 64; a stored schedule's bins when present)")
     p.add_argument("--plot", metavar="FILE", type=figure_file_arg, default=None, help="draw the allocations to FILE")
-    p.add_argument("--json", metavar="FILE", default=None, help="write the allocations to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file_arg, default=None, help="write the allocations to FILE")
     _add_objective_args(p)
     _add_hub_args(p)
     p.set_defaults(func=_cmd_compare)
@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trainer", default="all", choices=("all",) + TRAINER_NAMES, help="whose flags to print (default: all)")
     p.add_argument("--plot", metavar="FILE", type=figure_file_arg, default=None, help="draw rho_hat with the fitted allocations to FILE")
-    p.add_argument("--json", metavar="FILE", default=None, help="write the fits and every trainer's flags to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file_arg, default=None, help="write the fits and every trainer's flags to FILE")
     _add_objective_args(p)
     _add_hub_args(p)
     p.set_defaults(func=_cmd_recommend)

@@ -264,3 +264,19 @@ def test_a_plot_file_matplotlib_cannot_write_is_refused_before_any_work(capsys, 
     assert list(tmp_path.iterdir()) == []
     rc, out, _ = run(capsys, "show", saved["learned"], "--plot", tmp_path / "s.PDF")
     assert rc == 0 and (tmp_path / "s.PDF").is_file() and f"wrote {tmp_path / 's.PDF'}" in out
+
+
+def test_an_output_file_in_a_missing_folder_is_refused_before_any_work(capsys, saved, tmp_path):
+    """--plot and --json: a folder that does not exist (the write failed after the work, as a bare ``[Errno 2]`` naming
+    no option) or a name that is a folder is an argparse error naming the option; nothing is written."""
+    missing = tmp_path / "no" / "such"
+    for option, name in (("--plot", "s.png"), ("--json", "s.json")):
+        for argv in (("compare", "--scheduler", saved["learned"]), ("recommend", saved["learned"])):
+            for target, says in ((missing / name, f"its folder {str(missing)!r} does not exist"), (tmp_path, "not a folder")):
+                with pytest.raises(SystemExit) as info:
+                    main([str(a) for a in (*argv, option, target)])
+                err = capsys.readouterr().err
+                assert info.value.code == 2 and f"argument {option}" in err and says in err, (argv, option, err)
+    with pytest.raises(SystemExit):
+        main([str(a) for a in ("show", saved["learned"], "--plot", missing / "s.png")])
+    assert "its folder" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
