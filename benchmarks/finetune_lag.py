@@ -40,6 +40,55 @@ def _profile(model: Path, dataset: Path, out: Path, num_samples: int) -> dict:
     return json.loads((out / "profile.json").read_text())["profile"]
 
 
+def per_element_bayes_mmse(x0: np.ndarray, sigmas: np.ndarray, num_nodes: int = 200) -> np.ndarray | None:
+    """The x0 error per element (VE σ) of the per-element posterior mean, ``E[x0_i | x_i]`` with the element's own
+    marginal distribution of values and no use of the other elements: a predictor, so an upper bound on the Bayes
+    MMSE at every σ, like the identity (σ²) and the constant (V) of docs/METHOD.md §5.4 and §5.10, and far tighter
+    than σ² where the data's values lie on a few points (binarized images: for σ well below the gap it falls as
+    exp(−gap²/8σ²)). ``x0``: (N, ...) data in the training scale; None when the data takes more than 16 values.
+    Gauss-Hermite quadrature over the noise, exact up to it."""
+    values = np.unique(x0)
+    if len(values) > 16:
+        return None
+    flat = x0.reshape(len(x0), -1)
+    prior = np.stack([(flat == v).mean(0) for v in values], axis=1)  # (D, V): each element's value probabilities
+    nodes, weights = np.polynomial.hermite_e.hermegauss(num_nodes)  # ∫ f(n) N(n; 0, 1) dn = Σ w f(n) / sqrt(2π)
+    weights = weights / weights.sum()
+    out = []
+    for sigma in sigmas:
+        err = np.zeros(flat.shape[1])
+        for k, v in enumerate(values):  # the true value v, observed as y = v + σ n
+            y = v + sigma * nodes  # (Q,)
+            logp = np.log(np.maximum(prior, 1e-300))[:, :, None] - (y[None, None, :] - values[None, :, None]) ** 2 / (2 * sigma**2)
+            post = np.exp(logp - logp.max(axis=1, keepdims=True))
+            post /= post.sum(axis=1, keepdims=True)  # (D, V, Q)
+            mean = (post * values[None, :, None]).sum(axis=1)  # (D, Q)
+            err += prior[:, k] * ((mean - v) ** 2 * weights[None, :]).sum(axis=1)
+        out.append(err.mean())
+    return np.asarray(out)
+
+
+def _bounded_profile(profile: dict, bound: np.ndarray) -> dict:
+    """``profile`` with its m̂ bounded by ``bound`` as well (at its levels), through the same bound by σ² and the same
+    gate (n = 3) as the sampler's profile: ρ̂ ∝ min(m̂, bound, σ²)/σ² · σ³/(σ³ + c³), per unit ln σ."""
+    sigma = np.asarray(profile["sigma"], dtype=np.float64)
+    m = np.minimum(np.minimum(np.asarray(profile["mmse"], dtype=np.float64), bound), sigma**2)
+    c = (profile.get("gate") or {}).get("pivot")
+    q = m / sigma**2 * (1.0 if c is None else sigma**3 / (sigma**3 + c**3))
+    return {"log_sigma": profile["log_sigma"], "rho_hat": list(q / np.trapezoid(q, profile["log_sigma"]))}
+
+
+def _data_x0(dataset: Path, limit: int = 20000) -> np.ndarray | None:
+    """Up to ``limit`` samples of an image data set in the training scale [−1, 1] (8-bit pixels), as the scripts map
+    them; None for data of another kind."""
+    from datasets import load_from_disk
+
+    ds = load_from_disk(str(dataset))
+    if "image" not in ds.column_names:
+        return None
+    return np.stack([np.asarray(v, dtype=np.float32) for v in ds[: min(limit, len(ds))]["image"]]) / 127.5 - 1.0
+
+
 def _on_bins(profile: dict, edges: np.ndarray) -> np.ndarray:
     """An offline ρ̂ (a density per unit ln σ at its levels) as masses on a run's bins (linear interpolation)."""
     centres = 0.5 * (edges[1:] + edges[:-1])
@@ -64,6 +113,12 @@ def main() -> None:
     p.add_argument("--runs", type=str, required=True, help="comma-separated run ids of that tier")
     p.add_argument("--num_samples", type=int, default=1024, help="probe samples of each offline profile")
     p.add_argument("--results", type=Path, default=RESULTS / "finetune_lag.json")
+    p.add_argument(
+        "--per_element_bound",
+        action="store_true",
+        help="also bound the pretrained model's m̂ by the per-element Bayes denoiser's error (image data on at most 16 "
+        "values) and compare that start with the final model",
+    )
     args = p.parse_args()
 
     root = args.out / f"quality_race_{args.tier}"
@@ -84,12 +139,32 @@ def main() -> None:
             out = work / f"{pre_name}__{run['dataset']}"
             pretrained_cache[key] = _profile(root / "pretrained" / pre_name, dataset, out, args.num_samples)
         start = _on_bins(pretrained_cache[key], edges)
-        final = _on_bins(_profile(root / "runs" / run_id, dataset, work / run_id, args.num_samples), edges)
+        final_profile = _profile(root / "runs" / run_id, dataset, work / run_id, args.num_samples)
+        final = _on_bins(final_profile, edges)
         tv = lambda a, b: round(0.5 * float(np.abs(a - b).sum()), 3)  # noqa: E731
         rows[run_id] = {
             "tv_online_vs_final_model": tv(online, final),
             "tv_online_vs_pretrained_model": tv(online, start),
             "tv_pretrained_vs_final_model": tv(start, final),
+        }
+        if args.per_element_bound:
+            x0 = _data_x0(dataset)
+            levels = np.asarray(pretrained_cache[key]["sigma"], dtype=np.float64)
+            bound = None if x0 is None else per_element_bayes_mmse(x0, levels)
+            if bound is not None:
+                bounded = _on_bins(_bounded_profile(pretrained_cache[key], bound), edges)
+                final_at = np.exp(np.interp(np.log(levels), final_profile["log_sigma"], np.log(final_profile["mmse"])))
+                rows[run_id] |= {
+                    "tv_pretrained_bounded_vs_final_model": tv(bounded, final),
+                    "pretrained_bounded_rho_hat": _shape(bounded, edges),
+                    "by_sigma": {
+                        "sigma": [round(float(x), 4) for x in levels],
+                        "mmse_pretrained": [float(f"{x:.4g}") for x in pretrained_cache[key]["mmse"]],
+                        "mmse_final": [float(f"{x:.4g}") for x in final_at],
+                        "per_element_bayes_mmse": [float(f"{x:.4g}") for x in bound],
+                    },
+                }
+        rows[run_id] |= {
             "online_rho_hat": _shape(online, edges),
             "pretrained_model_rho_hat": _shape(start, edges),
             "final_model_rho_hat": _shape(final, edges),

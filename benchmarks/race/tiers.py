@@ -507,7 +507,10 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 
 
 #: every tier :func:`tier_races` knows (``--tier``)
-TIERS = ("quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking", "cadence")
+TIERS = (
+    "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
+    "cadence",
+)  # fmt: skip
 
 
 def tier_races(tier: str) -> list[Race]:
