@@ -477,13 +477,16 @@ CADENCE_ARMS = ("infonoise-refresh_every=10", "infonoise-refresh_every=10-memory
 #: stored start that never refreshes), i.e. the target of the *final* model known in advance. Ahead of logit-normal
 #: early, the gap is the estimate's lag; behind it, the target itself (π ∝ ρ̂/w) is what trails early in a fine-tune.
 CLAIRVOYANT_ARM = "infonoise-init_stored-refresh_every=400"
+#: the other way to start: no profile of the pretrained model, the automatic warm-up (a tenth of the run) on
+#: logit-normal(0, 1), the best fixed density of these fine-tunes, then tracking (§5.10, "What the warm-up is for")
+BASE_START_ARM = "infonoise-init_base-base=logit_normal"
 
 
 def _cadence_races() -> list[Race]:
     """Issue 31, second round: the tracking tier's fine-tunes (same races, budgets and run ids, so that
     ``--reuse tracking`` takes runs made there) with the default estimator, logit-normal(0, 1) and the run-sized
-    cadence of :data:`CADENCE_ARMS` and :data:`CLAIRVOYANT_ARM`, 3 seeds each, all on the same code."""
-    arms = ("infonoise", "logit_normal", *CADENCE_ARMS, CLAIRVOYANT_ARM)
+    cadence of :data:`CADENCE_ARMS`, :data:`CLAIRVOYANT_ARM` and :data:`BASE_START_ARM`, 3 seeds each, all on the same code."""
+    arms = ("infonoise", "logit_normal", *CADENCE_ARMS, CLAIRVOYANT_ARM, BASE_START_ARM)
     return [
         dataclasses.replace(
             r,
