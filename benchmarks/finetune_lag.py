@@ -109,7 +109,7 @@ def _shape(mass: np.ndarray, edges: np.ndarray) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="the quality race's --out (holds quality_race_<tier>/)")
-    p.add_argument("--tier", type=str, default="finetune", help="the tier whose fine-tunes are compared (finetune, tracking)")
+    p.add_argument("--tier", choices=("finetune", "tracking", "cadence"), default="finetune", help="the tier whose fine-tunes are compared")
     p.add_argument("--runs", type=str, required=True, help="comma-separated run ids of that tier")
     p.add_argument("--num_samples", type=int, default=1024, help="probe samples of each offline profile")
     p.add_argument("--results", type=Path, default=RESULTS / "finetune_lag.json")

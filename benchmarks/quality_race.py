@@ -43,6 +43,7 @@ from benchmarks.race.report import results_meta, write_report
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.summary import summarize
 from benchmarks.race.tiers import TIERS, smoke_races, tier_races
+from diffusers_infonoise.argtypes import positive_int
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,8 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=TIERS,
         default="quick",
     )
-    p.add_argument("--jobs", type=int, default=2, help="Runs in parallel (worker processes).")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per worker.")
+    p.add_argument("--jobs", type=positive_int, default=2, help="Runs in parallel (worker processes).")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per worker.")
     p.add_argument("--out", type=str, default=str(RESULTS))
     p.add_argument("--only", type=str, default=None, help="Comma-separated race names to run.")
     p.add_argument("--samplers", type=str, default=None, help="Comma-separated samplers to run (default: the tier's).")
@@ -98,6 +99,12 @@ def main(argv=None):
         races = smoke_races(races)
     if args.only:
         keep = set(args.only.split(","))
+        unknown = keep - {r.name for r in races} - {r.dataset for r in races}
+        if unknown:
+            raise SystemExit(
+                f"quality_race: error: --only: no race or data set {sorted(unknown)} in the {args.tier} tier; "
+                f"it has {', '.join(r.name for r in races)}"
+            )
         races = [r for r in races if r.name in keep or r.dataset in keep]
     out = Path(args.out)
     root = out / f"quality_race_{tier_name}"

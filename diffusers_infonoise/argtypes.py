@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 from .estimator import parse_gate
@@ -188,10 +189,14 @@ def output_file_arg(value: str) -> str:
     """A file the command writes at its end (``--plot``, ``--json``): its folder must exist and the name must not be a
     folder, checked before anything is computed (the write failed after the work, naming no option)."""
     path = Path(value)
-    if not value or path.is_dir():
+    if not value:
+        raise argparse.ArgumentTypeError("expected a file name, got ''")
+    if path.is_dir() or value.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"{value!r}: expected a file name, not a folder")
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"{value!r}: its folder {str(path.parent)!r} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{value!r}: not writable")
     return value
 
 

@@ -29,6 +29,7 @@ from ..argtypes import (
 )
 from ..logs import get_logger
 from ..objective import Objective, diffusers_density_params
+from ..paths import path_class
 from ..sampler import (
     FIXED_DENSITY_NAMES,
     SAMPLER_NAMES,
@@ -62,6 +63,16 @@ __all__ = [
     "script_command",
     "script_epilog",
 ]
+
+
+#: the baseline flags by the density they set, with their defaults (the parser's): a flag changed from its default
+#: must reach a density of the run, else it is refused (it did nothing, silently)
+DENSITY_FLAGS = {
+    "edm_lognormal": {"edm_p_mean": -1.2, "edm_p_std": 1.2},
+    "logit_normal": {"logit_mean": 0.0, "logit_std": 1.0},
+    "mode": {"mode_scale": 1.29},
+}
+_EDM, _LOGIT = DENSITY_FLAGS["edm_lognormal"], DENSITY_FLAGS["logit_normal"]
 
 
 def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
@@ -161,18 +172,18 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).",
     )
-    g.add_argument("--edm_p_mean", type=finite_float, default=-1.2, help="P_mean of 'edm_lognormal'.")
-    g.add_argument("--edm_p_std", type=positive_float, default=1.2, help="P_std of 'edm_lognormal'.")
+    g.add_argument("--edm_p_mean", type=finite_float, default=_EDM["edm_p_mean"], help="P_mean of 'edm_lognormal'.")
+    g.add_argument("--edm_p_std", type=positive_float, default=_EDM["edm_p_std"], help="P_std of 'edm_lognormal'.")
     g.add_argument(
         "--logit_mean",
         type=finite_float,
-        default=0.0,
+        default=_LOGIT["logit_mean"],
         help="Mean of 'logit_normal' in diffusers' meaning: u ~ logit-normal(logit_mean, logit_std) indexes the "
         "descending table, so the noise level is s = 1 - u and a POSITIVE value means LESS noise (the SD3 "
         "paper's mean with the sign reversed).",
     )
-    g.add_argument("--logit_std", type=positive_float, default=1.0, help="Std of 'logit_normal'.")
-    g.add_argument("--mode_scale", type=float, default=1.29, help="Scale of SD3 'mode' sampling.")
+    g.add_argument("--logit_std", type=positive_float, default=_LOGIT["logit_std"], help="Std of 'logit_normal'.")
+    g.add_argument("--mode_scale", type=float, default=DENSITY_FLAGS["mode"]["mode_scale"], help="Scale of SD3 'mode' sampling.")
     g.add_argument(
         "--snr_gamma",
         type=positive_float,
@@ -249,6 +260,26 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a("--hub_private_repo", action="store_true")
 
 
+def _changed_density_flags(args, name: str | None) -> list[str]:
+    """The baseline flags of density ``name`` that the command line changed from their defaults."""
+    return [flag for flag, default in DENSITY_FLAGS.get(name, {}).items() if getattr(args, flag, default) != default]
+
+
+def _refuse_unused_density_flags(args, used: str | None, what: str) -> None:
+    """Refuse a baseline flag changed from its default when its density is not ``used`` by the run (``what`` says
+    which sampler or base the run uses), naming the flag.
+
+    Raises:
+        ValueError: ``"--<flag>: sets the <density> density, which this run does not use (...)"``.
+    """
+    for name in DENSITY_FLAGS:
+        if name != used and (changed := _changed_density_flags(args, name)):
+            raise ValueError(
+                f"--{changed[0]}: sets the {name} density, which this run does not use ({what}); pass "
+                f"--noise_sampler {name}, or --infonoise_base {name} for an adaptive sampler's warm-up and floor, or leave it out"
+            )
+
+
 def baseline_density_params(args, name: str | None) -> dict | None:
     """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
     ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters. ``--logit_mean``
@@ -283,6 +314,10 @@ def build_noise_sampler(
     name = name or args.noise_sampler
     if name not in FIXED_DENSITY_NAMES:  # the adaptive samplers, with InfoNoise's settings
         base = args.infonoise_base or default_base
+        path_base = path_class(noise_scheduler).default_base
+        if base is None and _changed_density_flags(args, path_base):
+            base = path_base  # the path's own base, with the parameters the flags set
+        _refuse_unused_density_flags(args, base or path_base, f"--noise_sampler {name} with the base {base or path_base}")
         if isinstance(base, str) and baseline_density_params(args, base) is not None:
             base = (base, baseline_density_params(args, base))
         kw = {
@@ -307,6 +342,7 @@ def build_noise_sampler(
         if name == "infonoise":
             kw["use_stored_schedule"] = False  # the start is chosen explicitly: sampler_start
         return make_sampler(name, noise_scheduler, **common, **kw)
+    _refuse_unused_density_flags(args, name, f"--noise_sampler {name}")
     return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
 
 

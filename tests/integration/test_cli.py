@@ -272,7 +272,12 @@ def test_an_output_file_in_a_missing_folder_is_refused_before_any_work(capsys, s
     missing = tmp_path / "no" / "such"
     for option, name in (("--plot", "s.png"), ("--json", "s.json")):
         for argv in (("compare", "--scheduler", saved["learned"]), ("recommend", saved["learned"])):
-            for target, says in ((missing / name, f"its folder {str(missing)!r} does not exist"), (tmp_path, "not a folder")):
+            for target, says in (
+                (missing / name, f"its folder {str(missing)!r} does not exist"),
+                (tmp_path, "not a folder"),
+                (f"{tmp_path}/new/", "not a folder"),  # a trailing slash names a folder, not a file called 'new'
+                ("", "expected a file name, got ''"),
+            ):
                 with pytest.raises(SystemExit) as info:
                     main([str(a) for a in (*argv, option, target)])
                 err = capsys.readouterr().err

@@ -203,3 +203,14 @@ def test_the_cadence_tiers_fixed_end_schedule_reads_the_default_runs_folder():
     # the other arms take no extra arguments; the races are the tracking tier's, so their runs can be reused
     assert _spec("cadence", "tk-ft-digits16", "infonoise").sampler_args == []
     assert {r.name for r in tiers.tier_races("cadence")} == {r.name for r in tiers.tier_races("tracking") if r.pretrained}
+
+
+def test_an_unknown_race_or_job_count_is_refused_naming_the_option(tmp_path, capsys):
+    """--only with a name the tier does not have was dropped silently (a typo ran nothing, or less than asked)."""
+    from benchmarks import quality_race
+
+    with pytest.raises(SystemExit, match=r"--only: no race or data set \['typo'\] in the cadence tier; it has tk-ft-binarized_mnist16"):
+        quality_race.main(["--tier", "cadence", "--plan", "--out", str(tmp_path), "--only", "tk-ft-digits16,typo"])
+    with pytest.raises(SystemExit):
+        quality_race.main(["--tier", "cadence", "--plan", "--out", str(tmp_path), "--jobs", "0"])
+    assert "argument --jobs: expected an integer >= 1" in capsys.readouterr().err

@@ -482,3 +482,37 @@ def test_help_advertises_what_users_should_use_and_the_study_knobs_stay_accepted
         assert hidden not in text, hidden
     args = script.parse_args(["--infonoise_floor_space", "pi", "--infonoise_gate", "paper", "--noise_sampler", "kingma_gao"])
     assert (args.infonoise_floor_space, args.infonoise_gate, args.noise_sampler) == ("pi", "paper", "kingma_gao")
+
+
+def test_a_density_flag_reaches_the_density_it_sets_or_is_refused():
+    """--edm_p_mean and its kin set the default InfoNoise base of the path they parameterise (the EDM path's warm-up
+    and floor: before, they reached it only with --infonoise_base named, and did nothing otherwise), and are refused,
+    naming the flag, where the run uses no such density; the defaults leave the base unnamed (stored payloads as
+    before)."""
+    import argparse
+
+    from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
+
+    from diffusers_infonoise.objective import Objective
+    from diffusers_infonoise.training import add_noise_sampler_args, build_noise_sampler
+
+    parser = argparse.ArgumentParser()
+    add_noise_sampler_args(parser)
+
+    def build(scheduler, *argv):
+        return build_noise_sampler(parser.parse_args(list(argv)), scheduler, objective=Objective.from_options(scheduler))
+
+    edm = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5)
+    assert build(edm, "--edm_p_mean", "1.0").base_description == {"name": "edm_lognormal", "P_mean": 1.0, "P_std": 1.2}
+    assert build(edm).base_description == {"name": "edm_lognormal"}  # the path's base, unnamed by the script
+    flow = FlowMatchEulerDiscreteScheduler(shift=1.0)
+    # --logit_std 0.5 reaches the flow path's logit-normal base; (diffusers' mean 0 is the SD3 paper's 0)
+    assert build(flow, "--logit_std", "0.5").base_description == {"name": "logit_normal", "mean": 0.0, "std": 0.5}
+    for scheduler, argv, flag in (
+        (edm, ("--noise_sampler", "logit_normal", "--edm_p_mean", "3"), "--edm_p_mean"),
+        (DDPMScheduler(), ("--edm_p_std", "2"), "--edm_p_std"),  # InfoNoise on VP: its base is uniform t
+        (edm, ("--noise_sampler", "mode", "--logit_std", "2"), "--logit_std"),
+        (edm, ("--infonoise_base", "logit_normal", "--mode_scale", "0.5"), "--mode_scale"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{flag}: sets the \w+ density, which this run does not use"):
+            build(scheduler, *argv)
