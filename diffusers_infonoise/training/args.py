@@ -341,9 +341,25 @@ def build_noise_sampler(
                 kw["mmse_cap"] = None if cap == "none" else cap
         if name == "infonoise":
             kw["use_stored_schedule"] = False  # the start is chosen explicitly: sampler_start
-        return make_sampler(name, noise_scheduler, **common, **kw)
+        with _density_flags_named(args, base[0] if isinstance(base, tuple) else base):
+            return make_sampler(name, noise_scheduler, **common, **kw)
     _refuse_unused_density_flags(args, name, f"--noise_sampler {name}")
-    return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
+    with _density_flags_named(args, name):
+        return make_sampler(name, noise_scheduler, **common, **(baseline_density_params(args, name) or {}))
+
+
+@contextlib.contextmanager
+def _density_flags_named(args, name: str | None):
+    """A density the flags placed outside the path's range (``the density ... has (almost) no mass``) is reported led
+    by the flags that placed it, as the user typed them."""
+    try:
+        yield
+    except ValueError as err:
+        changed = _changed_density_flags(args, name)
+        if changed and "no mass in the path's range" in str(err):
+            flags = " ".join(f"--{flag} {getattr(args, flag)}" for flag in changed)
+            raise ValueError(f"{flags}: {err}") from None
+        raise
 
 
 def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pretrained_model: bool) -> SamplerStart:
@@ -435,8 +451,9 @@ def option_errors():
 
 
 def _led_by_flag(message: str) -> str:
-    """A library error led by an InfoNoise setting's name (``floor: must be ...``) led instead by the option that sets
-    it (``--infonoise_floor: must be ...``), the name a script's user typed."""
+    """A library error led by an InfoNoise setting's name (``floor: must be ...``) or a density flag's
+    (``mode_scale: ...``) led instead by the option that sets it (``--infonoise_floor: must be ...``), the name a
+    script's user typed."""
     import dataclasses
 
     from ..sampler.settings import InfoNoiseSettings
@@ -444,6 +461,8 @@ def _led_by_flag(message: str) -> str:
     name, sep, rest = message.partition(": ")
     if sep and name in {f.name for f in dataclasses.fields(InfoNoiseSettings)} and name != "num_training_steps":
         return f"--infonoise_{name}: {rest}"
+    if sep and any(name in flags for flags in DENSITY_FLAGS.values()):  # a density's own check (mode_scale: ...)
+        return f"--{name}: {rest}"
     return message
 
 

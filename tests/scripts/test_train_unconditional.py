@@ -484,7 +484,7 @@ def test_help_advertises_what_users_should_use_and_the_study_knobs_stay_accepted
     assert (args.infonoise_floor_space, args.infonoise_gate, args.noise_sampler) == ("pi", "paper", "kingma_gao")
 
 
-def test_a_density_flag_reaches_the_density_it_sets_or_is_refused():
+def test_a_density_flag_reaches_the_density_it_sets_or_is_refused(capsys):
     """--edm_p_mean and its kin set the default InfoNoise base of the path they parameterise (the EDM path's warm-up
     and floor: before, they reached it only with --infonoise_base named, and did nothing otherwise), and are refused,
     naming the flag, where the run uses no such density; the defaults leave the base unnamed (stored payloads as
@@ -495,6 +495,7 @@ def test_a_density_flag_reaches_the_density_it_sets_or_is_refused():
 
     from diffusers_infonoise.objective import Objective
     from diffusers_infonoise.training import add_noise_sampler_args, build_noise_sampler
+    from diffusers_infonoise.training.args import option_errors
 
     parser = argparse.ArgumentParser()
     add_noise_sampler_args(parser)
@@ -516,3 +517,10 @@ def test_a_density_flag_reaches_the_density_it_sets_or_is_refused():
     ):
         with pytest.raises(ValueError, match=rf"^{flag}: sets the \w+ density, which this run does not use"):
             build(scheduler, *argv)
+    # a density the flags place outside the path's range, and a density's own check, are led by the flag
+    for argv in (("--noise_sampler", "edm_lognormal", "--edm_p_mean", "1000"), ("--edm_p_mean", "1000")):
+        with pytest.raises(ValueError, match=r"^--edm_p_mean 1000.0: .*no mass in the path's range"):
+            build(edm, *argv)
+    with pytest.raises(SystemExit), option_errors():
+        build(edm, "--noise_sampler", "mode", "--mode_scale", "5")
+    assert "error: --mode_scale: must lie in (-1, " in capsys.readouterr().err
