@@ -25,6 +25,7 @@ import numpy as np
 
 from benchmarks import RESULTS
 from benchmarks.race.data import load_data
+from diffusers_infonoise.argtypes import positive_int
 
 
 def _profile(model: Path, dataset: Path, out: Path, num_samples: int) -> dict:
@@ -111,7 +112,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="the quality race's --out (holds quality_race_<tier>/)")
     p.add_argument("--tier", choices=("finetune", "tracking", "cadence"), default="finetune", help="the tier whose fine-tunes are compared")
     p.add_argument("--runs", type=str, required=True, help="comma-separated run ids of that tier")
-    p.add_argument("--num_samples", type=int, default=1024, help="probe samples of each offline profile")
+    p.add_argument("--num_samples", type=positive_int, default=1024, help="probe samples of each offline profile")
     p.add_argument("--results", type=Path, default=RESULTS / "finetune_lag.json")
     p.add_argument(
         "--per_element_bound",

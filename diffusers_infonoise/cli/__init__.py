@@ -28,7 +28,7 @@ import argparse
 import sys
 import warnings
 
-from ..argtypes import auto_arg, figure_file_arg, gate_arg, output_file_arg, positive_float, positive_int
+from ..argtypes import auto_arg, figure_file_arg, gate_arg, output_dir_arg, output_file_arg, positive_float, positive_int
 from ..generation import EDM_TIMESTEP_SCALE
 from .commands import _cmd_compare, _cmd_dataset_profile, _cmd_grid, _cmd_profile, _cmd_recommend, _cmd_show
 from .loading import _DEFAULT_SAMPLERS, CLIError, _as_option_error, _one_line
@@ -160,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULT_SAMPLERS,
         help=samplers_help + f" (default {_DEFAULT_SAMPLERS}; infonoise is added when the scheduler stores a learned schedule)",
     )
-    p.add_argument("--output", default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)")
+    p.add_argument(
+        "--output", type=output_dir_arg, default="infonoise_profile", metavar="DIR", help="output directory (default: infonoise_profile)"
+    )
     _add_objective_args(p)
     p.set_defaults(func=_cmd_profile)
 
@@ -183,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=_device_arg, default=None, help="torch device (default cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--gate", type=gate_arg, default="auto", help="clean-end gate: auto, none, or a pinned pivot (default auto)")
-    p.add_argument("--output", default=None, metavar="DIR", help="write DIR/dataset_profile.json and .png")
+    p.add_argument("--output", type=output_dir_arg, default=None, metavar="DIR", help="write DIR/dataset_profile.json and .png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_dataset_profile)
 

@@ -285,3 +285,15 @@ def test_an_output_file_in_a_missing_folder_is_refused_before_any_work(capsys, s
     with pytest.raises(SystemExit):
         main([str(a) for a in ("show", saved["learned"], "--plot", missing / "s.png")])
     assert "its folder" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_an_output_folder_that_is_empty_or_a_file_is_refused_before_any_work(capsys, tmp_path):
+    """profile and dataset-profile --output DIR: an empty name (dataset-profile then wrote nothing and said nothing) or
+    an existing file is an argparse error naming --output."""
+    (tmp_path / "f").write_text("x")
+    for argv in (("dataset-profile", "--dataset", "digits"), ("profile", "--model", str(tmp_path), "--dataset", "digits")):
+        for value, says in (("", "got ''"), (str(tmp_path / "f"), "exists and is not a folder")):
+            with pytest.raises(SystemExit) as info:
+                main([*argv, "--output", value])
+            err = capsys.readouterr().err
+            assert info.value.code == 2 and "argument --output" in err and says in err, (argv, value, err)
