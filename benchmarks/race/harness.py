@@ -107,9 +107,9 @@ class RunSpec:
     @property
     def sampler_args(self) -> list[str]:
         """The race's ``extra_args`` when the sampler takes them, else none; then the sampler's own
-        (``sampler_extra_args``, a pretrain's folder for ``{pretrained:NAME}``)."""
+        (``sampler_extra_args``, a pretrain's folder for ``{pretrained:NAME}``, a run's for ``{run:RUN_ID}``)."""
         args = list(self.race.extra_args) if parse_arm(self.sampler).name in ADAPTIVE_SAMPLERS else []
-        return args + [_pretrained_arg(a, self.root) for a in self.race.sampler_extra_args.get(self.sampler, ())]
+        return args + [_folder_arg(a, self.root) for a in self.race.sampler_extra_args.get(self.sampler, ())]
 
     def argv(self) -> list[str]:
         """The training script's arguments of the run (a ``#recommended`` arm's once resolved, with its fitted
@@ -216,7 +216,7 @@ def resized_pretrain(root, race: Race) -> Path:
     return out
 
 
-def _pretrained_arg(arg: str, root) -> str:
+def _folder_arg(arg: str, root) -> str:
     """``arg`` with ``{pretrained:NAME}`` replaced by that pretrain's folder, ``{run:RUN_ID}`` by the output folder
     of a run of the same tier (one that must have finished first)."""
     for key, folder in (("pretrained", lambda name: pretrain_dir(root, name)), ("run", lambda rid: Path(root) / "runs" / rid)):
