@@ -82,7 +82,9 @@ def plot_curves(races, runs, summary, path):
 
 def plot_pi(races, runs, path):
     """Each race's final InfoNoise π per seed (density per unit log σ) with ρ̂ and the gate's pivot,
-    against the baseline's density (and EDM log-normal's on the EDM path)."""
+    against the baseline's density (and EDM log-normal's on the EDM path). Only the default ``infonoise`` arm's runs
+    are drawn when the race has them, else one arm's (a tier's InfoNoise variants would otherwise pass for more seeds
+    of it)."""
     plt = _pyplot()
     import torch
 
@@ -92,6 +94,7 @@ def plot_pi(races, runs, path):
     fig, axes = _panel_grid(plt, len(panels), 4.8, 3.4)
     for ax, race in zip(axes, panels):
         lst = sorted([r for r in runs if r["race"] == race.name and r.get("schedule")], key=lambda r: r["seed"])
+        lst = [r for r in lst if r["sampler"] == "infonoise"] or [r for r in lst if r["sampler"] == lst[0]["sampler"]]
         edges = np.asarray(lst[0]["schedule"]["edges"])
         centres = (edges[1:] + edges[:-1]) / 2
         x = torch.linspace(edges[0], edges[-1], 400, dtype=torch.float64)
@@ -108,11 +111,11 @@ def plot_pi(races, runs, path):
                 color="C3",
                 lw=1.2,
                 alpha=0.8,
-                label=f"final π, seed {r['seed']}" if r is lst[0] else f"seed {r['seed']}",
+                label=f"{r['sampler']}: final π, seeds {', '.join(str(q['seed']) for q in lst)}" if r is lst[0] else None,
             )
         rho = lst[0]["schedule"].get("rho_hat")
         if rho:
-            ax.plot(centres, rho, color="C0", lw=1, alpha=0.8, label="ρ̂ (seed 0)")
+            ax.plot(centres, rho, color="C0", lw=1, alpha=0.8, label=f"ρ̂ (seed {lst[0]['seed']})")
         gate = lst[0]["schedule"].get("gate") or {}
         if gate.get("pivot"):
             ax.axvline(math.log(gate["pivot"]), color="C0", ls=":", lw=1, label=f"gate c={gate['pivot']:.3g} ({gate.get('source')})")

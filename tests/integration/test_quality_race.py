@@ -214,3 +214,31 @@ def test_an_unknown_race_or_job_count_is_refused_naming_the_option(tmp_path, cap
     with pytest.raises(SystemExit):
         quality_race.main(["--tier", "cadence", "--plan", "--out", str(tmp_path), "--jobs", "0"])
     assert "argument --jobs: expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_the_pi_figure_draws_the_default_arm_only(monkeypatch, tmp_path):
+    """A tier with InfoNoise variants (the cadence tier) drew every variant's final π as one more "seed" of the
+    default's; the figure now draws the ``infonoise`` runs (3 seeds: 3 curves), ρ̂ of its own seed 0, and one arm's
+    runs when the default is absent."""
+    from benchmarks.race import figures
+
+    race = next(r for r in tiers.tier_races("cadence") if r.name == "tk-ft-digits16")
+    edges = [math.log(0.002) + i * (math.log(80) - math.log(0.002)) / 4 for i in range(5)]
+
+    def run(sampler, seed, height):
+        pi = [0.1, 0.2, 0.3, 0.4] if height else [0.4, 0.3, 0.2, 0.1]
+        return {"race": race.name, "sampler": sampler, "seed": seed, "schedule": {"edges": edges, "pi": pi, "rho_hat": [seed, 0, 0, 1]}}
+
+    figs = []
+    monkeypatch.setattr(figures, "_save", lambda plt, fig, path: figs.append(fig))
+    runs = [run("infonoise", s, True) for s in (2, 0, 1)] + [run(tiers.CLAIRVOYANT_ARM, s, False) for s in (0, 1, 2)]
+    figures.plot_pi([race], runs, tmp_path / "pi.png")
+    ax = figs[-1].axes[0]
+    pi_lines = [ln for ln in ax.get_lines() if ln.get_color() == "C3"]
+    assert len(pi_lines) == 3 and all(list(ln.get_ydata())[0] < list(ln.get_ydata())[-1] for ln in pi_lines)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "infonoise: final π, seeds 0, 1, 2" in labels and "ρ̂ (seed 0)" in labels
+    assert not any("seed 1" == t or "seed 2" == t for t in labels)
+    figures.plot_pi([race], runs[3:], tmp_path / "pi.png")
+    labels = [t.get_text() for t in figs[-1].axes[0].get_legend().get_texts()]
+    assert f"{tiers.CLAIRVOYANT_ARM}: final π, seeds 0, 1, 2" in labels
