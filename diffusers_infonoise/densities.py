@@ -37,6 +37,7 @@ __all__ = [
     "Piecewise",
     "Shifted",
     "Truncated",
+    "DensityRangeError",
     "bin_masses",
     "log_prob_in",
 ]
@@ -320,6 +321,17 @@ class Shifted(Density):
         return {"name": "Shifted", "offset": self.offset, "base": self.base.describe()}
 
 
+class DensityRangeError(ValueError):
+    """A density with (almost) no mass (≤ 1e-12) in the path's training range ``[low, high]`` of log σ (VE σ): a
+    :class:`Truncated` restriction of it would divide by zero. Raised by :class:`Truncated`; a ``ValueError``, so
+    callers that catch those keep working, and its own type, so a caller can name the option that placed the density
+    there without matching the message (``training/args.py``)."""
+
+    def __init__(self, density: dict, low: float, high: float):
+        self.density, self.low, self.high = density, float(low), float(high)
+        super().__init__(f"the density {density} has (almost) no mass in the path's range log sigma in [{low:.3f}, {high:.3f}]")
+
+
 class Truncated(Density):
     """``base`` restricted to ``[low, high]`` in log σ and renormalised (the path's training range)."""
 
@@ -329,7 +341,7 @@ class Truncated(Density):
         self._f_hi = float(base.cdf(_t(high)))
         self._z = self._f_hi - self._f_lo
         if not self._z > 1e-12:
-            raise ValueError(f"the density {base.describe()} has (almost) no mass in the path's range log sigma in [{low:.3f}, {high:.3f}]")
+            raise DensityRangeError(base.describe(), low, high)
 
     def log_prob(self, x):
         x = _t(x)

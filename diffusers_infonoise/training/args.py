@@ -27,6 +27,7 @@ from ..argtypes import (
     positive_int,
     warmup_arg,
 )
+from ..densities import DensityRangeError
 from ..logs import get_logger
 from ..objective import Objective, diffusers_density_params
 from ..paths import path_class
@@ -354,9 +355,9 @@ def _density_flags_named(args, name: str | None):
     by the flags that placed it, as the user typed them."""
     try:
         yield
-    except ValueError as err:
+    except DensityRangeError as err:
         changed = _changed_density_flags(args, name)
-        if changed and "no mass in the path's range" in str(err):
+        if changed:
             flags = " ".join(f"--{flag} {getattr(args, flag)}" for flag in changed)
             raise ValueError(f"{flags}: {err}") from None
         raise

@@ -190,6 +190,19 @@ def test_invalid_parameters_raise(bad):
         bad()
 
 
+def test_a_density_outside_the_range_raises_its_own_type_with_the_range():
+    """N(50, 0.01²) has mass Φ(-4000) ≈ 0 on [-6.2, 4.4]: a DensityRangeError (still a ValueError) carrying the
+    range and the density, which the training scripts use to name the flag that placed it; a density with mass
+    there is accepted."""
+    low, high = math.log(0.002), math.log(80.0)
+    with pytest.raises(densities.DensityRangeError, match=r"no mass in the path's range log sigma in \[-6.215, 4.382\]") as info:
+        densities.Truncated(densities.Normal(50.0, 0.01), low, high)
+    assert isinstance(info.value, ValueError)
+    assert (info.value.low, info.value.high) == (low, high) and info.value.density == {"name": "Normal", "mean": 50.0, "std": 0.01}
+    d = densities.Truncated(densities.Normal(4.0, 0.5), low, high)  # Φ((4.382-4)/0.5) ≈ 0.78 of it inside
+    assert float(d.cdf(torch.tensor(high))) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("right", [False, True])
 def test_searchsorted_helper_equals_torch(right):
     gen = torch.Generator().manual_seed(0)
