@@ -32,6 +32,8 @@ __all__ = [
     "bool_arg",
     "output_file_arg",
     "figure_file_arg",
+    "output_dir_arg",
+    "existing_dir_arg",
 ]
 
 
@@ -207,4 +209,14 @@ def output_dir_arg(value: str) -> str:
         raise argparse.ArgumentTypeError("expected a folder (created when missing), got ''")
     if Path(value).exists() and not Path(value).is_dir():
         raise argparse.ArgumentTypeError(f"{value!r} exists and is not a folder: give a folder (created when missing)")
+    return value
+
+
+def existing_dir_arg(value: str) -> str:
+    """An input folder (``--train_data_dir``): it must exist, checked at parse time, before a model is loaded (a
+    mistyped folder surfaced after the model as datasets' "doesn't contain any data files")."""
+    if not value:
+        raise argparse.ArgumentTypeError("expected a folder, got ''")
+    if not Path(value).is_dir():
+        raise argparse.ArgumentTypeError(f"no such folder: {value}" if not Path(value).exists() else f"{value!r}: not a folder")
     return value

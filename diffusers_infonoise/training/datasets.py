@@ -62,17 +62,29 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
     when neither is set.
 
     Raises:
-        ValueError: both or a bad name; FileNotFoundError (with the install command) for a missing asset.
+        ValueError: both or a bad name; ``--train_data_dir`` that holds no image ``datasets`` reads, or that it
+            cannot read (the message led by the option).
+        FileNotFoundError: a missing built-in asset (with the install command); ``--train_data_dir`` that is not a
+            folder; ``--dataset_name`` that is neither built in, a ``save_to_disk`` folder nor a data set the Hub
+            serves (offline: not in the cache), led by the option.
     """
     import datasets
 
-    from ..data import is_builtin_dataset, load_builtin_dataset
+    from ..data import BUILTIN_DATASETS, is_builtin_dataset, load_builtin_dataset
 
     name, data_dir, max_samples = data.dataset_name, data.train_data_dir, data.max_train_samples
     if name and data_dir:
         raise ValueError("--dataset_name and --train_data_dir: give one of them, not both")
     if data_dir:
-        ds = datasets.load_dataset("imagefolder", data_dir=data_dir, cache_dir=data.cache_dir, split="train")
+        if not os.path.isdir(data_dir):  # datasets would say "doesn't contain any data files" of a typo
+            raise FileNotFoundError(f"--train_data_dir: no such folder: {data_dir}")
+        try:
+            ds = datasets.load_dataset("imagefolder", data_dir=data_dir, cache_dir=data.cache_dir, split="train")
+        except (OSError, ValueError) as err:  # no image files ("EmptyDatasetError", "corresponds to no data"), or unreadable
+            raise ValueError(
+                f"--train_data_dir: {data_dir} holds no image datasets' imagefolder reads (.png, .jpg, ...; captions in "
+                f"a metadata.jsonl with a file_name column): {' '.join(str(err).split())}"
+            ) from err
     elif name is None or is_builtin_dataset(name):
         ds = load_builtin_dataset(name or data.default_dataset, split, max_samples=max_samples, seed=data.seed)
         max_samples = None
@@ -81,7 +93,13 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_dict.json")):
         ds = datasets.load_from_disk(name)[split]
     else:
-        ds = datasets.load_dataset(name, data.dataset_config_name, cache_dir=data.cache_dir, split=split)
+        try:
+            ds = datasets.load_dataset(name, data.dataset_config_name, cache_dir=data.cache_dir, split=split)
+        except OSError as err:  # not on the Hub, or offline and not cached (ConnectionError is an OSError)
+            raise FileNotFoundError(
+                f"--dataset_name: {name!r} is not a built-in data set ({', '.join(BUILTIN_DATASETS)}), a save_to_disk "
+                f"folder, nor a data set the Hub serves here: {' '.join(str(err).split())}"
+            ) from err
     if max_samples is not None:
         ds = ds.shuffle(seed=data.seed).select(range(min(max_samples, len(ds))))
     return ds

@@ -163,7 +163,10 @@ def prepare_text_to_image_training(
     """
     from accelerate.utils import set_seed
 
-    dataloader, dataset, order = captioned_dataloader(cfg.data)
+    from .args import option_errors  # (args builds on the loop this module uses)
+
+    with option_errors():  # a data set that does not fit the options: one line, as argparse's, not a traceback
+        dataloader, dataset, order = captioned_dataloader(cfg.data)
     dataloader = accelerator.prepare(dataloader)
     _, max_steps, _ = training_length(cfg.run, dataloader)
     optimizer, lr_scheduler = make_optimizer_and_lr_scheduler(

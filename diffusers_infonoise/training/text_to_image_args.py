@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..argtypes import positive_float, positive_int
+from ..argtypes import existing_dir_arg, positive_float, positive_int
 from ..objective import DENSITY_SCHEMES, WEIGHTING_SCHEMES, Objective, scheme_density
 from ..sampler import FIXED_DENSITY_NAMES, TrainingTimestepSampler
 from .args import (
@@ -78,7 +78,7 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
     g.add_argument("--dataset_config_name", type=str, default=None)
     g.add_argument(
         "--train_data_dir",
-        type=str,
+        type=existing_dir_arg,
         default=None,
         help="A folder of images with a metadata.jsonl giving each file_name its caption (datasets' imagefolder).",
     )

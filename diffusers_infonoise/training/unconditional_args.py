@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..argtypes import positive_float, positive_int
+from ..argtypes import existing_dir_arg, positive_float, positive_int
 from ..paths import PATH_CLASSES
 from .args import add_common_training_args, add_noise_sampler_args, check_sources, script_configs
 from .models import local_model_config
@@ -41,7 +41,7 @@ def add_unconditional_args(parser: argparse.ArgumentParser) -> None:
         "dataset name or a local save_to_disk folder. Default: mnist.",
     )
     a("--dataset_config_name", type=str, default=None)
-    a("--train_data_dir", type=str, default=None, help="A folder of images (datasets' imagefolder).")
+    a("--train_data_dir", type=existing_dir_arg, default=None, help="A folder of images (datasets' imagefolder).")
     a("--image_column", type=str, default="image")
     a(
         "--sequence_column",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -57,9 +58,22 @@ def test_source_and_start_mistakes_end_in_one_line(name, sd_model, tmp_path, cap
     out = ["--output_dir", str(tmp_path / "out"), "--max_train_steps", "1"]
     want = r"--pretrained_model_name_or_path: no such file or folder: runs/zA \(tried as a local path because \./runs exists\)"
     assert_option_error(capsys, want, script.main, ["--pretrained_model_name_or_path", "runs/zA", *out])
+    model = ["--pretrained_model_name_or_path", sd_model, *out]
+    missing = [*model, "--train_data_dir", "runs/images"]
+    assert_option_error(capsys, r"argument --train_data_dir: no such folder: runs/images$", script.main, missing)
     if name == "train_text_to_image":  # a start for a fixed density, found once the scheduler is read
         argv = ["--pretrained_model_name_or_path", sd_model, "--noise_sampler", "uniform", "--infonoise_init", "profile", *out]
         assert_option_error(capsys, r"--infonoise_init profile: starts an InfoNoise sampler", script.main, argv)
+        # a folder without images is found once the data is read (after the model, whose loading bars precede it):
+        # an argparse-style error line and status 2 too, not a traceback
+        with pytest.raises(SystemExit) as info:
+            out_data = ["--output_dir", str(tmp_path / "out_data"), "--cache_dir", str(tmp_path / "cache")]
+            script.main([*model[:2], *out_data, "--train_data_dir", "runs"])
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if ": error: " in line]
+        assert info.value.code == 2 and "Traceback" not in err and len(errors) == 1, err
+        assert re.search(r"error: --train_data_dir: runs holds no image datasets' imagefolder reads .*metadata\.jsonl", errors[0])
+        assert not [p for p in (tmp_path / "out_data").rglob("*") if p.is_file()]  # the folder as accelerate made it: empty
     assert not (tmp_path / "out").exists()
 
 

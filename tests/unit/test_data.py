@@ -136,6 +136,39 @@ def test_binarized_sets_stay_binary_at_every_training_resolution(name):
     assert torch.stack([grey[i] for i in range(8)]).unique().numel() > 10
 
 
+def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monkeypatch):
+    """A mistyped --train_data_dir read as "doesn't contain any data files", a folder of text files as
+    "Instruction train corresponds to no data!", and an unknown --dataset_name offline as a ConnectionError, none
+    naming the option. Each now names it; a readable image folder still loads (2 images, its caption column)."""
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    from diffusers_infonoise.training.datasets import DataConfig, load_image_dataset
+
+    def load(**kw):
+        return load_image_dataset(DataConfig(cache_dir=str(tmp_path / "cache"), **kw))
+
+    with pytest.raises(FileNotFoundError, match=r"^--train_data_dir: no such folder: .*/nope$"):
+        load(train_data_dir=str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.txt").write_text("not an image")
+    for folder in ("empty", "text"):
+        with pytest.raises(ValueError, match=rf"^--train_data_dir: .*/{folder} holds no image datasets' imagefolder reads"):
+            load(train_data_dir=str(tmp_path / folder))
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(2):
+        Image.fromarray(np.full((4, 4), 40 * i, dtype=np.uint8)).save(images / f"{i}.png")
+    (images / "metadata.jsonl").write_text('{"file_name": "0.png", "text": "a"}\n{"file_name": "1.png", "text": "b"}\n')
+    ds = load(train_data_dir=str(images))
+    assert len(ds) == 2 and sorted(ds["text"]) == ["a", "b"]
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # never reach for the network in a test
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(FileNotFoundError, match=r"^--dataset_name: 'nosuch/dataset' is not a built-in data set \(mnist, fashion_mnist"):
+        load(dataset_name="nosuch/dataset")
+
+
 def test_arrays_are_fresh_copies():
     a, la = D.load_builtin_arrays("digits", "test")
     a[:] = 7
