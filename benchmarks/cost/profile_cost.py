@@ -95,7 +95,17 @@ class _StartReport(logging.Handler):
         message = record.getMessage()
         if message.startswith("noise sampler start:") and "; " in message:
             pairs = (item.split(" ", 1) for item in message.rsplit("; ", 1)[1].split(", "))
-            self.info = {k: float(v) if "." in v else int(v) for k, v in pairs}
+            self.info = {k: _number(v) for k, v in pairs}
+
+
+def _number(text: str):
+    """A logged value as an int or float, else as it was logged (``data_source loss_fn``)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def logged_scalars(output_dir: str) -> dict[str, dict[int, float]]:
