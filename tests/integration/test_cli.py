@@ -297,3 +297,52 @@ def test_an_output_folder_that_is_empty_or_a_file_is_refused_before_any_work(cap
                 main([*argv, "--output", value])
             err = capsys.readouterr().err
             assert info.value.code == 2 and "argument --output" in err and says in err, (argv, value, err)
+
+
+def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, tmp_path, monkeypatch):
+    """compare --samplers infonoise on a scheduler without a stored schedule showed InfoNoise's base density (its
+    warm-up density: EDM log-normal on an EDM path, TV 0 to edm_lognormal) with nothing saying so; it now says so in
+    the text, the JSON and the plot's legend. So does a schedule stored before it adapted; an adapted one says nothing."""
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import diagnostics, make_sampler
+
+    drawn = []
+    monkeypatch.setattr(diagnostics, "plot_allocations", lambda allocs, *a, **k: drawn.append([x.name for x in allocs]))
+    argv = ("compare", "--samplers", "edm_lognormal,infonoise", "--json", tmp_path / "c.json", "--plot", tmp_path / "c.png")
+    rc, out, err = run(capsys, *argv, "--scheduler", saved["plain"])
+    assert rc == 0, err
+    assert "edm_lognormal vs infonoise: 0.000" in out
+    note = (
+        f"{saved['plain'] / 'scheduler_config.json'} holds no stored InfoNoise schedule: the infonoise row is its base "
+        "density edm_lognormal, the warm-up density a run would start from, not an adapted schedule"
+    )
+    assert f"  note: {note}" in out
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["stored_schedule"] is False
+    assert data["infonoise"]["shows"] == "base density" and data["infonoise"]["base"] == {"name": "edm_lognormal"}
+    assert data["infonoise"]["note"].startswith(note)
+    assert drawn[-1] == ["edm_lognormal", "infonoise = base edm_lognormal (no stored schedule)"]
+    # a schedule saved at optimizer step 2 of a 5-step warm-up is still the base density
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, warmup_steps=5, refresh_every=1, num_bins=16)
+    for _ in range(2):
+        s.step()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "young")
+    rc, out, err = run(capsys, *argv, "--scheduler", tmp_path / "young")
+    assert rc == 0, err
+    assert (
+        f"  note: the schedule stored in {tmp_path / 'young' / 'scheduler_config.json'} was saved before it adapted (at optimizer step 2): "
+        in out
+    )
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["stored_schedule"] is True and data["infonoise"]["shows"] == "base density"
+    assert drawn[-1][1] == "infonoise = base edm_lognormal (stored before it adapted)"
+    # the adapted stored schedule: no note
+    rc, out, err = run(capsys, *argv, "--scheduler", saved["learned"])
+    assert rc == 0 and "note:" not in out, out
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["stored_schedule"] is True and data["infonoise"] == {"shows": "stored schedule"}
+    assert drawn[-1] == ["edm_lognormal", "infonoise"]
