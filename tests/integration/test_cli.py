@@ -346,3 +346,59 @@ def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, 
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["stored_schedule"] is True and data["infonoise"] == {"shows": "stored schedule"}
     assert drawn[-1] == ["edm_lognormal", "infonoise"]
+
+
+def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_path):
+    """The warning that pi rests mostly on bins never measured named the loading sampler's own step count, 'step 0',
+    whatever the schedule's age: read as 'never trained, empty'. Loaded, it now says when the schedule was saved: at
+    step 0 before any training step, with what a profile start measured; else the step and the refreshes of pi."""
+    import warnings
+
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import make_sampler, start_from_model
+
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, num_bins=16, gate=None)
+    lo, hi = math.exp(float(s.edges[4])), math.exp(float(s.edges[6]))
+
+    def loss_fn(x0, levels):  # the x0 error of N(0, 0.25) data in bins 4 and 5, NaN elsewhere
+        sig = levels.sigmas.double()
+        m = sig**2 * 0.25 / (sig**2 + 0.25)
+        return torch.where((sig > lo) & (sig < hi), m, torch.full_like(m, math.nan))
+
+    batches = [torch.randn(32, 4, generator=torch.Generator().manual_seed(i)) * 0.5 for i in range(4)]
+    with pytest.warns(UserWarning) as caught:
+        start_from_model(s, loss_fn, batches, samples_per_bin=4, progress=False)
+    assert any("noise sampler: step 0, before any training step: pi rests mostly" in str(w.message) for w in caught)
+    s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "profile_start")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        rc, out, err = run(capsys, "show", tmp_path / "profile_start")
+    assert rc == 0 and "0 optimizer steps" in out, err
+    assert (
+        "infonoise show: warning: noise sampler: the stored schedule (saved at optimizer step 0, before any training step: "
+        "a profile of the pretrained model, 64 levels measured, 4 a bin, 56 non-finite losses left out): pi rests mostly on "
+        "bins never measured: 2 of 16 bins hold a measured m_hat" in err
+    ), err
+    assert "step 0:" not in err
+    # a schedule refreshed over 3 optimizer steps from 4 measured bins of 64
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, warmup_steps=1, refresh_every=1, min_count=1, gate=None)
+    sig = torch.exp(s.estimator.centers[[40, 41, 42, 43]]).repeat(4)
+    with pytest.warns(UserWarning, match="step 1: pi rests mostly"):
+        for _ in range(3):
+            s.update(s.levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
+            s.step()
+    s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "young")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        rc, out, err = run(capsys, "show", tmp_path / "young")
+    assert rc == 0 and "3 optimizer steps, 3 schedule updates" in out, err
+    assert (
+        "warning: noise sampler: the stored schedule (saved at optimizer step 3 after 3 refreshes of pi): pi rests mostly on "
+        "bins never measured: 4 of 64 bins" in err
+    ), err
+    assert "step 0" not in err
