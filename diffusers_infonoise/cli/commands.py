@@ -1,4 +1,4 @@
-"""The ``infonoise`` subcommands: show, compare, dataset-profile, profile."""
+"""The ``infonoise`` subcommands: show, compare, dataset-profile, profile, recommend, grid."""
 
 from __future__ import annotations
 
@@ -447,6 +447,20 @@ def _cmd_grid(args) -> int:
         else "its sigmas" + (" before its shift, which it re-applies" if flow else "")
     }.get(key, "its integer timesteps")
     print(f"for {type(scheduler).__name__}.set_timesteps and diffusers pipelines ({what}): {key}={[round(v, 6) for v in values]}")
+    if args.json:
+        data = {
+            "source": where,
+            "scheduler": type(scheduler).__name__,
+            "density": args.density,
+            "num_inference_steps": args.steps,
+            "mu": args.mu,
+            "sigmas": [float(v) for v in grid.sigmas],  # VE sigma, decreasing; the final step to 0 is the scheduler's
+            "default_sigmas": [float(v) for v in spacing],  # the scheduler's own spacing, VE sigma
+            "set_timesteps": {key: values},  # the keyword set_timesteps and the pipelines take
+            "set_timesteps_means": what,
+        }
+        _write_json(Path(args.json), data)
+        print(f"wrote {args.json}")
     if args.plot:
         import matplotlib
 

@@ -271,7 +271,11 @@ def test_an_output_file_in_a_missing_folder_is_refused_before_any_work(capsys, s
     no option) or a name that is a folder is an argparse error naming the option; nothing is written."""
     missing = tmp_path / "no" / "such"
     for option, name in (("--plot", "s.png"), ("--json", "s.json")):
-        for argv in (("compare", "--scheduler", saved["learned"]), ("recommend", saved["learned"])):
+        for argv in (
+            ("compare", "--scheduler", saved["learned"]),
+            ("recommend", saved["learned"]),
+            ("grid", saved["learned"], "--steps", 3),
+        ):
             for target, says in (
                 (missing / name, f"its folder {str(missing)!r} does not exist"),
                 (tmp_path, "not a folder"),
@@ -402,3 +406,33 @@ def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_pa
         "bins never measured: 4 of 64 bins" in err
     ), err
     assert "step 0" not in err
+
+
+def test_grid_writes_its_numbers_to_json(capsys, saved, tmp_path):
+    """grid --json FILE, as show/compare/recommend: the InfoGrid's VE sigmas (those the library's infogrid gives and the
+    text prints, from sigma_max = 80 down), the scheduler's own spacing (its Karras ramp from 80 to 0.002) and the
+    set_timesteps argument."""
+    import copy
+
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise.inference_grid import infogrid, scheduler_grid_kwargs
+
+    rc, out, err = run(capsys, "grid", saved["learned"], "--steps", 3, "--density", "q", "--json", tmp_path / "g.json")
+    assert rc == 0, err
+    data = json.loads((tmp_path / "g.json").read_text())
+    scheduler = EDMEulerScheduler.from_pretrained(saved["learned"])
+    want = infogrid(scheduler, 3, density="q").sigmas
+    assert data["sigmas"] == want.tolist() and len(data["sigmas"]) == data["num_inference_steps"] == 3
+    assert data["sigmas"][0] == pytest.approx(80.0) and data["sigmas"][0] > data["sigmas"][1] > data["sigmas"][2] > 0.002
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [0, 1, 2]
+    assert [float(r[1]) for r in rows] == pytest.approx(data["sigmas"], rel=1e-3)  # printed to 4 digits
+    default = copy.deepcopy(scheduler)
+    default.set_timesteps(3)
+    assert data["default_sigmas"] == pytest.approx([80.0, float(default.sigmas[1]), 0.002], rel=1e-6)
+    assert data["set_timesteps"] == {k: [float(v) for v in vs] for k, vs in scheduler_grid_kwargs(scheduler, want).items()}
+    assert list(data["set_timesteps"]) == ["sigmas"] and data["set_timesteps_means"] == "its Karras ramp positions, as a tensor"
+    assert data["source"] == str(saved["learned"] / "scheduler_config.json") and data["scheduler"] == "EDMEulerScheduler"
+    assert data["density"] == "q" and data["mu"] is None
+    assert f"wrote {tmp_path / 'g.json'}" in out
