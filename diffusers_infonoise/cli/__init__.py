@@ -271,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mu", type=float, default=None, help="flow schedulers with dynamic shifting: the pipeline's mu")
     p.add_argument("--plot", metavar="FILE", type=figure_file_arg, default=None, help="draw the grid against the default spacing to FILE")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        type=output_file_arg,
+        default=None,
+        help="write the grid to FILE: its VE sigmas, the scheduler's default spacing (VE sigma) and the set_timesteps argument",
+    )
     _add_hub_args(p)
     p.set_defaults(func=_cmd_grid)
     return parser

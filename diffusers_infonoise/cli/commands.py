@@ -1,4 +1,4 @@
-"""The ``infonoise`` subcommands: show, compare, dataset-profile, profile."""
+"""The ``infonoise`` subcommands: show, compare, dataset-profile, profile, recommend, grid."""
 
 from __future__ import annotations
 
@@ -151,6 +151,7 @@ def _cmd_compare(args) -> int:
     rho = None
     if stored is not None and stored.get("rho_hat") is not None and all(v is not None for v in stored["rho_hat"]):
         rho = normalize_density(torch.tensor(stored["rho_hat"], dtype=torch.float64), x)
+    unlearned = _infonoise_without_schedule(allocs, stored, where)
     print(f"effective allocations phi = pi*w on {where} ({type(scheduler).__name__}); prediction_type={pt}, loss_weighting={lw}")
     header = f"  {'sampler':<16} {'mode sigma':>10} {'phi 90% window (sigma)':>24}"
     if rho is not None:
@@ -166,15 +167,58 @@ def _cmd_compare(args) -> int:
         for i, a in enumerate(allocs):
             for b in allocs[i + 1 :]:
                 print(f"    {a.name} vs {b.name}: {total_variation(a.phi, b.phi, x):.3f}")
+    if unlearned is not None:
+        print(f"  note: {unlearned['note']}")
     if args.plot:
+        import dataclasses
+
         from ..diagnostics import plot_allocations
 
-        plot_allocations(allocs, args.plot, rho=rho, title=f"effective allocations · {type(scheduler).__name__} · weighting {lw}")
+        drawn = [  # the legend says what the infonoise curve is
+            dataclasses.replace(a, name=f"infonoise = base {unlearned['base_name']} ({unlearned['short']})")
+            if unlearned is not None and a.name == "infonoise"
+            else a
+            for a in allocs
+        ]
+        plot_allocations(drawn, args.plot, rho=rho, title=f"effective allocations · {type(scheduler).__name__} · weighting {lw}")
         print(f"wrote {args.plot}")
     if args.json:
-        _write_json(Path(args.json), {"scheduler": where, "allocations": {a.name: a.to_dict() for a in allocs}})
+        data = {"scheduler": where, "stored_schedule": stored is not None, "allocations": {a.name: a.to_dict() for a in allocs}}
+        if "infonoise" in names:
+            data["infonoise"] = (
+                {"shows": "stored schedule"}
+                if unlearned is None
+                else {"shows": "base density", "base": unlearned["base"], "note": unlearned["note"]}
+            )
+        _write_json(Path(args.json), data)
         print(f"wrote {args.json}")
     return 0
+
+
+def _infonoise_without_schedule(allocs, stored, where: str) -> dict | None:
+    """When ``compare`` shows the ``infonoise`` sampler without an adapted schedule (the scheduler holds no stored
+    schedule, or one saved before it adapted), what its row is: the base density a run would start from (its warm-up
+    density), not an adapted schedule. ``{"base": the sampler's base description, "base_name": its name in words,
+    "short": why in a few words, "note": one line}``; None when ``infonoise`` is not compared or its row is an adapted
+    stored schedule."""
+    for a in allocs:
+        if a.name != "infonoise" or a.meta["sampler"].get("adapted"):
+            continue
+        base = a.meta["sampler"]["base"]
+        params = ", ".join(f"{k}={v}" for k, v in base.items() if k != "name")
+        name = base["name"] + (f"({params})" if params else "") if "name" in base else json.dumps(base)
+        why = (
+            f"{where} holds no stored InfoNoise schedule"
+            if stored is None
+            else f"the schedule stored in {where} was saved before it adapted (at optimizer step {stored['optimizer_steps']})"
+        )
+        note = (
+            f"{why}: the infonoise row is its base density {name}, the warm-up density a run would start from, not an "
+            "adapted schedule (a run adapts pi to the model's losses after the warm-up)"
+        )
+        short = "no stored schedule" if stored is None else "stored before it adapted"
+        return {"base": dict(base), "base_name": name, "short": short, "note": note}
+    return None
 
 
 def _print_schedule_fit(scheduler, where: str, profile_file: Path) -> None:
@@ -403,6 +447,20 @@ def _cmd_grid(args) -> int:
         else "its sigmas" + (" before its shift, which it re-applies" if flow else "")
     }.get(key, "its integer timesteps")
     print(f"for {type(scheduler).__name__}.set_timesteps and diffusers pipelines ({what}): {key}={[round(v, 6) for v in values]}")
+    if args.json:
+        data = {
+            "source": where,
+            "scheduler": type(scheduler).__name__,
+            "density": args.density,
+            "num_inference_steps": args.steps,
+            "mu": args.mu,
+            "sigmas": [float(v) for v in grid.sigmas],  # VE sigma, decreasing; the final step to 0 is the scheduler's
+            "default_sigmas": [float(v) for v in spacing],  # the scheduler's own spacing, VE sigma
+            "set_timesteps": {key: values},  # the keyword set_timesteps and the pipelines take
+            "set_timesteps_means": what,
+        }
+        _write_json(Path(args.json), data)
+        print(f"wrote {args.json}")
     if args.plot:
         import matplotlib
 

@@ -385,9 +385,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     #: below this share of π on bins that hold a measured m̂, π is mostly extrapolation: warned about
     MEASURED_MASS_WARNING = 0.5
 
-    def _check_measured_mass(self) -> None:
+    def _check_measured_mass(self, stored: str | None = None) -> None:
         """Warn (``UserWarning``, once) when most of π lies on bins never measured (issue 28): the
-        interpolation and the extrapolated ends of METHOD.md §5.4 then decide π more than the data does."""
+        interpolation and the extrapolated ends of METHOD.md §5.4 then decide π more than the data does.
+        ``stored``: for a schedule just loaded, when it was saved (:func:`_stored_when`), named instead of this
+        sampler's own step count, which is 0 before its run's first step whatever the schedule's age."""
         mass = self.last_refresh.get("measured_mass")
         if mass is None or mass >= self.MEASURED_MASS_WARNING:
             return
@@ -396,13 +398,25 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         mode = int(torch.argmax(self.probs))
         where = "the grid's lower edge" if mode == 0 else "the grid's upper edge" if mode == k - 1 else "inside the grid"
         kind = "a measured bin" if bool(measured[mode]) else "a bin never measured"
+        if stored is not None:
+            who = f"the stored schedule ({stored})"
+            fix = (
+                "a run started from it measures the bins it draws from and refreshes pi from them; the run that saves such a "
+                "schedule measures more bins with more samples before pi moves (a larger batch, a longer warmup_steps, "
+                "fewer num_bins)"
+            )
+        else:
+            who = f"step {self.optimizer_step}" + (", before any training step" if self.optimizer_step == 0 else "")
+            fix = (
+                "more samples before pi moves (a larger batch, a longer warmup_steps, or fewer num_bins) measure more bins "
+                "(the share is logged at every refresh as measured_mass)"
+            )
         self._warn_once(
             "extrapolated",
-            f"noise sampler: step {self.optimizer_step}: pi rests mostly on bins never measured: {int(measured.sum())} of {k} "
+            f"noise sampler: {who}: pi rests mostly on bins never measured: {int(measured.sum())} of {k} "
             f"bins hold a measured m_hat and carry {mass:.0%} of pi's mass; pi's mode is at VE sigma "
             f"{math.exp(float(self.estimator.centers[mode])):.3g} ({where}, {kind}). The rest follows the interpolation and the "
-            "extrapolated ends of METHOD.md 5.4, not the data: more samples before pi moves (a larger batch, a longer "
-            "warmup_steps, or fewer num_bins) measure more bins (the share is logged at every refresh as measured_mass)",
+            f"extrapolated ends of METHOD.md 5.4, not the data: {fix}",
         )
 
     def refresh_now(self, *, ema_decay: float | None = None, min_count: int | None = None, what: str = "pi refreshed") -> bool:
@@ -560,3 +574,32 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             "last_refresh": dict(self.last_refresh),
             "start": None if self.start_record is None else dict(self.start_record),
         }
+
+
+def _stored_when(payload: dict) -> str:
+    """When a stored schedule (a validated payload) was saved, in words: ``"saved at optimizer step 1200 after 40
+    refreshes of pi"``; at step 0, that it was saved before any training step, with the start it holds (a profile of
+    the model and the levels it measured, or the schedule it started from), so that step 0 does not read as empty."""
+    steps = payload.get("optimizer_steps")
+    updates = payload.get("num_updates")
+    if steps != 0:
+        return f"saved at optimizer step {steps}" + (f" after {updates} refreshes of pi" if isinstance(updates, int) else "")
+    start = payload.get("start") if isinstance(payload.get("start"), dict) else {}
+    if start.get("choice") == "profile":
+        levels, per_bin, bad = start.get("levels"), start.get("samples_per_bin"), start.get("nonfinite_losses")
+        measured = "".join(
+            (
+                f", {levels} levels measured" if levels is not None else "",
+                f", {per_bin} a bin" if per_bin is not None else "",
+                f", {bad} non-finite losses left out" if bad else "",
+            )
+        )
+        what = f"a profile of {start.get('source') or 'the pretrained model'}{measured}"
+    elif start.get("choice") == "stored":
+        learned = start.get("source_optimizer_steps")
+        what = f"the schedule it started from, {start.get('source') or 'a scheduler config'}" + (
+            f", learned over {learned} optimizer steps" if learned is not None else ""
+        )
+    else:
+        what = "its start not recorded"
+    return f"saved at optimizer step 0, before any training step: {what}"

@@ -19,7 +19,7 @@ import torch
 from ..logs import get_logger
 from ..paths import NoisePath, path_from_scheduler
 from ..schedule_io import CONFIG_KEY, FORMAT, VERSION, ScheduleError, read_schedule, stored_mu, write_schedule
-from .adaptive import _AdaptiveSampler
+from .adaptive import _AdaptiveSampler, _stored_when
 from .base import as_count, default_prediction_type
 from .batches import X0_BATCH_KEYS, batch_size_of, batch_stream, forward_passes, stratified_levels, world
 from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings
@@ -402,7 +402,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             self.num_updates = max(self.num_updates, 1)
             self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
             self.last_refresh = self._describe_refresh()
-            self._check_measured_mass()
+            self._check_measured_mass(stored=_stored_when(payload))
 
     def save_to_scheduler(self, noise_scheduler) -> bool:
         """Write the learned schedule (:meth:`to_payload`) into ``noise_scheduler``'s config

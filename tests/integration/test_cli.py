@@ -271,7 +271,11 @@ def test_an_output_file_in_a_missing_folder_is_refused_before_any_work(capsys, s
     no option) or a name that is a folder is an argparse error naming the option; nothing is written."""
     missing = tmp_path / "no" / "such"
     for option, name in (("--plot", "s.png"), ("--json", "s.json")):
-        for argv in (("compare", "--scheduler", saved["learned"]), ("recommend", saved["learned"])):
+        for argv in (
+            ("compare", "--scheduler", saved["learned"]),
+            ("recommend", saved["learned"]),
+            ("grid", saved["learned"], "--steps", 3),
+        ):
             for target, says in (
                 (missing / name, f"its folder {str(missing)!r} does not exist"),
                 (tmp_path, "not a folder"),
@@ -297,3 +301,138 @@ def test_an_output_folder_that_is_empty_or_a_file_is_refused_before_any_work(cap
                 main([*argv, "--output", value])
             err = capsys.readouterr().err
             assert info.value.code == 2 and "argument --output" in err and says in err, (argv, value, err)
+
+
+def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, tmp_path, monkeypatch):
+    """compare --samplers infonoise on a scheduler without a stored schedule showed InfoNoise's base density (its
+    warm-up density: EDM log-normal on an EDM path, TV 0 to edm_lognormal) with nothing saying so; it now says so in
+    the text, the JSON and the plot's legend. So does a schedule stored before it adapted; an adapted one says nothing."""
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import diagnostics, make_sampler
+
+    drawn = []
+    monkeypatch.setattr(diagnostics, "plot_allocations", lambda allocs, *a, **k: drawn.append([x.name for x in allocs]))
+    argv = ("compare", "--samplers", "edm_lognormal,infonoise", "--json", tmp_path / "c.json", "--plot", tmp_path / "c.png")
+    rc, out, err = run(capsys, *argv, "--scheduler", saved["plain"])
+    assert rc == 0, err
+    assert "edm_lognormal vs infonoise: 0.000" in out
+    note = (
+        f"{saved['plain'] / 'scheduler_config.json'} holds no stored InfoNoise schedule: the infonoise row is its base "
+        "density edm_lognormal, the warm-up density a run would start from, not an adapted schedule"
+    )
+    assert f"  note: {note}" in out
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["stored_schedule"] is False
+    assert data["infonoise"]["shows"] == "base density" and data["infonoise"]["base"] == {"name": "edm_lognormal"}
+    assert data["infonoise"]["note"].startswith(note)
+    assert drawn[-1] == ["edm_lognormal", "infonoise = base edm_lognormal (no stored schedule)"]
+    # a schedule saved at optimizer step 2 of a 5-step warm-up is still the base density
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, warmup_steps=5, refresh_every=1, num_bins=16)
+    for _ in range(2):
+        s.step()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "young")
+    rc, out, err = run(capsys, *argv, "--scheduler", tmp_path / "young")
+    assert rc == 0, err
+    assert (
+        f"  note: the schedule stored in {tmp_path / 'young' / 'scheduler_config.json'} was saved before it adapted (at optimizer step 2): "
+        in out
+    )
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["stored_schedule"] is True and data["infonoise"]["shows"] == "base density"
+    assert drawn[-1][1] == "infonoise = base edm_lognormal (stored before it adapted)"
+    # the adapted stored schedule: no note
+    rc, out, err = run(capsys, *argv, "--scheduler", saved["learned"])
+    assert rc == 0 and "note:" not in out, out
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["stored_schedule"] is True and data["infonoise"] == {"shows": "stored schedule"}
+    assert drawn[-1] == ["edm_lognormal", "infonoise"]
+
+
+def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_path):
+    """The warning that pi rests mostly on bins never measured named the loading sampler's own step count, 'step 0',
+    whatever the schedule's age: read as 'never trained, empty'. Loaded, it now says when the schedule was saved: at
+    step 0 before any training step, with what a profile start measured; else the step and the refreshes of pi."""
+    import warnings
+
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import make_sampler, start_from_model
+
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, num_bins=16, gate=None)
+    lo, hi = math.exp(float(s.edges[4])), math.exp(float(s.edges[6]))
+
+    def loss_fn(x0, levels):  # the x0 error of N(0, 0.25) data in bins 4 and 5, NaN elsewhere
+        sig = levels.sigmas.double()
+        m = sig**2 * 0.25 / (sig**2 + 0.25)
+        return torch.where((sig > lo) & (sig < hi), m, torch.full_like(m, math.nan))
+
+    batches = [torch.randn(32, 4, generator=torch.Generator().manual_seed(i)) * 0.5 for i in range(4)]
+    with pytest.warns(UserWarning) as caught:
+        start_from_model(s, loss_fn, batches, samples_per_bin=4, progress=False)
+    assert any("noise sampler: step 0, before any training step: pi rests mostly" in str(w.message) for w in caught)
+    s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "profile_start")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        rc, out, err = run(capsys, "show", tmp_path / "profile_start")
+    assert rc == 0 and "0 optimizer steps" in out, err
+    assert (
+        "infonoise show: warning: noise sampler: the stored schedule (saved at optimizer step 0, before any training step: "
+        "a profile of the pretrained model, 64 levels measured, 4 a bin, 56 non-finite losses left out): pi rests mostly on "
+        "bins never measured: 2 of 16 bins hold a measured m_hat" in err
+    ), err
+    assert "step 0:" not in err
+    # a schedule refreshed over 3 optimizer steps from 4 measured bins of 64
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, warmup_steps=1, refresh_every=1, min_count=1, gate=None)
+    sig = torch.exp(s.estimator.centers[[40, 41, 42, 43]]).repeat(4)
+    with pytest.warns(UserWarning, match="step 1: pi rests mostly"):
+        for _ in range(3):
+            s.update(s.levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
+            s.step()
+    s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "young")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        rc, out, err = run(capsys, "show", tmp_path / "young")
+    assert rc == 0 and "3 optimizer steps, 3 schedule updates" in out, err
+    assert (
+        "warning: noise sampler: the stored schedule (saved at optimizer step 3 after 3 refreshes of pi): pi rests mostly on "
+        "bins never measured: 4 of 64 bins" in err
+    ), err
+    assert "step 0" not in err
+
+
+def test_grid_writes_its_numbers_to_json(capsys, saved, tmp_path):
+    """grid --json FILE, as show/compare/recommend: the InfoGrid's VE sigmas (those the library's infogrid gives and the
+    text prints, from sigma_max = 80 down), the scheduler's own spacing (its Karras ramp from 80 to 0.002) and the
+    set_timesteps argument."""
+    import copy
+
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise.inference_grid import infogrid, scheduler_grid_kwargs
+
+    rc, out, err = run(capsys, "grid", saved["learned"], "--steps", 3, "--density", "q", "--json", tmp_path / "g.json")
+    assert rc == 0, err
+    data = json.loads((tmp_path / "g.json").read_text())
+    scheduler = EDMEulerScheduler.from_pretrained(saved["learned"])
+    want = infogrid(scheduler, 3, density="q").sigmas
+    assert data["sigmas"] == want.tolist() and len(data["sigmas"]) == data["num_inference_steps"] == 3
+    assert data["sigmas"][0] == pytest.approx(80.0) and data["sigmas"][0] > data["sigmas"][1] > data["sigmas"][2] > 0.002
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [0, 1, 2]
+    assert [float(r[1]) for r in rows] == pytest.approx(data["sigmas"], rel=1e-3)  # printed to 4 digits
+    default = copy.deepcopy(scheduler)
+    default.set_timesteps(3)
+    assert data["default_sigmas"] == pytest.approx([80.0, float(default.sigmas[1]), 0.002], rel=1e-6)
+    assert data["set_timesteps"] == {k: [float(v) for v in vs] for k, vs in scheduler_grid_kwargs(scheduler, want).items()}
+    assert list(data["set_timesteps"]) == ["sigmas"] and data["set_timesteps_means"] == "its Karras ramp positions, as a tensor"
+    assert data["source"] == str(saved["learned"] / "scheduler_config.json") and data["scheduler"] == "EDMEulerScheduler"
+    assert data["density"] == "q" and data["mu"] is None
+    assert f"wrote {tmp_path / 'g.json'}" in out
