@@ -170,29 +170,36 @@ def _cmd_compare(args) -> int:
     if unlearned is not None:
         print(f"  note: {unlearned['note']}")
     if args.plot:
-        import dataclasses
-
         from ..diagnostics import plot_allocations
 
-        drawn = [  # the legend says what the infonoise curve is
-            dataclasses.replace(a, name=f"infonoise = base {unlearned['base_name']} ({unlearned['short']})")
-            if unlearned is not None and a.name == "infonoise"
-            else a
-            for a in allocs
-        ]
+        drawn = _base_named(allocs, unlearned)
         plot_allocations(drawn, args.plot, rho=rho, title=f"effective allocations · {type(scheduler).__name__} · weighting {lw}")
         print(f"wrote {args.plot}")
     if args.json:
         data = {"scheduler": where, "stored_schedule": stored is not None, "allocations": {a.name: a.to_dict() for a in allocs}}
-        if "infonoise" in names:
-            data["infonoise"] = (
-                {"shows": "stored schedule"}
-                if unlearned is None
-                else {"shows": "base density", "base": unlearned["base"], "note": unlearned["note"]}
-            )
-        _write_json(Path(args.json), data)
+        _write_json(Path(args.json), {**data, **_infonoise_shows(names, unlearned)})
         print(f"wrote {args.json}")
     return 0
+
+
+def _base_named(allocs, unlearned: dict | None) -> list:
+    """``allocs`` for a figure, the ``infonoise`` one renamed to say it is its base density when ``unlearned``
+    (:func:`_infonoise_without_schedule`), so that the legend does not pass it off as a learned schedule."""
+    import dataclasses
+
+    if unlearned is None:
+        return list(allocs)
+    label = f"infonoise = base {unlearned['base_name']} ({unlearned['short']})"
+    return [dataclasses.replace(a, name=label) if a.name == "infonoise" else a for a in allocs]
+
+
+def _infonoise_shows(names, unlearned: dict | None) -> dict:
+    """The JSON field saying what the ``infonoise`` allocation shows (none when it is not among ``names``)."""
+    if "infonoise" not in names:
+        return {}
+    if unlearned is None:
+        return {"infonoise": {"shows": "stored schedule"}}
+    return {"infonoise": {"shows": "base density", "base": unlearned["base"], "note": unlearned["note"]}}
 
 
 def _infonoise_without_schedule(allocs, stored, where: str) -> dict | None:
@@ -394,6 +401,9 @@ def _cmd_profile(args) -> int:
     for a in allocs:
         s = summary[a.name]
         print(f"    {a.name:<16} {s['window_mass']:7.1%}   TV {s['total_variation']:.3f}   wasted {s['wasted_mass']:.1%}")
+    unlearned = _infonoise_without_schedule(allocs, stored, where)
+    if unlearned is not None:
+        print(f"  note: {unlearned['note']}")
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(
@@ -403,9 +413,11 @@ def _cmd_profile(args) -> int:
             "allocations": {a.name: a.to_dict() for a in allocs},
             "summary": summary,
             "settings": {k: v for k, v in vars(args).items() if k != "func"},
+            **_infonoise_shows(names, unlearned),
         },
     )
-    plot_profile(prof, allocs, out / "profile.png", title=f"profile of {Path(args.model).name} on {args.dataset} · weighting {lw}")
+    title = f"profile of {Path(args.model).name} on {args.dataset} · weighting {lw}"
+    plot_profile(prof, _base_named(allocs, unlearned), out / "profile.png", title=title)
     print(f"wrote {out / 'profile.json'} and {out / 'profile.png'}")
     return 0
 

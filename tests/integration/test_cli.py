@@ -158,7 +158,7 @@ def test_profile_pipeline(capsys, saved, tmp_path):
         "--num-noise-draws",
         1,
         "--samplers",
-        "edm_lognormal,logit_normal",
+        "edm_lognormal,logit_normal,infonoise",
         "--output",
         tmp_path,
         "--no-progress",
@@ -167,7 +167,12 @@ def test_profile_pipeline(capsys, saved, tmp_path):
     )
     assert rc == 0, err
     data = json.loads((tmp_path / "profile.json").read_text())
-    assert set(data["allocations"]) == {"edm_lognormal", "logit_normal"}
+    assert set(data["allocations"]) == {"edm_lognormal", "logit_normal", "infonoise"}
+    # the pipeline holds no stored schedule: the infonoise row is its base density (EDM log-normal on this path),
+    # which the report says, as compare does, instead of passing it off as a learned schedule
+    assert "holds no stored InfoNoise schedule: the infonoise row is its base density edm_lognormal, the warm-up" in out
+    assert data["infonoise"]["shows"] == "base density" and "edm_lognormal" in json.dumps(data["infonoise"]["base"])
+    assert data["summary"]["infonoise"]["total_variation"] == pytest.approx(data["summary"]["edm_lognormal"]["total_variation"], abs=1e-9)
     assert len(data["profile"]["rho_hat"]) == 4 and data["profile"]["meta"]["edm_timestep_scale"] == 250.0
     assert 0.0 <= data["summary"]["edm_lognormal"]["window_mass"] <= 1.0
     assert (tmp_path / "profile.png").stat().st_size > 0
