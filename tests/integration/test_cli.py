@@ -380,11 +380,15 @@ def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_pa
     with pytest.warns(UserWarning) as caught:
         start_from_model(s, loss_fn, batches, samples_per_bin=4, progress=False)
     assert any("noise sampler: step 0, before any training step: pi rests mostly" in str(w.message) for w in caught)
-    s.save_to_scheduler(sched)
-    sched.save_pretrained(tmp_path / "profile_start")
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        rc, out, err = run(capsys, "show", tmp_path / "profile_start")
+
+    def show(sampler, scheduler, name):  # save the sampler's schedule into a scheduler folder, then `infonoise show` it
+        sampler.save_to_scheduler(scheduler)
+        scheduler.save_pretrained(tmp_path / name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            return run(capsys, "show", tmp_path / name)
+
+    rc, out, err = show(s, sched, "profile_start")
     assert rc == 0 and "0 optimizer steps" in out, err
     assert (
         "infonoise show: warning: noise sampler: the stored schedule (saved at optimizer step 0, before any training step: "
@@ -400,11 +404,7 @@ def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_pa
         for _ in range(3):
             s.update(s.levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
             s.step()
-    s.save_to_scheduler(sched)
-    sched.save_pretrained(tmp_path / "young")
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        rc, out, err = run(capsys, "show", tmp_path / "young")
+    rc, out, err = show(s, sched, "young")
     assert rc == 0 and "3 optimizer steps, 3 schedule updates" in out, err
     assert (
         "warning: noise sampler: the stored schedule (saved at optimizer step 3 after 3 refreshes of pi): pi rests mostly on "
