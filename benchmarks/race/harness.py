@@ -218,8 +218,14 @@ def resized_pretrain(root, race: Race) -> Path:
 
 def _folder_arg(arg: str, root) -> str:
     """``arg`` with ``{pretrained:NAME}`` replaced by that pretrain's folder, ``{run:RUN_ID}`` by the output folder
-    of a run of the same tier (one that must have finished first)."""
-    for key, folder in (("pretrained", lambda name: pretrain_dir(root, name)), ("run", lambda rid: Path(root) / "runs" / rid)):
+    of a run of the same tier (one that must have finished first), ``{start:NAME}`` by a stored start that
+    ``benchmarks.bounded_start`` wrote for the tier (``<root>/starts/NAME``)."""
+    folders = (
+        ("pretrained", lambda name: pretrain_dir(root, name)),
+        ("run", lambda rid: Path(root) / "runs" / rid),
+        ("start", lambda name: Path(root) / "starts" / name),
+    )
+    for key, folder in folders:
         if "{" + key + ":" in arg:
             head, rest = arg.split("{" + key + ":", 1)
             name, tail = rest.split("}", 1)

@@ -480,6 +480,11 @@ CLAIRVOYANT_ARM = "infonoise-init_stored-refresh_every=400"
 #: the other way to start: no profile of the pretrained model, the automatic warm-up (a tenth of the run) on
 #: logit-normal(0, 1), the best fixed density of these fine-tunes, then tracking (§5.10, "What the warm-up is for")
 BASE_START_ARM = "infonoise-init_base-base=logit_normal"
+#: issue 31's start, stored from an offline profile of the pretrained model (``benchmarks.bounded_start``, run first):
+#: its m̂ bounded by the per-element posterior mean's error (a data-only bound on the Bayes MMSE, binarized data), and
+#: the same profile unbounded (the control of the stored start's mechanics); both then track as the default does
+BOUNDED_START_ARM = "infonoise-init_stored#per_element_bound"
+OFFLINE_START_ARM = "infonoise-init_stored#offline_profile"
 #: the paper's pinned clean-end gate for continuous images (c ≈ 0.15 on CIFAR-10, docs/METHOD.md §5 step 5), where the
 #: value-grid rule gives none (8-bit-like data: a pivot below σ_min); run on the continuous fine-tune only
 PAPER_GATE_ARM = "infonoise-gate=0.15"
@@ -489,14 +494,20 @@ def _cadence_races() -> list[Race]:
     """Issue 31, second round: the tracking tier's fine-tunes (same races, budgets and run ids, so that
     ``--reuse tracking`` takes runs made there) with the default estimator, logit-normal(0, 1) and the run-sized
     cadence of :data:`CADENCE_ARMS`, :data:`CLAIRVOYANT_ARM` and :data:`BASE_START_ARM`, 3 seeds each, all on the same code;
-    on continuous digits also :data:`PAPER_GATE_ARM`."""
+    on continuous digits also :data:`PAPER_GATE_ARM`, on the binarized ones :data:`BOUNDED_START_ARM` and
+    :data:`OFFLINE_START_ARM` (their starts written first by ``benchmarks.bounded_start``)."""
     arms = ("infonoise", "logit_normal", *CADENCE_ARMS, CLAIRVOYANT_ARM, BASE_START_ARM)
+    starts = (BOUNDED_START_ARM, OFFLINE_START_ARM)
     return [
         dataclasses.replace(
             r,
-            samplers=arms + ((PAPER_GATE_ARM,) if r.dataset == "digits16" else ()),
-            seeds=_seeds(arms + (PAPER_GATE_ARM,), 3),
-            sampler_extra_args={CLAIRVOYANT_ARM: ("--infonoise_schedule_from", f"{{run:{r.name}__infonoise__s0}}/scheduler")},
+            samplers=arms + ((PAPER_GATE_ARM,) if r.dataset == "digits16" else starts),
+            seeds=_seeds(arms + starts + (PAPER_GATE_ARM,), 3),
+            sampler_extra_args={
+                CLAIRVOYANT_ARM: ("--infonoise_schedule_from", f"{{run:{r.name}__infonoise__s0}}/scheduler"),
+                BOUNDED_START_ARM: ("--infonoise_schedule_from", f"{{start:{r.name}-bounded}}"),
+                OFFLINE_START_ARM: ("--infonoise_schedule_from", f"{{start:{r.name}-profile}}"),
+            },
         )
         for r in _tracking_races()
         if r.pretrained

@@ -51,3 +51,41 @@ def test_the_bounded_profile_takes_the_smallest_of_the_bounds_and_gates_like_the
     rho = np.asarray(_bounded_profile(profile, bound)["rho_hat"])
     np.testing.assert_allclose(rho / rho.max(), q / q.max(), rtol=1e-12)
     assert np.trapezoid(rho, np.log(sigma)) == pytest.approx(1.0)
+
+
+def test_a_stored_start_carries_the_profile_onto_the_runs_bins(tmp_path):
+    """``benchmarks.bounded_start``: an m̂ given at levels σ_j enters a run's sampler as stored start on the run's own
+    64 bins, ln-linear in ln σ between the levels (exact for a power law: m̂ = σ² at the levels gives σ² at every bin
+    centre inside them), unfilled outside, and the run rebuilds π from it (the stored π is a placeholder)."""
+    import math
+
+    import torch
+    from diffusers import EDMEulerScheduler
+
+    from benchmarks.bounded_start import NUM_BINS, stored_start, write_scheduler
+    from diffusers_infonoise import make_sampler
+    from diffusers_infonoise.schedule_io import read_schedule_from
+
+    scheduler = EDMEulerScheduler()
+    source = make_sampler("infonoise", scheduler)
+    with pytest.warns(UserWarning, match="has not adapted"):  # a fresh sampler: only its path and settings are used
+        source.save_to_scheduler(scheduler)
+    pretrained = tmp_path / "pretrained"
+    scheduler.save_pretrained(pretrained / "scheduler")
+    payload = read_schedule_from(str(pretrained / "scheduler"))[0]
+    levels = np.exp(np.linspace(math.log(0.01), math.log(10.0), 9))
+    start = stored_start(payload, levels, levels**2)
+    assert len(start["edges"]) == NUM_BINS + 1 and start["optimizer_steps"] == 0 and start["adapted"] is True
+    write_scheduler(pretrained, start, tmp_path / "start")
+    run = make_sampler("infonoise", EDMEulerScheduler())
+    run.load_schedule(read_schedule_from(str(tmp_path / "start"))[0])
+    centres = torch.exp(run.estimator.centers)
+    stored = [math.exp(0.5 * (a + b)) for a, b, m in zip(start["edges"], start["edges"][1:], start["m_hat"]) if m is not None]
+    inside = (centres >= stored[0]) & (centres <= stored[-1])  # between the stored grid's filled centres
+    m = run.estimator.m_hat
+    # the stored grid's centres sample σ² exactly; the run's centres interpolate ln m̂ between them: exact again
+    torch.testing.assert_close(m[inside], centres[inside] ** 2, rtol=1e-9, atol=0)
+    assert bool(torch.isnan(m[~inside]).all()) and int(inside.sum()) > 30
+    assert (
+        run.is_adapted and abs(float(run.probs.sum()) - 1.0) < 1e-9 and not torch.allclose(run.probs, run.probs.mean().expand_as(run.probs))
+    )

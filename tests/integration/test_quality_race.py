@@ -200,6 +200,11 @@ def test_the_cadence_tiers_fixed_end_schedule_reads_the_default_runs_folder():
     assert spec.sampler_args == ["--infonoise_schedule_from", "/tmp/q/quality_race_cadence/runs/tk-ft-digits16__infonoise__s0/scheduler"]
     arm = tiers.parse_arm(tiers.CLAIRVOYANT_ARM)
     assert arm.options == ("init_stored", "refresh_every=400") and spec.race.steps == 400
+    # the stored starts that benchmarks.bounded_start writes under the tier's folder (binarized races only)
+    spec = _spec("cadence", "tk-ft-binarized_digits16", tiers.BOUNDED_START_ARM, root="/tmp/q/quality_race_cadence")
+    assert spec.sampler_args == ["--infonoise_schedule_from", "/tmp/q/quality_race_cadence/starts/tk-ft-binarized_digits16-bounded"]
+    assert tiers.parse_arm(tiers.OFFLINE_START_ARM).options == ("init_stored",)
+    assert tiers.BOUNDED_START_ARM not in next(r for r in tiers.tier_races("cadence") if r.dataset == "digits16").samplers
     # the other arms take no extra arguments; the races are the tracking tier's, so their runs can be reused
     assert _spec("cadence", "tk-ft-digits16", "infonoise").sampler_args == []
     assert {r.name for r in tiers.tier_races("cadence")} == {r.name for r in tiers.tier_races("tracking") if r.pretrained}
