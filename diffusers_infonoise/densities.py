@@ -331,11 +331,16 @@ class DensityRangeError(ValueError):
         self.density, self.low, self.high = density, float(low), float(high)
         super().__init__(f"the density {density} has (almost) no mass in the path's range log sigma in [{low:.3f}, {high:.3f}]")
 
+    def __reduce__(self):  # pickled across processes (a DataLoader worker, a spawned rank) with its fields
+        return type(self), (self.density, self.low, self.high)
+
 
 class Truncated(Density):
     """``base`` restricted to ``[low, high]`` in log σ and renormalised (the path's training range)."""
 
     def __init__(self, base: Density, low: float, high: float):
+        if not (math.isfinite(float(low)) and math.isfinite(float(high)) and float(low) < float(high)):
+            raise ValueError(f"low, high: the range of log sigma must be finite with low < high, got [{low}, {high}]")
         self.base, self.low, self.high = base, float(low), float(high)
         self._f_lo = float(base.cdf(_t(low)))
         self._f_hi = float(base.cdf(_t(high)))

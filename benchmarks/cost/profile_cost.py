@@ -99,7 +99,7 @@ class _StartReport(logging.Handler):
 
 
 def _number(text: str):
-    """A logged value as an int or float, else as it was logged (``data_source loss_fn``)."""
+    """A logged value as an int or float, else as it was logged (``data loss_fn``)."""
     for kind in (int, float):
         try:
             return kind(text)

@@ -167,8 +167,7 @@ def _cmd_compare(args) -> int:
         for i, a in enumerate(allocs):
             for b in allocs[i + 1 :]:
                 print(f"    {a.name} vs {b.name}: {total_variation(a.phi, b.phi, x):.3f}")
-    if unlearned is not None:
-        print(f"  note: {unlearned['note']}")
+    _print_base_notes(allocs, unlearned)
     if args.plot:
         from ..diagnostics import plot_allocations
 
@@ -180,6 +179,20 @@ def _cmd_compare(args) -> int:
         _write_json(Path(args.json), {**data, **_infonoise_shows(names, unlearned)})
         print(f"wrote {args.json}")
     return 0
+
+
+#: adaptive samplers that learn during a run and store nothing: outside a run, their allocation is their base density
+_UNSTORED_ADAPTIVE = ("kingma_gao", "loss_slope")
+
+
+def _print_base_notes(allocs, unlearned: dict | None) -> None:
+    """The ``note:`` lines of ``compare`` and ``profile``: an ``infonoise`` row that is its base density
+    (:func:`_infonoise_without_schedule`), and the adaptive peers, which never store a schedule."""
+    if unlearned is not None:
+        print(f"  note: {unlearned['note']}")
+    peers = [a.name for a in allocs if a.name in _UNSTORED_ADAPTIVE]
+    if peers:
+        print(f"  note: {', '.join(peers)} adapt during a run and store no schedule: here their rows are their base densities")
 
 
 def _base_named(allocs, unlearned: dict | None) -> list:
@@ -402,8 +415,7 @@ def _cmd_profile(args) -> int:
         s = summary[a.name]
         print(f"    {a.name:<16} {s['window_mass']:7.1%}   TV {s['total_variation']:.3f}   wasted {s['wasted_mass']:.1%}")
     unlearned = _infonoise_without_schedule(allocs, stored, where)
-    if unlearned is not None:
-        print(f"  note: {unlearned['note']}")
+    _print_base_notes(allocs, unlearned)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(
@@ -466,8 +478,10 @@ def _cmd_grid(args) -> int:
             "density": args.density,
             "num_inference_steps": args.steps,
             "mu": args.mu,
-            "sigmas": [float(v) for v in grid.sigmas],  # VE sigma, decreasing; the final step to 0 is the scheduler's
-            "default_sigmas": [float(v) for v in spacing],  # the scheduler's own spacing, VE sigma
+            # VE sigma, decreasing; the final step to 0 is the scheduler's; null for an infinite σ (a flow
+            # scheduler's s = 1, pure noise), which JSON cannot hold
+            "sigmas": [float(v) if math.isfinite(v) else None for v in map(float, grid.sigmas)],
+            "default_sigmas": [float(v) if math.isfinite(v) else None for v in map(float, spacing)],
             "set_timesteps": {key: values},  # the keyword set_timesteps and the pipelines take
             "set_timesteps_means": what,
         }

@@ -459,10 +459,14 @@ def _led_by_flag(message: str) -> str:
 
     from ..sampler.settings import InfoNoiseSettings
 
+    density_flag = lambda text: any(text in flags for flags in DENSITY_FLAGS.values())  # noqa: E731
     name, sep, rest = message.partition(": ")
+    if sep and name == "base" and density_flag(rest.partition(": ")[0]):
+        # the base density's own check (base: mode_scale: ...): the flag that set the density, not --infonoise_base
+        return _led_by_flag(rest)
     if sep and name in {f.name for f in dataclasses.fields(InfoNoiseSettings)} and name != "num_training_steps":
         return f"--infonoise_{name}: {rest}"
-    if sep and any(name in flags for flags in DENSITY_FLAGS.values()):  # a density's own check (mode_scale: ...)
+    if sep and density_flag(name):  # a density's own check (mode_scale: ...)
         return f"--{name}: {rest}"
     return message
 

@@ -69,29 +69,38 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
             serves (offline: not in the cache), led by the option.
     """
     import datasets
+    from datasets.data_files import EmptyDatasetError
 
     from ..data import BUILTIN_DATASETS, is_builtin_dataset, load_builtin_dataset
 
     name, data_dir, max_samples = data.dataset_name, data.train_data_dir, data.max_train_samples
     if name and data_dir:
         raise ValueError("--dataset_name and --train_data_dir: give one of them, not both")
+    if name == "":
+        raise ValueError("--dataset_name: expected a data set's name or folder, got ''")
     if data_dir:
         if not os.path.isdir(data_dir):  # datasets would say "doesn't contain any data files" of a typo
             raise FileNotFoundError(f"--train_data_dir: no such folder: {data_dir}")
         try:
             ds = datasets.load_dataset("imagefolder", data_dir=data_dir, cache_dir=data.cache_dir, split="train")
-        except (OSError, ValueError) as err:  # no image files ("EmptyDatasetError", "corresponds to no data"), or unreadable
-            raise ValueError(
-                f"--train_data_dir: {data_dir} holds no image datasets' imagefolder reads (.png, .jpg, ...; captions in "
-                f"a metadata.jsonl with a file_name column): {' '.join(str(err).split())}"
-            ) from err
+        except (OSError, ValueError) as err:
+            detail = " ".join(str(err).split())
+            if isinstance(err, EmptyDatasetError) or "corresponds to no data" in detail:
+                raise ValueError(
+                    f"--train_data_dir: {data_dir} holds no image datasets' imagefolder reads (.png, .jpg, ...; captions, "
+                    f"for the text-to-image scripts, in a metadata.jsonl with a file_name column): {detail}"
+                ) from err
+            raise ValueError(f"--train_data_dir: {data_dir} could not be read as an image folder: {detail}") from err
     elif name is None or is_builtin_dataset(name):
         ds = load_builtin_dataset(name or data.default_dataset, split, max_samples=max_samples, seed=data.seed)
         max_samples = None
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_info.json")):
         ds = datasets.load_from_disk(name)
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_dict.json")):
-        ds = datasets.load_from_disk(name)[split]
+        splits = datasets.load_from_disk(name)
+        if split not in splits:
+            raise ValueError(f"--dataset_name: {name} has the splits {sorted(splits)}, not {split!r}")
+        ds = splits[split]
     else:
         try:
             ds = datasets.load_dataset(name, data.dataset_config_name, cache_dir=data.cache_dir, split=split)
@@ -205,8 +214,23 @@ class AugmentedImageDataset(torch.utils.data.Dataset):
     def _rng(self, index: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, int(index)])
 
+    def _example(self, index: int) -> dict:
+        """Example ``index`` of the data set, its image decoded (``datasets`` decodes on access).
+
+        Raises:
+            ValueError: the image cannot be read (a corrupt, empty or missing file: PIL's and the file system's
+                errors), naming the example and what to fix, instead of a traceback from inside PIL.
+        """
+        try:
+            return self.dataset[int(index)]
+        except (OSError, ValueError, SyntaxError) as err:  # PIL.UnidentifiedImageError is an OSError
+            raise ValueError(
+                f"training example {index}: its image cannot be read ({' '.join(str(err).split())}); fix or remove that "
+                "file (--train_data_dir) or example (--dataset_name)"
+            ) from err
+
     def __getitem__(self, index: int):
-        return self.transform(self.dataset[int(index)][self.image_column], self._rng(index))
+        return self.transform(self._example(index)[self.image_column], self._rng(index))
 
 
 class CaptionedImageDataset(AugmentedImageDataset):
@@ -242,7 +266,7 @@ class CaptionedImageDataset(AugmentedImageDataset):
         self.caption_column = caption_column
 
     def __getitem__(self, index: int) -> dict:
-        example = self.dataset[int(index)]
+        example = self._example(index)
         rng = self._rng(index)
         caption = example[self.caption_column]
         if isinstance(caption, (list, tuple, np.ndarray)) and len(caption) > 0:

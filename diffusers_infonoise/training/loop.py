@@ -378,7 +378,8 @@ def run_training_loop(
     if start is not None and global_step > 0:
         logger.info(f"noise sampler: resumed at step {global_step} with the checkpoint's schedule ({start.choice} start not repeated)")
     if start is not None and global_step == 0:  # after the monitor: it logs the start's π at step 1
-        start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader)
+        with option_errors():  # the start reads the first batches: an unreadable example ends in one line, before any step
+            start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader)
     logger.info(
         f"***** Running training: {num_epochs} epochs, {max_steps} optimizer steps, total batch {total_batch}, "
         f"sampler {sampler.name} ({sampler.prediction_type}, weighting "

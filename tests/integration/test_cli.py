@@ -355,6 +355,10 @@ def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, 
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["stored_schedule"] is True and data["infonoise"] == {"shows": "stored schedule"}
     assert drawn[-1] == ["edm_lognormal", "infonoise"]
+    # the adaptive peers never store a schedule: their rows are their base densities (TV 0 to EDM log-normal here)
+    rc, out, err = run(capsys, "compare", "--samplers", "edm_lognormal,kingma_gao,loss_slope", "--scheduler", saved["learned"])
+    assert rc == 0 and "edm_lognormal vs kingma_gao: 0.000" in out, err
+    assert "  note: kingma_gao, loss_slope adapt during a run and store no schedule: here their rows are their base densities" in out
 
 
 def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_path):
@@ -441,3 +445,22 @@ def test_grid_writes_its_numbers_to_json(capsys, saved, tmp_path):
     assert data["source"] == str(saved["learned"] / "scheduler_config.json") and data["scheduler"] == "EDMEulerScheduler"
     assert data["density"] == "q" and data["mu"] is None
     assert f"wrote {tmp_path / 'g.json'}" in out
+    # a flow scheduler's default spacing starts at s = 1, VE sigma = s/(1-s) infinite: null, so the file stays JSON
+    # (Python wrote Infinity, which strict parsers refuse)
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from diffusers_infonoise import make_sampler
+
+    flow = FlowMatchEulerDiscreteScheduler(shift=1.0)
+    sampler = make_sampler("infonoise", flow, warmup_steps=1, refresh_every=1, min_count=1)
+    sig = torch.exp(sampler.estimator.centers)
+    for _ in range(2):
+        sampler.update(sampler.levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
+        sampler.step()
+    sampler.save_to_scheduler(flow)
+    flow.save_pretrained(tmp_path / "flow")
+    rc, out, err = run(capsys, "grid", tmp_path / "flow", "--steps", 4, "--json", tmp_path / "f.json")
+    assert rc == 0, err
+    text = (tmp_path / "f.json").read_text()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["default_sigmas"][0] is None and all(v > 0 for v in data["default_sigmas"][1:])

@@ -524,3 +524,9 @@ def test_a_density_flag_reaches_the_density_it_sets_or_is_refused(capsys):
     with pytest.raises(SystemExit), option_errors():
         build(edm, "--noise_sampler", "mode", "--mode_scale", "5")
     assert "error: --mode_scale: must lie in (-1, " in capsys.readouterr().err
+    # ... also when it is InfoNoise's base (the library says "base: mode_scale: ..."): led by --mode_scale, not by
+    # --infonoise_base, which the user may not have typed (SD3's --weighting_scheme mode names it for them)
+    with pytest.raises(SystemExit), option_errors():
+        build(flow, "--infonoise_base", "mode", "--mode_scale", "3")
+    err = capsys.readouterr().err
+    assert "error: --mode_scale: must lie in (-1, " in err and "--infonoise_base" not in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import shutil
 import sys
 
 import numpy as np
@@ -143,7 +144,7 @@ def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monk
     import datasets
     import huggingface_hub.constants as hub_constants
 
-    from diffusers_infonoise.training.datasets import DataConfig, load_image_dataset
+    from diffusers_infonoise.training.datasets import AugmentedImageDataset, DataConfig, load_image_dataset
 
     def load(**kw):
         return load_image_dataset(DataConfig(cache_dir=str(tmp_path / "cache"), **kw))
@@ -163,6 +164,25 @@ def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monk
     (images / "metadata.jsonl").write_text('{"file_name": "0.png", "text": "a"}\n{"file_name": "1.png", "text": "b"}\n')
     ds = load(train_data_dir=str(images))
     assert len(ds) == 2 and sorted(ds["text"]) == ["a", "b"]
+    # a folder that holds images but a malformed metadata.jsonl is not called empty
+    broken = tmp_path / "broken_metadata"
+    shutil.copytree(images, broken)
+    (broken / "metadata.jsonl").write_text('{"file_name": "0.png", "text": "a"\n')
+    with pytest.raises(ValueError, match=r"^--train_data_dir: .*/broken_metadata could not be read as an image folder: "):
+        load(train_data_dir=str(broken))
+    # a corrupt image is found when its example is read: named by its index, not a traceback from inside PIL
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(images, corrupt)
+    (corrupt / "1.png").write_bytes(b"not a png")
+    examples = AugmentedImageDataset(load(train_data_dir=str(corrupt)), image_column="image", resolution=4)
+    assert examples[0].shape == (1, 4, 4)
+    with pytest.raises(ValueError, match=r"^training example 1: its image cannot be read \(cannot identify image file .*1\.png"):
+        examples[1]
+    with pytest.raises(ValueError, match=r"^--dataset_name: expected a data set's name or folder, got ''$"):
+        load(dataset_name="")
+    datasets.DatasetDict({"test": ds}).save_to_disk(str(tmp_path / "test_only"))
+    with pytest.raises(ValueError, match=r"^--dataset_name: .*/test_only has the splits \['test'\], not 'train'$"):
+        load(dataset_name=str(tmp_path / "test_only"))
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # never reach for the network in a test
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(FileNotFoundError, match=r"^--dataset_name: 'nosuch/dataset' is not a built-in data set \(mnist, fashion_mnist"):

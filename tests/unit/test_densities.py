@@ -4,6 +4,7 @@ and SD3's mode and logit-normal samplers simulated the way diffusers writes them
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -199,6 +200,11 @@ def test_a_density_outside_the_range_raises_its_own_type_with_the_range():
         densities.Truncated(densities.Normal(50.0, 0.01), low, high)
     assert isinstance(info.value, ValueError)
     assert (info.value.low, info.value.high) == (low, high) and info.value.density == {"name": "Normal", "mean": 50.0, "std": 0.01}
+    again = pickle.loads(pickle.dumps(info.value))  # it crosses processes (a DataLoader worker, a spawned rank) whole
+    assert type(again) is densities.DensityRangeError and (again.low, again.high, str(again)) == (low, high, str(info.value))
+    for bad in ((1.0, -1.0), (0.0, 0.0), (math.nan, 1.0), (-math.inf, 1.0)):  # not a range: said so, not "no mass"
+        with pytest.raises(ValueError, match=r"^low, high: the range of log sigma must be finite with low < high"):
+            densities.Truncated(densities.Normal(0.0, 1.0), *bad)
     d = densities.Truncated(densities.Normal(4.0, 0.5), low, high)  # Φ((4.382-4)/0.5) ≈ 0.78 of it inside
     assert float(d.cdf(torch.tensor(high))) == pytest.approx(1.0)
 
