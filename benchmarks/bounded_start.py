@@ -39,11 +39,18 @@ NUM_BINS = 32  # the stored grid; any grid other than the run's makes the run re
 
 
 def stored_start(payload: dict, sigma: np.ndarray, m_hat: np.ndarray) -> dict:
-    """``payload`` (a run's stored schedule) with ``m_hat`` (x0 errors at the levels ``sigma``, VE σ) on a
-    :data:`NUM_BINS`-bin grid of the path's range: ln m̂ interpolated linearly in ln σ at the bin centres inside the
-    levels' range, null outside; π uniform (the run rebuilds it, as the grid is not its own); saved at step 0."""
+    """``payload`` (a run's stored schedule) with ``m_hat`` (x0 errors at the increasing levels ``sigma``, VE σ) on a
+    :data:`NUM_BINS`-bin grid of the path's range (one more when that is the run's own, so that the run rebuilds π):
+    ln m̂ interpolated linearly in ln σ at the bin centres inside the levels' range, null outside; π uniform (the run
+    rebuilds it, as the grid is not its own); saved at step 0.
+
+    Raises:
+        ValueError: levels not increasing, or an error that is not finite and >= 0."""
+    if not (np.all(np.isfinite(m_hat)) and np.all(m_hat >= 0) and np.all(np.diff(sigma) > 0)):
+        raise ValueError("sigma, m_hat: need increasing levels and finite errors >= 0")
     lo, hi = math.log(payload["path"]["sigma_min"]), math.log(payload["path"]["sigma_max"])
-    edges = np.linspace(lo, hi, NUM_BINS + 1)
+    k = NUM_BINS if len(payload["pi"]) != NUM_BINS else NUM_BINS + 1  # never the run's grid: it then rebuilds π
+    edges = np.linspace(lo, hi, k + 1)
     centres = 0.5 * (edges[1:] + edges[:-1])
     x = np.log(sigma)
     inside = (centres >= x[0]) & (centres <= x[-1])
@@ -52,12 +59,12 @@ def stored_start(payload: dict, sigma: np.ndarray, m_hat: np.ndarray) -> dict:
         **payload,
         "edges": [float(v) for v in edges],
         "m_hat": [float(v) if ok else None for v, ok in zip(m, inside)],
-        "pi": [1.0 / NUM_BINS] * NUM_BINS,
+        "pi": [1.0 / k] * k,
         "rho_hat": None,
         "optimizer_steps": 0,
         "num_updates": 1,
         "adapted": True,
-        "start": {"choice": "profile", "source": "an offline profile of the pretrained model (benchmarks.bounded_start)"},
+        "start": {"choice": "profile", "source": "the pretrained model, profiled offline by benchmarks.bounded_start"},
     }
 
 

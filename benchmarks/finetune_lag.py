@@ -80,14 +80,16 @@ def _bounded_profile(profile: dict, bound: np.ndarray) -> dict:
 
 
 def _data_x0(dataset: Path, limit: int = 20000) -> np.ndarray | None:
-    """Up to ``limit`` samples of an image data set in the training scale [−1, 1] (8-bit pixels), as the scripts map
-    them; None for data of another kind."""
-    from datasets import load_from_disk
+    """Up to ``limit`` samples of an image data set in the training scale, as the scripts map them: 8-bit images to
+    [−1, 1], a column of float arrays as it is; None for data of another kind."""
+    from datasets import Image, load_from_disk
 
     ds = load_from_disk(str(dataset))
     if "image" not in ds.column_names:
         return None
-    return np.stack([np.asarray(v, dtype=np.float32) for v in ds[: min(limit, len(ds))]["image"]]) / 127.5 - 1.0
+    x = np.stack([np.asarray(v, dtype=np.float32) for v in ds[: min(limit, len(ds))]["image"]])
+    # 8-bit images map to [−1, 1]; a column of arrays (the transfer tier's scaled data) already holds x0
+    return x / 127.5 - 1.0 if isinstance(ds.features["image"], Image) else x
 
 
 def _on_bins(profile: dict, edges: np.ndarray) -> np.ndarray:

@@ -339,8 +339,8 @@ class Truncated(Density):
     """``base`` restricted to ``[low, high]`` in log σ and renormalised (the path's training range)."""
 
     def __init__(self, base: Density, low: float, high: float):
-        if not (math.isfinite(float(low)) and math.isfinite(float(high)) and float(low) < float(high)):
-            raise ValueError(f"low, high: the range of log sigma must be finite with low < high, got [{low}, {high}]")
+        if not float(low) < float(high):  # NaN compares false: refused too; ±inf ends are a half-line (σ = 0 or ∞)
+            raise ValueError(f"low, high: the range of log sigma must have low < high (infinite ends allowed), got [{low}, {high}]")
         self.base, self.low, self.high = base, float(low), float(high)
         self._f_lo = float(base.cdf(_t(low)))
         self._f_hi = float(base.cdf(_t(high)))

@@ -446,7 +446,10 @@ def option_errors():
     try:
         yield
     except (ValueError, OSError) as err:
-        message = _led_by_flag(" ".join(str(err).split()) or type(err).__name__)
+        text = str(err)
+        if text.startswith("Caught ") and "Original Traceback" in text:  # torch's DataLoader worker wrapper: the error is its last line
+            text = text.strip().splitlines()[-1].partition(": ")[2]
+        message = _led_by_flag(" ".join(text.split()) or type(err).__name__)
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
         raise SystemExit(2) from None
 

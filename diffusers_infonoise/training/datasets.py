@@ -83,8 +83,8 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
             raise FileNotFoundError(f"--train_data_dir: no such folder: {data_dir}")
         try:
             ds = datasets.load_dataset("imagefolder", data_dir=data_dir, cache_dir=data.cache_dir, split="train")
-        except (OSError, ValueError) as err:
-            detail = " ".join(str(err).split())
+        except (OSError, ValueError, IndexError) as err:  # IndexError: datasets on an empty metadata.jsonl
+            detail = " ".join(str(err).split()) or type(err).__name__
             if isinstance(err, EmptyDatasetError) or "corresponds to no data" in detail:
                 raise ValueError(
                     f"--train_data_dir: {data_dir} holds no image datasets' imagefolder reads (.png, .jpg, ...; captions, "

@@ -89,3 +89,9 @@ def test_a_stored_start_carries_the_profile_onto_the_runs_bins(tmp_path):
     assert (
         run.is_adapted and abs(float(run.probs.sum()) - 1.0) < 1e-9 and not torch.allclose(run.probs, run.probs.mean().expand_as(run.probs))
     )
+    # a run on 32 bins gets a 33-bin start (on its own grid it would check the placeholder π, not rebuild it); a NaN
+    # level or unordered levels are refused, not written
+    assert len(stored_start({**payload, "pi": [1 / NUM_BINS] * NUM_BINS}, levels, levels**2)["pi"]) == NUM_BINS + 1
+    for sigma, m in ((levels, np.where(levels > 1, np.nan, levels**2)), (levels[::-1], levels[::-1] ** 2)):
+        with pytest.raises(ValueError, match="need increasing levels and finite errors"):
+            stored_start(payload, sigma, m)

@@ -137,13 +137,15 @@ def test_binarized_sets_stay_binary_at_every_training_resolution(name):
     assert torch.stack([grey[i] for i in range(8)]).unique().numel() > 10
 
 
-def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monkeypatch):
+def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monkeypatch, capsys):
     """A mistyped --train_data_dir read as "doesn't contain any data files", a folder of text files as
     "Instruction train corresponds to no data!", and an unknown --dataset_name offline as a ConnectionError, none
     naming the option. Each now names it; a readable image folder still loads (2 images, its caption column)."""
     import datasets
     import huggingface_hub.constants as hub_constants
+    import torch
 
+    from diffusers_infonoise.training.args import option_errors
     from diffusers_infonoise.training.datasets import AugmentedImageDataset, DataConfig, load_image_dataset
 
     def load(**kw):
@@ -178,6 +180,18 @@ def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monk
     assert examples[0].shape == (1, 4, 4)
     with pytest.raises(ValueError, match=r"^training example 1: its image cannot be read \(cannot identify image file .*1\.png"):
         examples[1]
+    # read by a DataLoader worker, torch wraps it in "Caught ValueError in DataLoader worker process 0. Original
+    # Traceback ...": the scripts' one-line error is the example's own line, not the flattened traceback
+    loader = torch.utils.data.DataLoader(examples, batch_size=2, num_workers=1)
+    capsys.readouterr()
+    with pytest.raises(SystemExit), option_errors():
+        next(iter(loader))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ": error: training example 1: its image cannot be read (cannot identify" in err, err
+    # an empty metadata.jsonl (datasets raises IndexError on it)
+    (broken / "metadata.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"^--train_data_dir: .*/broken_metadata could not be read as an image folder"):
+        load(train_data_dir=str(broken))
     with pytest.raises(ValueError, match=r"^--dataset_name: expected a data set's name or folder, got ''$"):
         load(dataset_name="")
     datasets.DatasetDict({"test": ds}).save_to_disk(str(tmp_path / "test_only"))

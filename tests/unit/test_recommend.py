@@ -457,3 +457,16 @@ def test_recommend_help(capsys):
         main(["recommend", "--help"])
     out = capsys.readouterr().out
     assert exc.value.code == 0 and "--trainer" in out and "kohya" in out and "--scheduler" in out
+
+
+def test_a_flow_timestep_range_from_the_clean_end_is_a_density():
+    """s_min = 0 is σ = 0, log σ = -inf: uniform s on [0, 0.75] is the logistic density cut at log 3 on the left
+    half-line, whose CDF at log σ = 0 (s = 1/2) is (1/2)/(3/4) = 2/3. A range check on Truncated once refused the
+    infinite end, and with it every recommendation whose best range reached the clean end."""
+    from diffusers_infonoise.diagnostics.recommend import family_density
+
+    path = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
+    dens = family_density("timestep_range", {"s_min": 0.0, "s_max": 0.75}, path)
+    assert float(dens.cdf(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(2 / 3, rel=1e-9)
+    full = family_density("timestep_range", {"s_min": 0.0, "s_max": 1.0}, path)
+    assert float(full.cdf(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(0.5, rel=1e-9)
