@@ -46,6 +46,8 @@ _SIGMA_VP = ("EulerDiscreteScheduler",)
 _TIMESTEP_VP = ("DDPMScheduler", "DPMSolverMultistepScheduler")
 _FLOW = ("FlowMatchEulerDiscreteScheduler",)
 SUPPORTED_SCHEDULERS = _EDM + _SIGMA_VP + _TIMESTEP_VP + _FLOW
+#: config flags with which DPMSolverMultistepScheduler.set_timesteps refuses timesteps= (they re-space its levels)
+_RESPACING_TIMESTEP_FLAGS = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas")
 
 
 def _check_sigmas(sigmas) -> torch.Tensor:
@@ -136,6 +138,12 @@ def scheduler_grid_kwargs(noise_scheduler, sigmas, *, mu: float | None = None) -
         unshifted = s / (k - (k - 1) * s)  # the inverse of s = k·s'/(1 + (k − 1)·s')
         return {"sigmas": [float(v) for v in unshifted]}
     if name in _TIMESTEP_VP:
+        for flag in _RESPACING_TIMESTEP_FLAGS:  # DPMSolverMultistep refuses timesteps= under these ("DPM++ 2M Karras")
+            if noise_scheduler.config.get(flag):
+                raise ValueError(
+                    f"noise_scheduler: {name} with {flag}=True refuses a custom grid (timesteps=); the grid already "
+                    f"chooses the noise levels: {name}.from_config(scheduler.config, {flag}=False)"
+                )
         path = path_from_scheduler(noise_scheduler)
         assert isinstance(path, VPPath)
         steps = torch.unique_consecutive(nearest_table_steps(path, sig))
@@ -158,8 +166,13 @@ def nearest_table_steps(path: VPPath, sigmas: torch.Tensor) -> torch.Tensor:
 
 
 def scheduler_sigmas_as_ve(noise_scheduler) -> torch.Tensor:
-    """The VE σ the scheduler will step through after ``set_timesteps`` (float64, without the final 0)."""
+    """The VE σ the scheduler will step through after ``set_timesteps`` (float64, without the final 0).
+
+    Raises:
+        ValueError: a scheduler other than :data:`SUPPORTED_SCHEDULERS` (DDIM, PNDM, LCM hold no σ to read)."""
     name = type(noise_scheduler).__name__
+    if name not in SUPPORTED_SCHEDULERS:
+        raise ValueError(f"noise_scheduler: {name} is not one whose noise levels can be read; supported: {', '.join(SUPPORTED_SCHEDULERS)}")
     if name in _TIMESTEP_VP:
         path = path_from_scheduler(noise_scheduler)
         return path.sigmas_table[noise_scheduler.timesteps.long().cpu()].to(torch.float64)

@@ -137,12 +137,25 @@ def test_timestep_schedulers_land_on_the_nearest_table_steps(cls):
         (EDMEulerScheduler(sigma_schedule="exponential"), "sigma_schedule"),
         (FlowMatchEulerDiscreteScheduler(use_karras_sigmas=True), "use_karras_sigmas"),
         (EDMEulerScheduler(), "leaves the scheduler's range"),
+        # "DPM++ 2M Karras": diffusers refuses timesteps= under these flags; said with the remedy, before the call
+        (DPMSolverMultistepScheduler(use_karras_sigmas=True), r"with use_karras_sigmas=True refuses a custom grid .*use_karras_sigmas=False\)"),
+        (DPMSolverMultistepScheduler(use_lu_lambdas=True), "with use_lu_lambdas=True refuses a custom grid"),
     ],
 )
 def test_grids_a_scheduler_cannot_land_are_refused(scheduler, pattern):
     sig = SIGMAS if "range" not in pattern else torch.tensor([200.0, 1.0], dtype=F64)
     with pytest.raises(ValueError, match=pattern):
         set_infogrid(scheduler, sig)
+
+
+def test_the_levels_of_a_scheduler_without_sigmas_are_refused_by_name():
+    """DDIM holds no sigmas: reading its levels was an AttributeError deep inside (infonoise grid on a DDIM config)."""
+    from diffusers_infonoise.scheduler_grids import scheduler_sigmas_as_ve
+
+    scheduler = DDIMScheduler()
+    scheduler.set_timesteps(4)
+    with pytest.raises(ValueError, match=r"^noise_scheduler: DDIMScheduler is not one whose noise levels can be read; supported: EDM"):
+        scheduler_sigmas_as_ve(scheduler)
 
 
 # -- the saved EDM pipeline ------------------------------------------------------------------------
