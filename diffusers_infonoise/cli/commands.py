@@ -246,8 +246,14 @@ def _print_schedule_fit(scheduler, where: str, profile_file: Path) -> None:
     from ..diagnostics import load_learned_sampler, schedule_fit
     from ..schedule_io import read_schedule
 
-    if read_schedule(scheduler) is None:
+    payload = read_schedule(scheduler)
+    if payload is None:
         raise CLIError(f"{where}: holds no stored InfoNoise schedule to compare with --profile")
+    if payload.get("adapted") is False:  # the schedule is at fault, not the profile file
+        raise CLIError(
+            f"{where}: its stored schedule was saved before it adapted (at optimizer step {payload['optimizer_steps']}): "
+            "it holds no estimate to compare with --profile"
+        )
     data = _read_json(profile_file)
     profile = data.get("profile", data)
     try:
@@ -259,7 +265,7 @@ def _print_schedule_fit(scheduler, where: str, profile_file: Path) -> None:
     print(f"  TV(stored phi = pi*w, your data's rho_hat)       {fit['tv_phi']:.3f}")
     print(
         "  (0: the schedule spends compute where your data resolves; a run from it starts there, and its own losses "
-        "take over at the EMA's rate)"
+        "take over within about one memory of the estimator, docs/METHOD.md 5.10)"
     )
 
 

@@ -231,6 +231,20 @@ def test_compare_a_stored_schedule_with_a_profile_of_your_data(capsys, saved, tm
     assert tvs["same"] < 0.06 and tvs["wider"] > 0.3
     rc, _, err = run(capsys, "compare", "--scheduler", saved["plain"], "--profile", tmp_path / "same.json")
     assert_one_line_error(rc, err, "holds no stored InfoNoise schedule")
+    # a schedule saved during its warm-up holds no estimate: the schedule is named, not the profile file
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import make_sampler
+
+    young = EDMEulerScheduler()
+    sampler = make_sampler("infonoise", young, warmup_steps=5, refresh_every=1, num_bins=16)
+    sampler.step()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        sampler.save_to_scheduler(young)
+    young.save_pretrained(tmp_path / "young")
+    rc, _, err = run(capsys, "compare", "--scheduler", tmp_path / "young", "--profile", tmp_path / "same.json")
+    assert_one_line_error(rc, err, "its stored schedule was saved before it adapted (at optimizer step 1): it holds no estimate")
+    assert "--profile" not in err.split("error:")[1].split(":")[0]
     rc, _, err = run(capsys, "compare", "--scheduler", "edm")
     assert_one_line_error(rc, err, "give --samplers, --profile or both")
 
