@@ -578,28 +578,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
 def _stored_when(payload: dict) -> str:
     """When a stored schedule (a validated payload) was saved, in words: ``"saved at optimizer step 1200 after 40
-    refreshes of pi"``; at step 0, that it was saved before any training step, with the start it holds (a profile of
-    the model and the levels it measured, or the schedule it started from), so that step 0 does not read as empty."""
+    refreshes of pi"``; at step 0, that it was saved before any training step, with the start it holds in
+    :func:`~.starts.describe_start`'s words (a profile of the model and the levels it measured, or the schedule it
+    started from), so that step 0 does not read as empty."""
+    from .starts import describe_start
+
     steps = payload.get("optimizer_steps")
     updates = payload.get("num_updates")
     if steps != 0:
         return f"saved at optimizer step {steps}" + (f" after {updates} refreshes of pi" if isinstance(updates, int) else "")
-    start = payload.get("start") if isinstance(payload.get("start"), dict) else {}
-    if start.get("choice") == "profile":
-        levels, per_bin, bad = start.get("levels"), start.get("samples_per_bin"), start.get("nonfinite_losses")
-        measured = "".join(
-            (
-                f", {levels} levels measured" if levels is not None else "",
-                f", {per_bin} a bin" if per_bin is not None else "",
-                f", {bad} non-finite losses left out" if bad else "",
-            )
-        )
-        what = f"a profile of {start.get('source') or 'the pretrained model'}{measured}"
-    elif start.get("choice") == "stored":
-        learned = start.get("source_optimizer_steps")
-        what = f"the schedule it started from, {start.get('source') or 'a scheduler config'}" + (
-            f", learned over {learned} optimizer steps" if learned is not None else ""
-        )
-    else:
-        what = "its start not recorded"
-    return f"saved at optimizer step 0, before any training step: {what}"
+    return f"saved at optimizer step 0, before any training step: {describe_start(payload.get('start'))}"

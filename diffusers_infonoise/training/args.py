@@ -448,7 +448,8 @@ def option_errors():
     except (ValueError, OSError) as err:
         text = str(err)
         if text.startswith("Caught ") and "Original Traceback" in text:  # torch's DataLoader worker wrapper: the error is its last line
-            text = text.strip().splitlines()[-1].partition(": ")[2]
+            last = text.strip().splitlines()[-1]
+            text = last.partition(": ")[2] or last
         message = _led_by_flag(" ".join(text.split()) or type(err).__name__)
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
         raise SystemExit(2) from None

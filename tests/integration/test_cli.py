@@ -410,8 +410,9 @@ def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_pa
     assert rc == 0 and "0 optimizer steps" in out, err
     assert (
         "infonoise show: warning: noise sampler: the stored schedule (saved at optimizer step 0, before any training step: "
-        "a profile of the pretrained model, 64 levels measured, 4 a bin, 56 non-finite losses left out): pi rests mostly on "
-        "bins never measured: 2 of 16 bins hold a measured m_hat" in err
+        "profile: the pretrained model's errors on 64 levels (4 a bin, 2 forward passes per process); data statistics from "
+        "the batches; 56 non-finite losses left out, before step 1): pi rests mostly on bins never measured: 2 of 16 bins "
+        "hold a measured m_hat" in err
     ), err
     assert "step 0:" not in err
     # a schedule refreshed over 3 optimizer steps from 4 measured bins of 64
