@@ -41,32 +41,22 @@ def _profile(model: Path, dataset: Path, out: Path, num_samples: int) -> dict:
     return json.loads((out / "profile.json").read_text())["profile"]
 
 
-def per_element_bayes_mmse(x0: np.ndarray, sigmas: np.ndarray, num_nodes: int = 200) -> np.ndarray | None:
-    """The x0 error per element (VE σ) of the per-element posterior mean, ``E[x0_i | x_i]`` with the element's own
-    marginal distribution of values and no use of the other elements: a predictor, so an upper bound on the Bayes
-    MMSE at every σ, like the identity (σ²) and the constant (V) of docs/METHOD.md §5.4 and §5.10, and far tighter
-    than σ² where the data's values lie on a few points (binarized images: for σ well below the gap it falls as
-    exp(−gap²/8σ²)). ``x0``: (N, ...) data in the training scale; None when the data takes more than 16 values.
-    Gauss-Hermite quadrature over the noise, exact up to it."""
-    values = np.unique(x0)
-    if len(values) > 16:
+def per_element_bayes_mmse(x0: np.ndarray, sigmas: np.ndarray) -> np.ndarray | None:
+    """The x0 error per element (VE σ) of the per-element posterior mean on ``x0`` ((N, ...) data in the training
+    scale), at ``sigmas``: the library's bound of a profile start (:func:`diffusers_infonoise.data_statistics.
+    per_element_bayes_mmse`, docs/METHOD.md §5.10) with each element's empirical frequencies as they are (no pseudo-count:
+    the benchmark tallies up to 20000 samples); None when the data takes more than 16 values."""
+    import torch
+
+    from diffusers_infonoise.data_statistics import ValueTally
+    from diffusers_infonoise.data_statistics import per_element_bayes_mmse as bound
+
+    tally = ValueTally()
+    tally.observe(torch.from_numpy(np.asarray(x0, dtype=np.float64)).reshape(len(x0), -1))
+    resolved = tally.resolve()
+    if resolved is None:
         return None
-    flat = x0.reshape(len(x0), -1)
-    prior = np.stack([(flat == v).mean(0) for v in values], axis=1)  # (D, V): each element's value probabilities
-    nodes, weights = np.polynomial.hermite_e.hermegauss(num_nodes)  # ∫ f(n) N(n; 0, 1) dn = Σ w f(n) / sqrt(2π)
-    weights = weights / weights.sum()
-    out = []
-    for sigma in sigmas:
-        err = np.zeros(flat.shape[1])
-        for k, v in enumerate(values):  # the true value v, observed as y = v + σ n
-            y = v + sigma * nodes  # (Q,)
-            logp = np.log(np.maximum(prior, 1e-300))[:, :, None] - (y[None, None, :] - values[None, :, None]) ** 2 / (2 * sigma**2)
-            post = np.exp(logp - logp.max(axis=1, keepdims=True))
-            post /= post.sum(axis=1, keepdims=True)  # (D, V, Q)
-            mean = (post * values[None, :, None]).sum(axis=1)  # (D, Q)
-            err += prior[:, k] * ((mean - v) ** 2 * weights[None, :]).sum(axis=1)
-        out.append(err.mean())
-    return np.asarray(out)
+    return bound(*resolved, torch.as_tensor(sigmas, dtype=torch.float64), prior_count=0.0).numpy()
 
 
 def _bounded_profile(profile: dict, bound: np.ndarray) -> dict:

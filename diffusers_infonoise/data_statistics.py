@@ -12,6 +12,10 @@ Two numbers, both properties of the data rather than of the model:
 step), sums them over processes at every optimizer step (:meth:`DataStatistics.merge`, where every
 rank meets, so that any one rank's checkpoint holds them all) and resolves them at a refresh, until
 about :data:`OBSERVE_SAMPLES` samples were seen over all processes.
+
+A profile start also tallies each element's values (:class:`ValueTally`, data on at most 16 values): the per-element
+posterior mean's x0 error (:func:`per_element_bayes_mmse`), another bound on the Bayes MMSE, bounds the pretrained
+model's measured error, whose model error the start would otherwise read as entropy rate (METHOD.md §5.10).
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ import torch
 
 from .estimator import _comm_device
 
-__all__ = ["DataStatistics", "OBSERVE_SAMPLES", "smallest_value_gap"]
+__all__ = [
+    "DataStatistics",
+    "MAX_GRID_VALUES",
+    "OBSERVE_SAMPLES",
+    "ValueTally",
+    "per_element_bayes_mmse",
+    "smallest_value_gap",
+]
 
 OBSERVE_SAMPLES = 4096  # x0 samples (over all processes) after which the statistics freeze at a refresh
 _OBSERVE_VALUES = 1 << 16  # values of one batch the value grid is measured on
@@ -320,3 +331,156 @@ class DataStatistics:
             "numel": numel,
             "key": key,
         }
+
+
+#: data on at most this many distinct values gets the per-element bound of a profile start (METHOD.md §5.10)
+MAX_GRID_VALUES = 16
+#: the pseudo-count of every value in every element (Jeffreys' ½): a value an element was not seen taking in a few
+#: hundred samples is unlikely, not impossible, so that the bound is not set below the Bayes MMSE by a short tally
+VALUE_PRIOR_COUNT = 0.5
+
+
+#: why a :class:`ValueTally` holds none (the index is what processes exchange)
+_REFUSALS = ("no process saw training data", "its batches differ in shape", f"the data takes more than {MAX_GRID_VALUES} values")
+
+
+class ValueTally:
+    """Per-element counts of the values of x0, for data on at most :data:`MAX_GRID_VALUES` values (binarized pixels,
+    one-hot tokens): the prior of the per-element posterior mean whose x0 error bounds the Bayes MMSE
+    (:func:`per_element_bayes_mmse`, METHOD.md §5.10). A profile start tallies the batches it measures on; the training
+    loop never does (:meth:`observe` reads the batch's distinct values back to the host).
+
+    Attributes:
+        values: (U,) float64 sorted distinct values seen (CPU), or None.
+        counts: (D, U) float64 per-element counts (on the data's device), or None.
+        rows: samples tallied.
+        refused: why the data has no tally (it takes more than :data:`MAX_GRID_VALUES` values, its batches differ in
+            shape, no process saw any), or None; set by :meth:`resolve` for every process alike.
+    """
+
+    def __init__(self):
+        self.values: torch.Tensor | None = None
+        self.counts: torch.Tensor | None = None
+        self.rows = 0
+        self.refused: str | None = None
+
+    def _refuse(self, why: str) -> None:
+        self.refused, self.values, self.counts = why, None, None
+
+    def observe(self, x0: torch.Tensor) -> None:
+        """Tally a (B, ...) batch of clean data (rows with a non-finite value are left out).
+
+        Raises:
+            ValueError: ``x0`` is not a floating-point tensor with a batch dimension.
+        """
+        if not torch.is_tensor(x0) or not x0.is_floating_point() or x0.ndim < 2:
+            raise ValueError("x0: expected a floating-point tensor of shape (batch_size, ...)")
+        if self.refused is not None:
+            return
+        x = x0.detach().flatten(1).to(torch.float32 if x0.device.type == "mps" else torch.float64)
+        x = x[torch.isfinite(x).all(1)]
+        if x.shape[0] == 0:
+            return
+        if self.counts is not None and x.shape[1] != self.counts.shape[0]:
+            self._refuse(_REFUSALS[-2])
+            return
+        seen = torch.unique(x).cpu().double()  # a read-back: once a pass of the start, which reads back anyway
+        values = seen if self.values is None else torch.unique(torch.cat([self.values, seen]))
+        if values.numel() > MAX_GRID_VALUES:
+            self._refuse(_REFUSALS[-1])
+            return
+        counts = torch.zeros(x.shape[1], values.numel(), dtype=x.dtype, device=x.device)
+        if self.counts is not None:
+            counts[:, torch.searchsorted(values, self.values).to(x.device)] = self.counts
+        for j, v in enumerate(values.tolist()):
+            counts[:, j] += (x == v).sum(0)
+        self.values, self.counts = values, counts
+        self.rows += x.shape[0]
+
+    def resolve(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(values, counts)`` summed over every process (CPU float64), or None (:attr:`refused` then says why) when
+        any process refused the data or none saw any. Under ``torch.distributed`` a collective (two ``all_reduce``, the
+        second only when every rank can tally): every rank must call it at the same point."""
+        if not _distributed():
+            if self.refused is None and self.values is None:
+                self._refuse(_REFUSALS[0])
+            return None if self.refused is not None else (self.values, self.counts.double().cpu())
+        rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        device = _comm_device(self.counts.device if self.counts is not None else None)
+        # every rank's row of [status, D, U, values...] gathered by a sum: status 1 tallied, 0 nothing seen, -k refused
+        rows = torch.zeros(size, 3 + MAX_GRID_VALUES, dtype=torch.float64, device=device)
+        if self.refused is not None:
+            rows[rank, 0] = -float(_REFUSALS.index(self.refused))
+        elif self.values is not None:
+            u = self.values.numel()
+            rows[rank, :3] = torch.tensor([1.0, float(self.counts.shape[0]), float(u)], dtype=torch.float64)
+            rows[rank, 3 : 3 + u] = self.values.to(device)
+        torch.distributed.all_reduce(rows)
+        rows = rows.cpu()
+        seen = rows[rows[:, 0] == 1]
+        # the same decision on every rank: nothing more is reduced
+        if bool((rows[:, 0] < 0).any()):
+            self._refuse(_REFUSALS[int(-rows[:, 0].min())])
+            return None
+        if seen.shape[0] == 0 or bool((seen[:, 1] != seen[0, 1]).any()):
+            self._refuse(_REFUSALS[0] if seen.shape[0] == 0 else _REFUSALS[-2])
+            return None
+        values = torch.unique(torch.cat([r[3 : 3 + int(r[2])] for r in seen]))
+        if values.numel() > MAX_GRID_VALUES:
+            self._refuse(_REFUSALS[-1])
+            return None
+        counts = torch.zeros(int(seen[0, 1]), values.numel(), dtype=torch.float64, device=device)
+        if self.values is not None:
+            counts[:, torch.searchsorted(values, self.values).to(device)] = self.counts.to(device, torch.float64)
+        torch.distributed.all_reduce(counts)
+        return values, counts.cpu()
+
+
+def per_element_bayes_mmse(
+    values: torch.Tensor, counts: torch.Tensor, sigmas: torch.Tensor, *, prior_count: float = VALUE_PRIOR_COUNT, num_nodes: int = 2401
+) -> torch.Tensor:
+    """The x0 error per element (mean over elements; VE σ) of the per-element posterior mean ``E[x0_i | x_i]``, with
+    ``x_i = x0_i + σ·n`` and each element's own distribution of values, estimated from ``counts`` plus ``prior_count``
+    a value. It uses no other element, so it is a predictor and its error bounds the Bayes MMSE at every σ, like the
+    identity's σ² and the constant's V (METHOD.md §5.4, §5.10); for data on a few values it is far below σ² where an
+    element's value is resolved (two values a gap g apart: it falls as exp(−g²/8σ²)). The noise is integrated by the
+    trapezoid rule on ``num_nodes`` points of n ∈ [−12, 12] (the default resolves the posterior's switch, of width
+    σ/g in n at n ≈ g/2σ, wherever it lies inside; beyond, the error is below e⁻⁷²); elements with equal counts are
+    computed once.
+
+    Args:
+        values: (U,) distinct values (x0 units). counts: (D, U) per-element counts of them (:class:`ValueTally`).
+        sigmas: (S,) VE σ > 0 (at equal SNR the same on VP, ``x_t/a``, and flow, ``x_s/(1 − s)``).
+
+    Returns:
+        (S,) float64 errors (x0 units squared), each in [0, the per-element variance].
+
+    Raises:
+        ValueError: shapes that do not match, counts that are not finite and >= 0, σ that are not finite and > 0.
+    """
+    values = torch.as_tensor(values, dtype=torch.float64).flatten()
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    sigmas = torch.as_tensor(sigmas, dtype=torch.float64).flatten()
+    if counts.ndim != 2 or counts.shape[1] != values.numel() or values.numel() < 1:
+        raise ValueError(f"counts: expected shape (D, {values.numel()}) for {values.numel()} values, got {tuple(counts.shape)}")
+    if not bool(torch.isfinite(counts).all() and (counts >= 0).all()) or not (math.isfinite(prior_count) and prior_count >= 0):
+        raise ValueError("counts, prior_count: must be finite and >= 0")
+    if not bool(torch.isfinite(sigmas).all() and (sigmas > 0).all()):
+        raise ValueError("sigmas: must be finite and > 0 (VE sigma)")
+    rows, weight = torch.unique(counts, dim=0, return_counts=True)
+    prior = rows + prior_count
+    prior = prior / prior.sum(1, keepdim=True).clamp_min(1e-300)  # (R, U)
+    weight = weight.double() / counts.shape[0]
+    nodes = torch.linspace(-12.0, 12.0, num_nodes, dtype=torch.float64)
+    w = torch.exp(-0.5 * nodes**2)
+    w[[0, -1]] *= 0.5  # the trapezoid rule's ends
+    w = w / w.sum()  # ∫ f(n) N(n; 0, 1) dn ≈ Σ w f(n)
+    log_prior = torch.log(prior.clamp_min(1e-300))[:, :, None]  # (R, U', 1)
+    out = torch.zeros(sigmas.numel(), dtype=torch.float64)
+    for s, sigma in enumerate(sigmas.tolist()):
+        for u, v in enumerate(values.tolist()):  # the true value v, observed as y = v + σn
+            y = v + sigma * nodes  # (Q,)
+            post = torch.softmax(log_prior - (y[None, None, :] - values[None, :, None]) ** 2 / (2 * sigma**2), dim=1)  # (R, U', Q)
+            err = (((post * values[None, :, None]).sum(1) - v) ** 2 * w).sum(1)  # (R,): the error given v
+            out[s] += (prior[:, u] * err * weight).sum()
+    return out

@@ -197,6 +197,7 @@ class ProfileEstimator:
         self._inner_edges = self.edges[1:-1]
         self.num_refreshes = 0
         self.last_gate = GateResult(None, "off")
+        self.num_bounded = 0  # bins the last bound_m_hat lowered (a start's record; not state)
 
     # -- geometry ---------------------------------------------------------------------------
     @property
@@ -392,6 +393,28 @@ class ProfileEstimator:
         self.m_weight = torch.where(torch.isnan(new), zeros(), torch.full((k,), float(self.min_count), dtype=torch.float64))
         self._open_device, self._inner_edges = None, self.edges[1:-1]
         return not same
+
+    def bound_m_hat(self, bound: torch.Tensor) -> int:
+        """Lower every filled bin's m̂ to ``bound`` where it lies above it, its weight unchanged: an upper bound on the
+        Bayes MMSE known from the data (a profile start's per-element bound, docs/METHOD.md §5.10), so that the excess
+        is model error, not entropy rate. Later samples average with the bounded value as with any other.
+
+        Args:
+            bound: (K,) x0-space errors at the bin centres (VE σ), finite and >= 0.
+
+        Returns:
+            How many bins were lowered.
+
+        Raises:
+            ValueError: a bound of another shape, or one that is not finite and >= 0.
+        """
+        bound = torch.as_tensor(bound, dtype=torch.float64).flatten()
+        if bound.shape != self.m_hat.shape or not bool(torch.isfinite(bound).all() and (bound >= 0).all()):
+            raise ValueError(f"bound: expected {self.num_bins} finite errors >= 0 (one a bin), got shape {tuple(bound.shape)}")
+        lowered = ~torch.isnan(self.m_hat) & (self.m_hat > bound)
+        self.m_hat = torch.where(lowered, bound, self.m_hat)
+        self.num_bounded = int(lowered.sum())
+        return self.num_bounded
 
     @property
     def num_filled(self) -> int:

@@ -66,6 +66,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.probs: torch.Tensor | None = None  # (K,) learned bin masses; None while on the base
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
         self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
+        self.value_tally = None  # a ValueTally while a profile start measures (its per-element bound), else None
         #: how the run started (METHOD.md §5.9), recorded once before step 1 (:meth:`record_start`); kept in the state
         self.start_record: dict | None = None
         # a zero-terminal-SNR VP step (σ = inf) is clamped into the top bin (METHOD.md §5.1)
@@ -224,6 +225,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             ValueError: ``x0`` is not a floating-point tensor with a batch dimension.
         """
         self.data.observe(x0)
+        if self.value_tally is not None:
+            self.value_tally.observe(x0)
         self.num_observed += 1
 
     @property
@@ -419,13 +422,16 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             f"extrapolated ends of METHOD.md 5.4, not the data: {fix}",
         )
 
-    def refresh_now(self, *, ema_decay: float | None = None, min_count: int | None = None, what: str = "pi refreshed") -> bool:
+    def refresh_now(
+        self, *, ema_decay: float | None = None, min_count: int | None = None, m_hat_bound=None, what: str = "pi refreshed"
+    ) -> bool:
         """Fold everything recorded so far into m̂ and, once two bins hold an estimate, rebuild π now,
         without counting an optimizer step: what a start measured before step 1 becomes the run's first
         π (METHOD.md §5.9). A collective under data parallelism (every rank must call it). ``ema_decay``
         and ``min_count`` replace β and the count a bin needs for this refresh only (``ema_decay=0``: the
-        new means replace the old m̂). The data statistics are resolved first, and frozen when the warm-up
-        is over. Returns whether π was rebuilt.
+        new means replace the old m̂); ``m_hat_bound``, (K,) x0 errors at the bin centres, then bounds m̂
+        (:meth:`~diffusers_infonoise.estimator.ProfileEstimator.bound_m_hat`). The data statistics are resolved
+        first, and frozen when the warm-up is over. Returns whether π was rebuilt.
         """
         self._resolve_data_statistics()
         est = self.estimator
@@ -436,6 +442,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             est.refresh(self.optimizer_step, memory=self.memory_steps())
         finally:
             est.ema_decay, est.min_count = old
+        if m_hat_bound is not None:
+            est.bound_m_hat(m_hat_bound)
         if not self.estimator.is_ready or self.optimizer_step < self.warmup_steps:
             return False
         self._adopt_estimate(what)

@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..data_statistics import DataStatistics
+from ..data_statistics import DataStatistics, ValueTally
 from ..logs import get_logger
 
 logger = get_logger(__name__)
@@ -156,10 +156,13 @@ class ForwardPasses:
     nonfinite_sigmas: torch.Tensor | None
 
 
-def forward_passes(sampler, loss_fn: Callable, stream, first, levels, num_passes: int, *, progress: bool) -> ForwardPasses:
+def forward_passes(
+    sampler, loss_fn: Callable, stream, first, levels, num_passes: int, *, progress: bool, tally: ValueTally | None = None
+) -> ForwardPasses:
     """``num_passes`` calls of ``loss_fn(batch, levels)`` on the batches of ``stream`` (``first`` is its first), each at
     the next of ``levels`` (this process's share, cycled), every loss given to ``sampler.update``; closes ``stream``.
-    ``progress``: a progress bar (tqdm)."""
+    ``progress``: a progress bar (tqdm). ``tally``: also given the batches' own x0 when ``loss_fn`` shows none (what
+    it shows reaches the sampler's ``value_tally``)."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -180,6 +183,8 @@ def forward_passes(sampler, loss_fn: Callable, stream, first, levels, num_passes
             shown = True
         elif (x0 := clean_data_of(batch)) is not None:
             fed.observe(x0)
+            if tally is not None:
+                tally.observe(x0)
         bad = (~torch.isfinite(loss.detach()) | (loss.detach() < 0)).cpu()  # one read-back a pass: not the training loop
         if bool(bad.any()):
             nonfinite += int(bad.sum())

@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from ..data_statistics import ValueTally, per_element_bayes_mmse
 from ..logs import get_logger
 from ..paths import NoisePath, path_from_scheduler
 from ..schedule_io import CONFIG_KEY, FORMAT, VERSION, ScheduleError, read_schedule, stored_mu, write_schedule
@@ -23,6 +24,7 @@ from .adaptive import _AdaptiveSampler, _stored_when
 from .base import as_count, default_prediction_type
 from .batches import X0_BATCH_KEYS, batch_size_of, batch_stream, forward_passes, stratified_levels, world
 from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings
+from .starts import describe_bound
 
 logger = get_logger(__name__)
 
@@ -432,7 +434,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         return True
 
     @torch.no_grad()
-    def start_from_model(self, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", progress: bool = True) -> dict:
+    def start_from_model(
+        self, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", data_bound: bool = True, progress: bool = True
+    ) -> dict:
         """The ``"profile"`` start (METHOD.md §5.9): measure the model's x0 error before step 1 and start from it.
 
         ``samples_per_bin`` levels in every bin (:func:`~.batches.stratified_levels`, from the sampler's seed, the same
@@ -461,10 +465,18 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         Losses that are not finite (NaN/inf) are left out of the estimate, as in training, and counted: a warning
         (``UserWarning``) names how many and at which VE σ; their bins are interpolated from the others.
 
+        ``data_bound`` (default True; METHOD.md §5.10): for data on at most 16 values (binarized pixels, one-hot
+        tokens), each element's values are tallied on the same batches, and the measured m̂ is bounded at every bin
+        by the per-element posterior mean's x0 error (:func:`~diffusers_infonoise.data_statistics.per_element_bayes_mmse`),
+        a bound on the Bayes MMSE like σ² and V: what the pretrained model's error exceeds it by is model error on
+        this data, which the first steps remove and the start would otherwise read as entropy rate. Data on more
+        values (8-bit images, latents) is left as measured; the record says which (``"bound"``).
+
         Returns:
             ``{"samples_per_bin", "forward_passes", "samples", "seconds", "filled_bins", "data", "nonfinite_losses",
-            "tv_phi_rho"}`` (this rank's passes, samples and non-finite losses; ``data``: ``"loss_fn"``, ``"batches"``
-            or ``"none"``, where the data statistics came from; ``nonfinite_sigma``: their VE σ range, when any).
+            "bound", "tv_phi_rho"}`` (this rank's passes, samples and non-finite losses; ``data``: ``"loss_fn"``,
+            ``"batches"`` or ``"none"``, where the data statistics came from; ``nonfinite_sigma``: their VE σ range,
+            when any; ``bound``: ``{"values", "samples", "bins_lowered"}`` of the per-element bound, or why none).
             The sampler records the start (:attr:`start_record`).
 
         Raises:
@@ -495,7 +507,12 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         est = self.estimator
         est.merge()  # every rank: what was recorded before this start, so that the start's own count can be told apart
         counted_before = float(est.merged_counts.sum())
-        seen = forward_passes(self, loss_fn, stream, first, mine, total_batches, progress=progress and rank == 0)
+        tally = ValueTally() if data_bound else None
+        self.value_tally = tally  # what loss_fn shows the sampler (add_noise, observe_data) is tallied too
+        try:
+            seen = forward_passes(self, loss_fn, stream, first, mine, total_batches, progress=progress and rank == 0, tally=tally)
+        finally:
+            self.value_tally = None
         est.merge()
         counted = float(est.merged_counts.sum()) - counted_before  # over every process: the same decision on every rank
         nonfinite, done, fed, sig = seen.nonfinite, seen.samples, seen.batch_data, seen.nonfinite_sigmas
@@ -517,8 +534,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 UserWarning,
                 stacklevel=3,
             )
+        bound, bound_record = self._per_element_bound(tally) if data_bound else (None, "off")
         self.plan_run(start="profile")  # the measured m̂ is an adapted estimate: no automatic warm-up
-        self.refresh_now(ema_decay=0.0, min_count=n, what="pi from the pretrained model's profile")
+        self.refresh_now(ema_decay=0.0, min_count=n, m_hat_bound=bound, what="pi from the pretrained model's profile")
+        if bound is not None:
+            bound_record = {**bound_record, "bins_lowered": est.num_bounded}
         seconds = time.perf_counter() - start
         info = {
             "samples_per_bin": n,
@@ -528,17 +548,20 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "filled_bins": self.estimator.num_filled,
             "data": data,
             "nonfinite_losses": nonfinite,
+            "bound": bound_record,
         }
         if sig is not None:
             info["nonfinite_sigma"] = [float(sig.min()), float(sig.max())]
         if self.is_adapted:
             info["tv_phi_rho"] = round(self.allocation_total_variation(), 4)
-        record = {k: info[k] for k in ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses")}
+        record = {k: info[k] for k in ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses", "bound")}
         self.record_start({"choice": "profile", "source": "the pretrained model", "levels": len(levels), **record})
         logger.info(
             f"noise sampler profile start: {total_batches} forward passes ({done} samples on this process, {n} a bin, "
             f"{len(levels)} levels over {world_size} process(es)) in {seconds:.1f} s; {info['filled_bins']} of "
-            f"{self.estimator.num_bins} bins filled" + (f"; {nonfinite} non-finite losses left out ({where})" if nonfinite else "")
+            f"{self.estimator.num_bins} bins filled"
+            + (f"; {nonfinite} non-finite losses left out ({where})" if nonfinite else "")
+            + f"; {describe_bound(bound_record)}"
         )
         if data == "none":
             logger.warning(
@@ -548,6 +571,19 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 "data (sampler.observe_data(x0) each step) reaches them at its first refresh"
             )
         return info
+
+    def _per_element_bound(self, tally: ValueTally) -> tuple[torch.Tensor | None, dict | str]:
+        """The per-element bound of a profile start at the bin centres (METHOD.md §5.10) from ``tally`` (a
+        collective: every rank alike), with its record; ``(None, why)`` for data it does not apply to."""
+        resolved = tally.resolve()
+        if resolved is None:
+            return None, f"none: {tally.refused}"
+        values, counts = resolved
+        if values.numel() < 2:
+            return None, "none: the data takes one value"
+        sigmas = torch.exp(self.estimator.centers)
+        bound = per_element_bayes_mmse(values, counts, sigmas)
+        return bound, {"values": int(values.numel()), "samples": int(round(float(counts[0].sum())))}
 
 
 def _floats(t: torch.Tensor) -> list:

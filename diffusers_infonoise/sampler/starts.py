@@ -37,6 +37,7 @@ from .base import TrainingTimestepSampler
 
 __all__ = [
     "START_CHOICES",
+    "PROFILE_BOUNDS",
     "SamplerStart",
     "choose_start",
     "apply_start",
@@ -48,6 +49,9 @@ logger = get_logger(__name__)
 
 #: the values of ``--infonoise_init`` (METHOD.md §5.9)
 START_CHOICES = ("auto", "base", "stored", "profile")
+#: the values of ``--infonoise_profile_bound``: a profile start's m̂ bounded by the data's per-element posterior mean
+#: (``data``, the default) or kept as measured (``none``; METHOD.md §5.10)
+PROFILE_BOUNDS = ("data", "none")
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,15 @@ class SamplerStart:
         reason: why, in words (logged).
         payload: the stored schedule of a ``"stored"`` start (a validated payload), else None.
         source: where that schedule was read from, for the log.
+        data_bound: a ``"profile"`` start's m̂ bounded by the data's per-element posterior mean (default True;
+            ``start_from_model``'s ``data_bound``, METHOD.md §5.10).
     """
 
     choice: str
     reason: str
     payload: dict | None = None
     source: str | None = None
+    data_bound: bool = True
 
     @property
     def brings_estimate(self) -> bool:
@@ -162,11 +169,14 @@ def apply_start(
     elif start.choice == "profile":
         if loss_fn is None or batches is None:
             raise ValueError("loss_fn, batches: a 'profile' start measures the model on training batches; give both")
-        info = {"start": "profile", **sampler.start_from_model(loss_fn, batches, samples_per_bin=samples_per_bin, progress=progress)}
+        measured = sampler.start_from_model(
+            loss_fn, batches, samples_per_bin=samples_per_bin, data_bound=start.data_bound, progress=progress
+        )
+        info = {"start": "profile", **measured}
     else:
         info = {"start": "base"}
         sampler.record_start({"choice": "base"})
-    details = ", ".join(f"{k} {v}" for k, v in info.items() if k != "start")
+    details = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("start", "bound"))
     logger.info(f"noise sampler start: {start.choice} ({start.reason})" + (f"; {details}" if details else ""))
     return info
 
@@ -189,15 +199,22 @@ def describe_start(record: dict | None, *, with_choice: bool = True) -> str:
         data = {"batches": "; data statistics from the batches", "none": "; no training data seen"}.get(record.get("data"), "")
         bad = record.get("nonfinite_losses") or 0
         lost = f"; {bad} non-finite losses left out" if bad else ""
+        bound = f"; {describe_bound(record['bound'])}" if "bound" in record else ""
         text = (
             f"the pretrained model's errors on {record.get('levels', '?')} levels ({record.get('samples_per_bin', '?')} a bin, "
-            f"{record.get('forward_passes', '?')} forward passes per process){data}{lost}, before step 1"
+            f"{record.get('forward_passes', '?')} forward passes per process){data}{lost}{bound}, before step 1"
         )
     return f"{choice}: {text}" if with_choice else text
 
 
 def start_from_model(
-    sampler: TrainingTimestepSampler, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", progress: bool = True
+    sampler: TrainingTimestepSampler,
+    loss_fn: Callable,
+    batches: Iterable,
+    *,
+    samples_per_bin: int | str = "auto",
+    data_bound: bool = True,
+    progress: bool = True,
 ) -> dict:
     """The ``"profile"`` start (METHOD.md §5.9): ``sampler.start_from_model(loss_fn, batches, ...)``, which measures
     the model's x0 error on the training ``batches`` before step 1 and starts from it
@@ -207,4 +224,14 @@ def start_from_model(
     Raises:
         ValueError: a sampler that learns no schedule; see the method.
     """
-    return sampler.start_from_model(loss_fn, batches, samples_per_bin=samples_per_bin, progress=progress)
+    return sampler.start_from_model(loss_fn, batches, samples_per_bin=samples_per_bin, data_bound=data_bound, progress=progress)
+
+
+def describe_bound(record) -> str:
+    """The per-element bound of a profile start's record (``"bound"``), in words."""
+    if isinstance(record, dict):
+        lowered = record.get("bins_lowered")
+        return f"m_hat bounded by the per-element posterior mean of {record.get('values')} values ({record.get('samples')} samples)" + (
+            f": {lowered} bins lowered" if lowered is not None else ""
+        )
+    return f"m_hat not bounded ({str(record).removeprefix('none: ')})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 
@@ -33,6 +34,7 @@ from ..objective import Objective, diffusers_density_params
 from ..paths import path_class
 from ..sampler import (
     FIXED_DENSITY_NAMES,
+    PROFILE_BOUNDS,
     SAMPLER_NAMES,
     START_CHOICES,
     SamplerStart,
@@ -213,6 +215,16 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         "schedule of this path, profile when a pretrained model is given, else base.",
     )
     g.add_argument(
+        "--infonoise_profile_bound",
+        type=str,
+        default=None,
+        choices=PROFILE_BOUNDS,
+        help="A profile start's measured errors, for data on at most 16 values (binarized pixels, one-hot tokens): "
+        "'data' (default) bounds them by the error of each element's own posterior mean on the training data, a "
+        "bound on the Bayes MMSE, so that the pretrained model's error on new data is not read as entropy rate "
+        "(METHOD.md 5.10); 'none' keeps them as measured. Other data is kept as measured either way.",
+    )
+    g.add_argument(
         "--infonoise_schedule_from",
         type=str,
         default=None,
@@ -368,11 +380,25 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
     resolved before anything is trained, so that a bad choice costs nothing: the stored schedule is read
     (and validated) here, from ``--infonoise_schedule_from`` or else the pretrained ``noise_scheduler``'s config.
 
+    ``--infonoise_profile_bound`` sets a profile start's ``data_bound`` (METHOD.md §5.10).
+
     Raises:
         ValueError: ``--infonoise_schedule_from`` with ``--infonoise_init base`` or ``profile``; a source
-            without a stored schedule; ``stored`` without one; ``profile`` without a pretrained model.
+            without a stored schedule; ``stored`` without one; ``profile`` without a pretrained model;
+            ``--infonoise_profile_bound`` for a run whose start is not a profile.
         ScheduleError: a stored schedule that is corrupted or of an unknown format version.
     """
+    start = _resolve_start(args, sampler, noise_scheduler, pretrained_model=pretrained_model)
+    bound = getattr(args, "infonoise_profile_bound", None)
+    if bound is not None and start.choice != "profile":
+        raise ValueError(
+            f"--infonoise_profile_bound {bound}: bounds a profile start's errors, and this run starts {start.choice!r} "
+            f"({start.reason}); drop it, or use --infonoise_init profile"
+        )
+    return dataclasses.replace(start, data_bound=bound != "none")  # logged by the training loop when it applies the start
+
+
+def _resolve_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pretrained_model: bool) -> SamplerStart:
     from ..schedule_io import read_schedule, read_schedule_from
 
     init, source = args.infonoise_init, getattr(args, "infonoise_schedule_from", None)
@@ -399,7 +425,7 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
         start = choose_start(
             init, sampler, stored=stored, source="the pretrained scheduler" if stored else None, pretrained_model=pretrained_model
         )
-    return start  # logged by the training loop when it applies the start (logging is configured by then)
+    return start
 
 
 def script_command(module: str) -> str:

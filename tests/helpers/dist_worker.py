@@ -110,10 +110,21 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
         torch.distributed.destroy_process_group()
 
 
-def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bool = True):
+def profile_batches(rank: int, binary: bool) -> list[torch.Tensor]:
+    """Rank ``rank``'s batches of :func:`profile_worker`: N(0, 0.25) data, or ±1 data with P(+1) = 0.2, 0.7, 0.5 for
+    the three elements (``binary``)."""
+    gen = torch.Generator().manual_seed(rank)
+    if binary:
+        p = torch.tensor([0.2, 0.7, 0.5], dtype=torch.float64)
+        return [torch.where(torch.rand(16, 3, generator=gen, dtype=torch.float64) < p, 1.0, -1.0) for _ in range(8)]
+    return [0.5 * torch.randn(16, 3, generator=gen, dtype=torch.float64) for _ in range(8)]
+
+
+def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bool = True, binary: bool = False):
     """A ``"profile"`` start on two ranks whose models differ (rank r's errors are (1 + r) times the exact MMSE of
     N(0, 0.25) data): each measures its share of the stratified levels, and both end on the same π. ``shows_data``
-    False: the loss noises by hand, so the start observes the (tensor) batches itself (issue 28)."""
+    False: the loss noises by hand, so the start observes the (tensor) batches itself (issue 28). ``binary``: the
+    batches are ±1 (:func:`profile_batches`), so that the per-element bound (tallied over both ranks) applies."""
     from diffusers_infonoise.sampler import start_from_model
 
     torch.set_num_threads(1)
@@ -123,8 +134,7 @@ def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bo
         sampler = InfoNoiseTrainingTimestepSampler(
             path, prediction_type="sample", loss_weighting="edm", num_bins=32, min_count=4, mmse_cap="auto", gate="auto"
         )
-        gen = torch.Generator().manual_seed(rank)
-        batches = [0.5 * torch.randn(16, 3, generator=gen, dtype=torch.float64) for _ in range(8)]
+        batches = profile_batches(rank, binary)
 
         def loss_fn(x0, levels):
             if shows_data:

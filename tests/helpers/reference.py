@@ -52,6 +52,18 @@ def two_point_mmse(sigma):
     return out
 
 
+def two_point_mmse_with_prior(p: float, sigma: float) -> float:
+    """E[(x0 − E[x0|x])²] for x0 = +1 with probability p, else −1, and x = x0 + σz: the posterior mean is
+    tanh(atanh(2p − 1) + x/σ²); the expectation over z by the trapezoid rule on a dense grid (σ ≳ 0.1)."""
+    z = np.linspace(-12, 12, 200001)
+    phi = np.exp(-(z**2) / 2) / np.sqrt(2 * np.pi)
+    err = 0.0
+    for x0, w in ((1.0, p), (-1.0, 1 - p)):
+        mean = np.tanh(np.arctanh(2 * p - 1) + (x0 + sigma * z) / sigma**2)
+        err += w * np.trapezoid(phi * (mean - x0) ** 2, z)
+    return float(err)
+
+
 def _two_point_mmse_direct(sigma):
     """x0 ∈ {−1, +1}: mmse(σ) = 1 − E[tanh²(x/σ²)] = E[sech²(x/σ²)], x = 1 + σ·ε (by symmetry).
 

@@ -9,19 +9,9 @@ import pytest
 from benchmarks.finetune_lag import _bounded_profile, per_element_bayes_mmse
 from diffusers_infonoise.diagnostics.profiles import analytic_mmse_two_point
 
+from helpers.reference import two_point_mmse_with_prior
+
 SIGMAS = np.array([0.3, 0.5, 1.0, 2.0, 5.0])
-
-
-def _two_point(p: float, sigma: float) -> float:
-    """E[(x0 − E[x0|x])²] for x0 = +1 with probability p, else −1, and x = x0 + σz: the posterior mean is
-    tanh(atanh(2p − 1) + x/σ²); the expectation over z by the trapezoid rule on a dense grid."""
-    z = np.linspace(-12, 12, 200001)
-    phi = np.exp(-(z**2) / 2) / np.sqrt(2 * np.pi)
-    err = 0.0
-    for x0, w in ((1.0, p), (-1.0, 1 - p)):
-        mean = np.tanh(np.arctanh(2 * p - 1) + (x0 + sigma * z) / sigma**2)
-        err += w * np.trapezoid(phi * (mean - x0) ** 2, z)
-    return err
 
 
 def test_equally_likely_two_point_data_give_the_closed_form():
@@ -35,7 +25,7 @@ def test_each_element_uses_its_own_prior():
     x0 = -np.ones((n, 2))
     x0[:200, 0] = 1.0
     x0[:900, 1] = 1.0
-    want = [(_two_point(0.2, s) + _two_point(0.9, s)) / 2 for s in SIGMAS]
+    want = [(two_point_mmse_with_prior(0.2, s) + two_point_mmse_with_prior(0.9, s)) / 2 for s in SIGMAS]
     np.testing.assert_allclose(per_element_bayes_mmse(x0, SIGMAS), want, rtol=1e-4)
     # an element that never changes has no error at any σ; data on many values gets no bound
     assert per_element_bayes_mmse(np.ones((10, 3)), SIGMAS) == pytest.approx(np.zeros(len(SIGMAS)), abs=1e-12)

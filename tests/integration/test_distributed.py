@@ -95,6 +95,36 @@ def test_a_profile_start_on_two_ranks_holds_one_pi(tmp_path, shows_data):
     assert bool((m >= 1.5 * mmse[:-1] * (1 - 1e-9)).all()) and bool((m <= 1.5 * mmse[1:] * (1 + 1e-9)).all())
 
 
+@pytest.mark.parametrize("shows_data", [True, False])
+def test_the_per_element_bound_of_a_profile_start_is_tallied_over_both_ranks(tmp_path, shows_data):
+    """Issue 31: on ±1 data each rank tallies the values of its own 4 batches; the bound both apply comes from the
+    counts of all 8 (by hand, ½ a count a value added), so both hold the same m̂ and π. Rank 0's errors are the
+    N(0, 0.25) MMSE and rank 1's twice it (m̂ = 1.5 x their mean in a bin); the bound is the smaller at the clean end."""
+    import math
+
+    from helpers.reference import two_point_mmse_with_prior
+
+    mp.spawn(W.profile_worker, args=(2, free_port(), str(tmp_path), shows_data, True), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"profile{r}.pt") for r in (0, 1))
+    assert r0["probs"] is not None and torch.equal(r0["probs"], r1["probs"])
+    torch.testing.assert_close(r0["m_hat"], r1["m_hat"], rtol=0, atol=0, equal_nan=True)
+    assert r0["info"]["bound"] == r1["info"]["bound"]
+    assert r0["info"]["bound"]["values"] == 2 and r0["info"]["bound"]["samples"] == 2 * 4 * 16
+    seen = torch.cat([b for r in (0, 1) for b in W.profile_batches(r, True)[:4]])
+    p = ((seen == 1).sum(0).double() + 0.5) / (len(seen) + 1.0)
+    edges = torch.linspace(math.log(0.002), math.log(80.0), 33, dtype=torch.float64)
+    centres = torch.exp(0.5 * (edges[1:] + edges[:-1]))
+    m = r0["m_hat"]
+    lowered = 0
+    for k, c in enumerate(centres.tolist()):
+        bound = sum(two_point_mmse_with_prior(float(q), c) for q in p) / 3
+        measured_low = 1.5 * math.exp(edges[k]) ** 2 * 0.25 / (math.exp(edges[k]) ** 2 + 0.25)  # below m̂ as measured
+        if 0.1 < c and bound < measured_low:
+            assert float(m[k]) == pytest.approx(bound, rel=2e-4)
+            lowered += 1
+    assert lowered >= 5
+
+
 def test_the_package_logs_info_on_the_main_process_only(tmp_path):
     """Issue 28: the package's INFO lines (a profile start, each refresh of π) came once per rank, where diffusers logs
     on the main process only. Rank 0 logs them; rank 1 logs none; a warning, which may differ by rank, comes from both."""
