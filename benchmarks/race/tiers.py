@@ -514,6 +514,25 @@ def _cadence_races() -> list[Race]:
     ]
 
 
+#: issue 31's same-code control of the profile start bounded by the data (the default since then): the pretrained
+#: model's errors as measured
+UNBOUNDED_START_ARM = "infonoise-profile_bound_none"
+
+
+def _bound_races(num_seeds: int = 3) -> list[Race]:
+    """Issue 31, third round: the profile start bounded by the data (docs/METHOD.md §5.10), the library's default, against
+    its same-code control :data:`UNBOUNDED_START_ARM` and logit-normal(0, 1), ``num_seeds`` seeds each, on the tracking
+    tier's binarized fine-tunes (same races, budgets and run ids, so that ``--reuse cadence`` takes logit-normal's runs,
+    which the change leaves as they were). Continuous digits is left out: its data takes more than 16 values, so its
+    start is the same as before."""
+    arms = ("infonoise", UNBOUNDED_START_ARM, "logit_normal")
+    return [
+        dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, num_seeds))
+        for r in _tracking_races()
+        if r.pretrained and r.dataset.startswith("binarized")
+    ]
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -527,7 +546,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 #: every tier :func:`tier_races` knows (``--tier``)
 TIERS = (
     "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
-    "cadence",
+    "cadence", "bound", "bound_gpu",
 )  # fmt: skip
 
 
@@ -543,6 +562,10 @@ def tier_races(tier: str) -> list[Race]:
         return _tracking_races()
     if tier == "cadence":
         return _cadence_races()
+    if tier == "bound":
+        return _bound_races()
+    if tier == "bound_gpu":  # the same races with seeds 3-9 (on a lent GPU; seeds 0-2 are the bound tier's)
+        return [dataclasses.replace(r, seeds={a: list(range(3, 10)) for a in r.samplers}) for r in _bound_races()]
     if tier == "quick":
         samplers = ("infonoise", "edm_lognormal")
         return [
@@ -787,6 +810,9 @@ TIER_SIZING = {
     "budgets (binarized MNIST 16x16 600 steps, DNA 800), with the library's automatic warm-up instead of a pinned one",
     "cadence": "3 seeds of each arm on the tracking tier's fine-tunes, at its budget (400 steps, evaluated at 100, 200, "
     "400 with 2000 samples; no jitter samplings), continuous digits and binarized MNIST first",
+    "bound": "3 seeds of each arm on the tracking tier's two binarized fine-tunes, at its budget (400 steps, evaluated "
+    "at 100, 200, 400 with 2000 samples; no jitter samplings); logit-normal's runs reused from the cadence tier",
+    "bound_gpu": "seeds 3-9 of the bound tier's arms and races, on a lent GPU (one H200), at the same budget",
     "transfer": "first pass sized for about 5 h of 2 cores: 1000 samples per evaluation at a third, two thirds and the "
     "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise, the former estimator "
     "(issue 31's control) and the two defaults, 1 "
