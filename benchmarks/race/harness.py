@@ -548,11 +548,16 @@ def finished_runs(specs: list[RunSpec]) -> list[dict]:
 
 
 def _training_args(command: str) -> list[str]:
-    """A run's command without its folders (``--output_dir`` and the model config's path)."""
+    """A run's command without its folders (``--output_dir`` and the model config's path; a fine-tune's pretrained
+    pipeline by its name, the folder under its tier's ``pretrained/``)."""
     a = shlex.split(command)
     for flag in ("--output_dir", "--model_config_name_or_path"):
-        i = a.index(flag)
-        a = a[:i] + a[i + 2 :]
+        if flag in a:
+            i = a.index(flag)
+            a = a[:i] + a[i + 2 :]
+    if "--pretrained_model_name_or_path" in a:
+        i = a.index("--pretrained_model_name_or_path") + 1
+        a[i] = Path(a[i]).name
     return a
 
 
