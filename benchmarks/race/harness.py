@@ -575,7 +575,8 @@ def reuse_run(spec: RunSpec, source: Path) -> bool:
         _training_args(r["command"]) == _training_args(script_command(spec))
         and source_cfg.exists()
         and json.loads(source_cfg.read_text()) == model_config(race)
-        and r["steps"] == list(range(race.eval_every, race.steps + 1, race.eval_every))
+        and r["steps"]
+        == [s for s in range(race.eval_every, race.steps + 1, race.eval_every) if race.eval_steps is None or s in race.eval_steps]
         and r["inference"]["num_samples"] == race.num_samples
         and bool(r.get("jitter")) == spec.jitter
     )
