@@ -563,9 +563,17 @@ def _training_args(command: str) -> list[str]:
 
 def reuse_run(spec: RunSpec, source: Path) -> bool:
     """Copy another tier's finished run when it is the same experiment: same run id, the same training
-    arguments but ``--output_dir``, the same evaluation steps, sample count and jitter setting."""
+    arguments but ``--output_dir``, the same evaluation steps, sample count and jitter setting; for an adaptive
+    sampler also the same code (its recorded commit, clean), since a default of the library may have changed under
+    the same arguments (a fixed density's draws do not depend on it)."""
+    from diffusers_infonoise.sampler import FIXED_DENSITY_NAMES
+
     if spec.result_path.exists() or not source.exists():
         return False
+    if parse_arm(spec.sampler).name not in FIXED_DENSITY_NAMES:
+        code = json.loads(source.read_text()).get("code", "unknown")
+        if code != code_version() or code.endswith("+dirty") or code == "unknown":
+            return False
     if parse_arm(spec.sampler).recommended and not recommended.record_path(spec).exists():
         return False  # its arguments are not known before it is resolved
     r = json.loads(source.read_text())
