@@ -51,7 +51,37 @@ def test_full_tier_runs_the_central_question_first():
     assert tiers.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
 
 
-def test_reuse_copies_only_the_same_experiment(tmp_path):
+def _reuse_source(spec, root):
+    """Another tier's folder under ``root`` with ``spec``'s run as it would have written it (no recorded code)."""
+    src_dir = root / "runs"
+    src_dir.mkdir(parents=True)
+    race = spec.race
+    (src_dir / f"unet_{race.name}.json").write_text(json.dumps(harness.model_config(race)))
+    other = dataclasses.replace(spec, root=str(root))
+    steps = [s for s in range(race.eval_every, race.steps + 1, race.eval_every) if race.eval_steps is None or s in race.eval_steps]
+    result = {"command": harness.script_command(other), "steps": steps, "inference": {"num_samples": race.num_samples}, "jitter": None}
+    return src_dir / f"{spec.run_id}.json", {**result, "run_id": spec.run_id}
+
+
+def test_reuse_of_an_adaptive_arm_needs_the_same_clean_commit(tmp_path, monkeypatch):
+    """Issue 31: a library default changed under the same arguments (the profile start's bound), and the cadence tier's
+    InfoNoise runs were taken for the bound tier's. An adaptive arm's run is reused only from the same clean commit;
+    a fixed density's whatever the commit. A fine-tune's pretrained pipeline is compared by name (each tier keeps its
+    own copy) and its evaluation steps are the race's own (100, 200, 400)."""
+    monkeypatch.setattr(harness, "code_version", lambda: "0123456789")
+    for sampler, reused_without_code in (("infonoise", False), ("logit_normal", True)):
+        spec = _spec("bound", "tk-ft-binarized_mnist16", sampler, root=str(tmp_path / sampler / "bound"))
+        spec.result_path.parent.mkdir(parents=True)
+        source, result = _reuse_source(spec, tmp_path / sampler / "cadence")
+        assert result["steps"] == [100, 200, 400] and "--pretrained_model_name_or_path" in result["command"]
+        for code, reused in ((None, reused_without_code), ("0123456789+dirty", reused_without_code), ("0123456789", True)):
+            spec.result_path.unlink(missing_ok=True)
+            source.write_text(json.dumps({**result, **({"code": code} if code else {})}))
+            assert harness.reuse_run(spec, source) == reused, (sampler, code)
+
+
+def test_reuse_copies_only_the_same_experiment(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "code_version", lambda: "0123456789")
     spec = _spec("full", "edm-digits", "infonoise", root=str(tmp_path / "full"))
     (spec.result_path.parent).mkdir(parents=True)
     src_dir = tmp_path / "quick" / "runs"
@@ -65,6 +95,7 @@ def test_reuse_copies_only_the_same_experiment(tmp_path):
         "inference": {"num_samples": race.num_samples},
         "jitter": None,
         "run_id": spec.run_id,
+        "code": "0123456789",
     }
     source = src_dir / f"{spec.run_id}.json"
 
