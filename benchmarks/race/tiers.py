@@ -533,6 +533,15 @@ def _bound_races(num_seeds: int = 3) -> list[Race]:
     ]
 
 
+def _bound_transfer_races() -> list[Race]:
+    """Issue 31: the transfer tier's two fine-tunes (onto x0 × 0.25 and 16x16 → 32x32, both binarized: the bound
+    applies) at its budget, InfoNoise with the data-bounded start (the default) beside its same-code control
+    :data:`UNBOUNDED_START_ARM`, EDM log-normal and the whole logit-normal sweep (its best point is the task's oracle),
+    3 seeds each, all on the same code and machine (a lent GPU: the transfer tier's own runs were made on CPUs)."""
+    arms = ("infonoise", UNBOUNDED_START_ARM, "edm_lognormal", *TRANSFER_SWEEP)
+    return [dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)) for r in _transfer_races() if r.pretrained]
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -546,7 +555,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 #: every tier :func:`tier_races` knows (``--tier``)
 TIERS = (
     "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
-    "cadence", "bound", "bound_gpu",
+    "cadence", "bound", "bound_gpu", "bound_transfer",
 )  # fmt: skip
 
 
@@ -564,6 +573,8 @@ def tier_races(tier: str) -> list[Race]:
         return _cadence_races()
     if tier == "bound":
         return _bound_races()
+    if tier == "bound_transfer":
+        return _bound_transfer_races()
     if tier == "bound_gpu":  # the same races with seeds 3-9 (on a lent GPU; seeds 0-2 are the bound tier's)
         return [dataclasses.replace(r, seeds={a: list(range(3, 10)) for a in r.samplers}) for r in _bound_races()]
     if tier == "quick":
@@ -813,6 +824,9 @@ TIER_SIZING = {
     "bound": "3 seeds of each arm on the tracking tier's two binarized fine-tunes, at its budget (400 steps, evaluated "
     "at 100, 200, 400 with 2000 samples; no jitter samplings); logit-normal's runs reused from the cadence tier",
     "bound_gpu": "seeds 3-9 of the bound tier's arms and races, on a lent GPU (one H200), at the same budget",
+    "bound_transfer": "the transfer tier's two fine-tunes at its budget (240 steps, 1000 samples at a third, two thirds "
+    "and the end), 3 seeds of every arm, on a lent GPU (one H200): its own pretrain and classifiers, so its figures "
+    "compare within this tier, not with the transfer tier's CPU runs",
     "transfer": "first pass sized for about 5 h of 2 cores: 1000 samples per evaluation at a third, two thirds and the "
     "end; 450 steps at 16x16, 300 at 32x32, 600 on DNA, fine-tunes 240; 3 seeds of InfoNoise, the former estimator "
     "(issue 31's control) and the two defaults, 1 "
