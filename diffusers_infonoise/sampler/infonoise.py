@@ -435,7 +435,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     @torch.no_grad()
     def start_from_model(
-        self, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", data_bound: bool = True, progress: bool = True
+        self, loss_fn: Callable, batches: Iterable, *, samples_per_bin: int | str = "auto", data_bound: bool = False, progress: bool = True
     ) -> dict:
         """The ``"profile"`` start (METHOD.md §5.9): measure the model's x0 error before step 1 and start from it.
 
@@ -465,12 +465,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         Losses that are not finite (NaN/inf) are left out of the estimate, as in training, and counted: a warning
         (``UserWarning``) names how many and at which VE σ; their bins are interpolated from the others.
 
-        ``data_bound`` (default True; METHOD.md §5.10): for data on at most 16 values (binarized pixels, one-hot
-        tokens), each element's values are tallied on the same batches, and the measured m̂ is bounded at every bin
-        by the per-element posterior mean's x0 error (:func:`~diffusers_infonoise.data_statistics.per_element_bayes_mmse`),
-        a bound on the Bayes MMSE like σ² and V: what the pretrained model's error exceeds it by is model error on
-        this data, which the first steps remove and the start would otherwise read as entropy rate. Data on more
-        values (8-bit images, latents) is left as measured; the record says which (``"bound"``).
+        ``data_bound`` (default False, an option; METHOD.md §5.10): for data on at most 16 values (binarized pixels,
+        one-hot tokens), each element's values are tallied on the same batches, and the measured m̂ is bounded at
+        every bin by the per-element posterior mean's x0 error
+        (:func:`~diffusers_infonoise.data_statistics.per_element_bayes_mmse`), a bound on the Bayes MMSE like σ² and
+        V: what the pretrained model's error exceeds it by is model error on this data, which the first steps remove
+        and the start would otherwise read as entropy rate. Data on more values (8-bit images, latents) is left as
+        measured; the record says which (``"bound"``). Measured: sooner on two binarized fine-tunes, 15% worse on a
+        fine-tune onto data scaled by 0.25 (docs/results.md), hence not the default.
 
         Returns:
             ``{"samples_per_bin", "forward_passes", "samples", "seconds", "filled_bins", "data", "nonfinite_losses",
@@ -554,14 +556,15 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             info["nonfinite_sigma"] = [float(sig.min()), float(sig.max())]
         if self.is_adapted:
             info["tv_phi_rho"] = round(self.allocation_total_variation(), 4)
-        record = {k: info[k] for k in ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses", "bound")}
+        kept = ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses") + (("bound",) if data_bound else ())
+        record = {k: info[k] for k in kept}
         self.record_start({"choice": "profile", "source": "the pretrained model", "levels": len(levels), **record})
         logger.info(
             f"noise sampler profile start: {total_batches} forward passes ({done} samples on this process, {n} a bin, "
             f"{len(levels)} levels over {world_size} process(es)) in {seconds:.1f} s; {info['filled_bins']} of "
             f"{self.estimator.num_bins} bins filled"
             + (f"; {nonfinite} non-finite losses left out ({where})" if nonfinite else "")
-            + f"; {describe_bound(bound_record)}"
+            + (f"; {describe_bound(bound_record)}" if data_bound else "")
         )
         if data == "none":
             logger.warning(

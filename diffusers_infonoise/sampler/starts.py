@@ -49,9 +49,9 @@ logger = get_logger(__name__)
 
 #: the values of ``--infonoise_init`` (METHOD.md §5.9)
 START_CHOICES = ("auto", "base", "stored", "profile")
-#: the values of ``--infonoise_profile_bound``: a profile start's m̂ bounded by the data's per-element posterior mean
-#: (``data``, the default) or kept as measured (``none``; METHOD.md §5.10)
-PROFILE_BOUNDS = ("data", "none")
+#: the values of ``--infonoise_profile_bound``: a profile start's m̂ kept as measured (``none``, the default) or bounded
+#: by the data's per-element posterior mean (``data``; METHOD.md §5.10)
+PROFILE_BOUNDS = ("none", "data")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class SamplerStart:
         reason: why, in words (logged).
         payload: the stored schedule of a ``"stored"`` start (a validated payload), else None.
         source: where that schedule was read from, for the log.
-        data_bound: a ``"profile"`` start's m̂ bounded by the data's per-element posterior mean (default True;
+        data_bound: a ``"profile"`` start's m̂ bounded by the data's per-element posterior mean (default False;
             ``start_from_model``'s ``data_bound``, METHOD.md §5.10).
     """
 
@@ -71,7 +71,7 @@ class SamplerStart:
     reason: str
     payload: dict | None = None
     source: str | None = None
-    data_bound: bool = True
+    data_bound: bool = False
 
     @property
     def brings_estimate(self) -> bool:
@@ -199,7 +199,7 @@ def describe_start(record: dict | None, *, with_choice: bool = True) -> str:
         data = {"batches": "; data statistics from the batches", "none": "; no training data seen"}.get(record.get("data"), "")
         bad = record.get("nonfinite_losses") or 0
         lost = f"; {bad} non-finite losses left out" if bad else ""
-        bound = f"; {describe_bound(record['bound'])}" if "bound" in record else ""
+        bound = f"; {describe_bound(record['bound'])}" if record.get("bound", "off") != "off" else ""
         text = (
             f"the pretrained model's errors on {record.get('levels', '?')} levels ({record.get('samples_per_bin', '?')} a bin, "
             f"{record.get('forward_passes', '?')} forward passes per process){data}{lost}{bound}, before step 1"
@@ -213,7 +213,7 @@ def start_from_model(
     batches: Iterable,
     *,
     samples_per_bin: int | str = "auto",
-    data_bound: bool = True,
+    data_bound: bool = False,
     progress: bool = True,
 ) -> dict:
     """The ``"profile"`` start (METHOD.md §5.9): ``sampler.start_from_model(loss_fn, batches, ...)``, which measures
@@ -228,7 +228,8 @@ def start_from_model(
 
 
 def describe_bound(record) -> str:
-    """The per-element bound of a profile start's record (``"bound"``), in words."""
+    """The per-element bound of a profile start's record (``"bound"``: its figures, ``"off"``, or ``"none: <why>"``
+    when asked for on data it does not apply to), in words."""
     if isinstance(record, dict):
         lowered = record.get("bins_lowered")
         return f"m_hat bounded by the per-element posterior mean of {record.get('values')} values ({record.get('samples')} samples)" + (

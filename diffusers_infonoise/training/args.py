@@ -219,10 +219,11 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         type=str,
         default=None,
         choices=PROFILE_BOUNDS,
-        help="A profile start's measured errors, for data on at most 16 values (binarized pixels, one-hot tokens): "
-        "'data' (default) bounds them by the error of each element's own posterior mean on the training data, a "
-        "bound on the Bayes MMSE, so that the pretrained model's error on new data is not read as entropy rate "
-        "(METHOD.md 5.10); 'none' keeps them as measured. Other data is kept as measured either way.",
+        help="A profile start's measured errors: 'none' (default) keeps them as measured; 'data' bounds them, for "
+        "data on at most 16 values (binarized pixels, one-hot tokens), by the error of each element's own posterior "
+        "mean on the training data, a bound on the Bayes MMSE, so that the pretrained model's error on new data is "
+        "not read as entropy rate (METHOD.md 5.10; sooner on binarized fine-tunes, worse on one onto rescaled data). "
+        "Other data is kept as measured either way.",
     )
     g.add_argument(
         "--infonoise_schedule_from",
@@ -395,7 +396,7 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
             f"--infonoise_profile_bound {bound}: bounds a profile start's errors, and this run starts {start.choice!r} "
             f"({start.reason}); drop it, or use --infonoise_init profile"
         )
-    return dataclasses.replace(start, data_bound=bound != "none")  # logged by the training loop when it applies the start
+    return dataclasses.replace(start, data_bound=bound == "data")  # logged by the training loop when it applies the start
 
 
 def _resolve_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pretrained_model: bool) -> SamplerStart:

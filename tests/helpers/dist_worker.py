@@ -142,7 +142,7 @@ def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bo
             sig = levels.sigmas.double()
             return (1.0 + rank) * sig**2 * 0.25 / (sig**2 + 0.25)
 
-        info = start_from_model(sampler, loss_fn, batches, progress=False)
+        info = start_from_model(sampler, loss_fn, batches, data_bound=binary, progress=False)
         torch.save(
             {"probs": sampler.probs, "m_hat": sampler.estimator.m_hat, "info": info, "cap": sampler.estimator.mmse_cap},
             os.path.join(outdir, f"profile{rank}.pt"),

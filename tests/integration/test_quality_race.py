@@ -278,3 +278,24 @@ def test_the_pi_figure_draws_the_default_arm_only(monkeypatch, tmp_path):
     figures.plot_pi([race], runs[3:], tmp_path / "pi.png")
     labels = [t.get_text() for t in figs[-1].axes[0].get_legend().get_texts()]
     assert f"{tiers.CLAIRVOYANT_ARM}: final π, seeds 0, 1, 2" in labels
+
+
+def test_relabel_files_an_arms_runs_under_another_name_and_says_why(tmp_path):
+    from benchmarks.race.relabel import relabel
+
+    runs = tmp_path / "runs"
+    (runs / "r__infonoise__s0").mkdir(parents=True)
+    (runs / "r__infonoise__s0.log").write_text("log")
+    for rid, sampler in (("r__infonoise__s0", "infonoise"), ("r__infonoise-gate_none__s0", "infonoise-gate_none")):
+        (runs / f"{rid}.json").write_text(json.dumps({"run_id": rid, "sampler": sampler, "command": "python x", "code": "abc"}))
+    assert relabel(runs, "infonoise", "infonoise-profile_bound_data", "a default changed") == ["r__infonoise-profile_bound_data__s0"]
+    r = json.loads((runs / "r__infonoise-profile_bound_data__s0.json").read_text())
+    assert r["sampler"] == "infonoise-profile_bound_data" and r["command"] == "python x" and r["code"] == "abc"
+    assert r["relabelled_from"] == {"sampler": "infonoise", "run_id": "r__infonoise__s0", "why": "a default changed"}
+    assert (runs / "r__infonoise-profile_bound_data__s0.log").read_text() == "log" and (
+        runs / "r__infonoise-profile_bound_data__s0"
+    ).is_dir()
+    assert not (runs / "r__infonoise__s0.json").exists() and (runs / "r__infonoise-gate_none__s0.json").exists()  # another arm stays
+    (runs / "r__infonoise__s0.json").write_text(json.dumps({"run_id": "r__infonoise__s0", "sampler": "infonoise"}))
+    with pytest.raises(ValueError, match="exists already"):
+        relabel(runs, "infonoise", "infonoise-profile_bound_data", "again")

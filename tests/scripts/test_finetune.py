@@ -127,17 +127,16 @@ def test_profile_measures_the_pretrained_model_before_step_one(script, pretraine
     # 16 bins x 1 level a bin, in batches of 8 (base_args)
     assert line.startswith("noise sampler start: profile (init 'auto'") and "samples_per_bin 1, forward_passes 2, samples 16," in line, line
     assert "noise sampler profile start:" in log and "16 of 16 bins filled" in log
-    assert "m_hat not bounded (the data takes more than 16 values)" in log  # digits: 17 levels
     payload = scheduler_payload(out)
     assert payload["adapted"] and payload["warmup_steps_resolved"] == 0 and payload["tv_phi_rho"] <= 0.07
 
 
 def test_a_profile_start_on_binarized_data_is_bounded_by_the_data_unless_told_not_to(script, pretrained, tmp_path, caplog):
-    """Issue 31: on binarized digits the start's errors are bounded by each pixel's posterior mean (its values
-    tallied on the 16 images the start measured on), and the record says so in the stored schedule and the log;
-    ``--infonoise_profile_bound none`` keeps them as measured; on the 17 levels of digits there is no bound."""
+    """Issue 31: with ``--infonoise_profile_bound data``, on binarized digits the start's errors are bounded by each
+    pixel's posterior mean (its values tallied on the 16 images the start measured on), and the record says so in the
+    stored schedule and the log; by default (``none``) they are kept as measured and the record says nothing of it."""
     runs = {}
-    for name, extra in (("bounded", ()), ("none", ("--infonoise_profile_bound", "none"))):
+    for name, extra in (("bounded", ("--infonoise_profile_bound", "data")), ("none", ())):
         caplog.clear()
         with caplog.at_level(logging.INFO):
             script.main(
@@ -148,7 +147,13 @@ def test_a_profile_start_on_binarized_data_is_bounded_by_the_data_unless_told_no
     assert "m_hat bounded by the per-element posterior mean of 2 values (16 samples)" in log
     assert payload["start"]["bound"]["values"] == 2 and payload["start"]["bound"]["samples"] == 16
     log, payload = runs["none"]
-    assert "m_hat not bounded (off)" in log and payload["start"]["bound"] == "off"
+    assert "m_hat" not in log and "bound" not in payload["start"] and payload["start"]["choice"] == "profile"
+    # asked for on the 17 levels of digits: kept as measured, and the record says why
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        script.main(finetune_args(pretrained / "fixed", tmp_path / "digits", "--max_train_steps", 1, "--infonoise_profile_bound", "data"))
+    assert "m_hat not bounded (the data takes more than 16 values)" in caplog.text
+    assert scheduler_payload(tmp_path / "digits")["start"]["bound"] == "none: the data takes more than 16 values"
 
 
 def test_a_schedule_from_another_folder_starts_a_run_from_scratch(script, unet_config, pretrained, tmp_path, caplog):
@@ -214,7 +219,7 @@ def test_a_resumed_fine_tune_keeps_how_it_started(script, pretrained, tmp_path):
         (["--infonoise_init", "stored"], "'stored' needs a stored schedule, and this run has none"),
         (["--infonoise_schedule_from", "./NOWHERE"], r"no such file or folder: \./NOWHERE \(tried as a local path"),
         (["--infonoise_init", "base", "--infonoise_schedule_from", "x"], "drop one of them"),
-        (["--infonoise_init", "base", "--infonoise_profile_bound", "none"], "--infonoise_profile_bound none: bounds a profile start's"),
+        (["--infonoise_init", "base", "--infonoise_profile_bound", "data"], "--infonoise_profile_bound data: bounds a profile start's"),
     ],
 )
 def test_bad_fine_tuning_options_stop_before_anything_is_trained(script, pretrained, tmp_path, capsys, extra, match):

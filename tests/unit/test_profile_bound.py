@@ -130,7 +130,7 @@ def test_a_profile_start_on_binary_data_is_bounded_by_the_per_element_posterior_
     np.testing.assert_allclose(got[ok], np.minimum(unbounded[ok], want[ok]), rtol=2e-4)
     assert np.all(got[measured & ~ok] <= 1e-8 * unbounded[measured & ~ok])
     assert info["bound"] == {"values": 2, "samples": int(counts[0].sum()), "bins_lowered": int(measured.sum())}
-    assert runs[False][1]["bound"] == "off"
+    assert runs[False][1]["bound"] == "off" and "bound" not in runs[False][0].start_record  # the default: not asked for
     assert "m_hat bounded by the per-element posterior mean of 2 values" in describe_start(s.start_record)
     # the target leaves the clean end the identity model's error put it on: unbounded, ρ̂ ∝ m̂/σ² = 1 per unit ln σ
     # holds the ln-width share of σ < 0.2, ln(0.2/0.002)/ln(80/0.002) = 0.434; bounded, the data resolves every
@@ -144,7 +144,7 @@ def test_a_profile_start_on_continuous_data_is_left_as_measured():
     s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32, gate=None, mmse_cap=None)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randn(32, 4, generator=gen, dtype=torch.float64) for _ in range(24)]
-    info = start_from_model(s, _identity_loss(s), batches, progress=False)
+    info = start_from_model(s, _identity_loss(s), batches, data_bound=True, progress=False)
     assert info["bound"] == "none: the data takes more than 16 values"
     measured = ~torch.isnan(s.estimator.m_hat)
     # the mean of σ² over each bin's levels: between σ² at the bin's edges

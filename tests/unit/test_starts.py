@@ -436,7 +436,6 @@ def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
         "filled_bins": 16,
         "data": "loss_fn",
         "nonfinite_losses": 0,
-        "bound": "none: the data takes more than 16 values",  # Gaussian data: no per-element bound
         "optimizer_step": 0,
     }
     assert s.start_record == want and s.hyperparameters["warmup_steps"] == 0
@@ -458,10 +457,7 @@ def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
     out.save_pretrained(tmp_path / "sched")
     assert main(["show", str(tmp_path / "sched")]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("start")]
-    want_line = (
-        "profile: the pretrained model's errors on 128 levels (8 a bin, 4 forward passes per process); m_hat not bounded "
-        "(the data takes more than 16 values), before step 1"
-    )
+    want_line = "profile: the pretrained model's errors on 128 levels (8 a bin, 4 forward passes per process), before step 1"
     assert line == ["  start            " + want_line]
     # a run without a start records the base at its first step
     base = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16)
