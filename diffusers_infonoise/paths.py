@@ -590,6 +590,11 @@ def path_from_scheduler(noise_scheduler, *, mu: float | None = None) -> NoisePat
     if mu is not None:
         raise ValueError("mu: only flow-matching schedulers take a dynamic shift")
     ac = _as_f64(noise_scheduler.alphas_cumprod.detach().cpu())
+    if getattr(cfg, "rescale_betas_zero_snr", False) and ac.numel() > 1 and float(ac[-1]) > float(ac[-2]):
+        # diffusers' inference schedulers (EulerDiscrete, ...) clamp the zero-terminal-SNR ᾱ_T = 0 to 2**-24 so that
+        # their own σ_T is finite, above ᾱ_{T-1}; the table it stands for is DDPMScheduler's, with σ_T = inf (§5.1)
+        ac = ac.clone()
+        ac[-1] = 0.0
     sig = torch.sqrt((1 - ac) / ac)
     finite = sig[torch.isfinite(sig)]
     return VPPath("vp", float(finite.min()), float(finite.max()), alphas_cumprod=ac)

@@ -96,6 +96,25 @@ def test_vp_sigma_to_timesteps_nearest_cell(beta_schedule):
     assert path.sigma_to_timesteps(torch.tensor([1e-9, 0.0, 1e9, math.inf], dtype=F64)).tolist() == [0, 0, 999, 999]
 
 
+@pytest.mark.parametrize("cls", ["EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler", "DPMSolverMultistepScheduler"])
+def test_an_inference_scheduler_with_zero_terminal_snr_is_the_ddpm_table(cls):
+    """diffusers' inference schedulers keep ᾱ_T = 2**-24 for rescale_betas_zero_snr=True (so that their own σ_T is
+    finite), above ᾱ_{T-1} ≈ 4e-9: a table that is not decreasing, which every sampler refused. Their path is the zero-SNR
+    table it stands for, DDPMScheduler's of the same config (ᾱ_T = 0, σ_T = inf), and sampling draws the last step."""
+    import diffusers
+
+    sched = getattr(diffusers, cls)(rescale_betas_zero_snr=True, prediction_type="v_prediction")
+    ac = sched.alphas_cumprod.double()
+    assert float(ac[-1]) == 2.0**-24 and float(ac[-1]) > float(ac[-2])  # what diffusers does, checked by hand
+    want = DDPMScheduler(rescale_betas_zero_snr=True, prediction_type="v_prediction").alphas_cumprod.double()
+    path = path_from_scheduler(sched)
+    assert float(want[-1]) == 0.0 and torch.equal(path.alphas_cumprod.double()[:-1], want[:-1]) and float(path.alphas_cumprod[-1]) == 0.0
+    assert math.isinf(float(path.sigmas_table[-1]))
+    sampler = make_sampler("infonoise", sched, warmup_steps=1, refresh_every=1, min_count=1)
+    levels = sampler.sample(4000, generator=torch.Generator().manual_seed(1))
+    assert int((levels.timesteps == 999).sum()) > 0 and not bool(torch.isnan(levels.sigmas).any())
+
+
 @pytest.mark.parametrize("cls", [DDPMScheduler, DDIMScheduler])
 def test_vp_zero_terminal_snr(cls):
     sched = cls(rescale_betas_zero_snr=True)
