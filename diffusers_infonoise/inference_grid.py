@@ -148,10 +148,9 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
 
     sigmas = grid(num_inference_steps)
     if sigmas is None:
-        lo, hi = 1, num_inference_steps  # the largest n that fits (grid(1) always does)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if grid(mid) is not None else (lo, mid)
+        # the largest n below N that fits (grid(1) always does), scanned down: on a VP table whether n fits is not
+        # monotone in n (its steps round onto the table), so a bisection could name a smaller n than fits
+        lo = next(n for n in range(num_inference_steps - 1, 0, -1) if n == 1 or grid(n) is not None)
         if fit:
             return InferenceGrid(grid(lo), density)
         raise ValueError(
