@@ -28,10 +28,12 @@ from .estimator import _comm_device
 
 __all__ = [
     "DataStatistics",
+    "MAX_BOUND_WORK",
     "MAX_GRID_VALUES",
     "OBSERVE_SAMPLES",
     "ValueTally",
     "per_element_bayes_mmse",
+    "per_element_bound_work",
     "smallest_value_gap",
 ]
 
@@ -352,7 +354,7 @@ class ValueTally:
 
     Attributes:
         values: (U,) float64 sorted distinct values seen (CPU), or None.
-        counts: (D, U) float64 per-element counts (on the data's device), or None.
+        counts: (D, U) per-element counts (on the data's device; float64, float32 on MPS), or None.
         rows: samples tallied.
         refused: why the data has no tally (it takes more than :data:`MAX_GRID_VALUES` values, its batches differ in
             shape, no process saw any), or None; set by :meth:`resolve` for every process alike.
@@ -361,6 +363,7 @@ class ValueTally:
     def __init__(self):
         self.values: torch.Tensor | None = None
         self.counts: torch.Tensor | None = None
+        self.shape: tuple | None = None  # the shape of a sample
         self.rows = 0
         self.refused: str | None = None
 
@@ -377,13 +380,14 @@ class ValueTally:
             raise ValueError("x0: expected a floating-point tensor of shape (batch_size, ...)")
         if self.refused is not None:
             return
-        x = x0.detach().flatten(1).to(torch.float32 if x0.device.type == "mps" else torch.float64)
-        x = x[torch.isfinite(x).all(1)]
-        if x.shape[0] == 0:
-            return
-        if self.counts is not None and x.shape[1] != self.counts.shape[0]:
+        if self.shape is not None and tuple(x0.shape[1:]) != self.shape:
             self._refuse(_REFUSALS[-2])
             return
+        x = x0.detach().flatten(1).to(torch.float32 if x0.device.type == "mps" else torch.float64)
+        x = x[torch.isfinite(x).all(1)]
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            return
+        self.shape = tuple(x0.shape[1:])
         seen = torch.unique(x).cpu().double()  # a read-back: once a pass of the start, which reads back anyway
         values = seen if self.values is None else torch.unique(torch.cat([self.values, seen]))
         if values.numel() > MAX_GRID_VALUES:
@@ -404,17 +408,19 @@ class ValueTally:
         if not _distributed():
             if self.refused is None and self.values is None:
                 self._refuse(_REFUSALS[0])
-            return None if self.refused is not None else (self.values, self.counts.double().cpu())
+            return None if self.refused is not None else (self.values, self.counts.cpu().double())
         rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         device = _comm_device(self.counts.device if self.counts is not None else None)
-        # every rank's row of [status, D, U, values...] gathered by a sum: status 1 tallied, 0 nothing seen, -k refused
-        rows = torch.zeros(size, 3 + MAX_GRID_VALUES, dtype=torch.float64, device=device)
+        # every rank's row of [status, D, shape key, U, values...] gathered by a sum: status 1 tallied, 0 nothing seen,
+        # -k refused (k: the index of its reason)
+        rows = torch.zeros(size, 4 + MAX_GRID_VALUES, dtype=torch.float64, device=device)
         if self.refused is not None:
             rows[rank, 0] = -float(_REFUSALS.index(self.refused))
         elif self.values is not None:
             u = self.values.numel()
-            rows[rank, :3] = torch.tensor([1.0, float(self.counts.shape[0]), float(u)], dtype=torch.float64)
-            rows[rank, 3 : 3 + u] = self.values.to(device)
+            head = [1.0, float(self.counts.shape[0]), _shape_key(self.shape), float(u)]
+            rows[rank, :4] = torch.tensor(head, dtype=torch.float64)
+            rows[rank, 4 : 4 + u] = self.values.to(device)
         torch.distributed.all_reduce(rows)
         rows = rows.cpu()
         seen = rows[rows[:, 0] == 1]
@@ -422,65 +428,95 @@ class ValueTally:
         if bool((rows[:, 0] < 0).any()):
             self._refuse(_REFUSALS[int(-rows[:, 0].min())])
             return None
-        if seen.shape[0] == 0 or bool((seen[:, 1] != seen[0, 1]).any()):
+        if seen.shape[0] == 0 or bool((seen[:, 1:3] != seen[0, 1:3]).any()):
             self._refuse(_REFUSALS[0] if seen.shape[0] == 0 else _REFUSALS[-2])
             return None
-        values = torch.unique(torch.cat([r[3 : 3 + int(r[2])] for r in seen]))
+        values = torch.unique(torch.cat([r[4 : 4 + int(r[3])] for r in seen]))
         if values.numel() > MAX_GRID_VALUES:
             self._refuse(_REFUSALS[-1])
             return None
         counts = torch.zeros(int(seen[0, 1]), values.numel(), dtype=torch.float64, device=device)
         if self.values is not None:
-            counts[:, torch.searchsorted(values, self.values).to(device)] = self.counts.to(device, torch.float64)
+            mine = self.counts.cpu().double().to(device)  # through the CPU: MPS has no float64
+            counts[:, torch.searchsorted(values, self.values).to(device)] = mine
         torch.distributed.all_reduce(counts)
         return values, counts.cpu()
 
 
+#: the arithmetic :func:`per_element_bayes_mmse` may take at a profile start (distinct elements × values² × noise nodes
+#: × levels, measured at about 1e8 a second on one CPU core: 10 s; binarized 16x16 images take 1.8e8): data on 3-16
+#: values with many distinct elements would take minutes to hours on every process before step 1, and its start is then
+#: kept as measured (:func:`per_element_bound_work`)
+MAX_BOUND_WORK = 1e9
+BOUND_WORK_PER_SECOND = 1e8
+_NOISE_NODES = 1201  # n ∈ [−12, 12] every 0.02
+
+
+def _distinct_rows(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.unique(counts, dim=0, return_counts=True)
+
+
+def per_element_bound_work(counts: torch.Tensor, num_sigmas: int) -> float:
+    """The arithmetic of :func:`per_element_bayes_mmse` for ``counts`` ((D, U)) at ``num_sigmas`` levels: distinct
+    rows × U² × noise nodes × levels (compare with :data:`MAX_BOUND_WORK`)."""
+    rows = _distinct_rows(torch.as_tensor(counts, dtype=torch.float64))[0]
+    return float(rows.shape[0]) * rows.shape[1] ** 2 * _NOISE_NODES * num_sigmas
+
+
 def per_element_bayes_mmse(
-    values: torch.Tensor, counts: torch.Tensor, sigmas: torch.Tensor, *, prior_count: float = VALUE_PRIOR_COUNT, num_nodes: int = 2401
+    values: torch.Tensor, counts: torch.Tensor, sigmas: torch.Tensor, *, prior_count: float = VALUE_PRIOR_COUNT
 ) -> torch.Tensor:
     """The x0 error per element (mean over elements; VE σ) of the per-element posterior mean ``E[x0_i | x_i]``, with
     ``x_i = x0_i + σ·n`` and each element's own distribution of values, estimated from ``counts`` plus ``prior_count``
     a value. It uses no other element, so it is a predictor and its error bounds the Bayes MMSE at every σ, like the
     identity's σ² and the constant's V (METHOD.md §5.4, §5.10); for data on a few values it is far below σ² where an
     element's value is resolved (two values a gap g apart: it falls as exp(−g²/8σ²)). The noise is integrated by the
-    trapezoid rule on ``num_nodes`` points of n ∈ [−12, 12] (the default resolves the posterior's switch, of width
-    σ/g in n at n ≈ g/2σ, wherever it lies inside; beyond, the error is below e⁻⁷²); elements with equal counts are
-    computed once.
+    trapezoid rule on n ∈ [−12, 12] every 0.02 (the posterior's switch, of width about σ/g in n at n ≈ g/2σ, is
+    resolved wherever it lies inside; beyond, the error is below e⁻⁷² of the variance), σ clamped to [1e-30, 1e30]
+    (the limits, 0 and the variance, to float64 precision); elements with equal counts are computed once.
 
     Args:
-        values: (U,) distinct values (x0 units). counts: (D, U) per-element counts of them (:class:`ValueTally`).
+        values: (U,) distinct finite values (x0 units). counts: (D, U) per-element counts of them, D >= 1
+            (:class:`ValueTally`); with ``prior_count`` 0 every row must count something.
         sigmas: (S,) VE σ > 0 (at equal SNR the same on VP, ``x_t/a``, and flow, ``x_s/(1 − s)``).
 
     Returns:
-        (S,) float64 errors (x0 units squared), each in [0, the per-element variance].
+        (S,) float64 errors (x0 units squared), each in [0, the per-element variance of the smoothed counts] (above the
+        data's own variance by at most what the pseudo-counts add).
 
     Raises:
-        ValueError: shapes that do not match, counts that are not finite and >= 0, σ that are not finite and > 0.
+        ValueError: values that are not distinct and finite, shapes that do not match, counts that are not finite and
+        >= 0 (or an empty row without a pseudo-count), σ that are not finite and > 0.
     """
-    values = torch.as_tensor(values, dtype=torch.float64).flatten()
+    values = torch.as_tensor(values, dtype=torch.float64)
     counts = torch.as_tensor(counts, dtype=torch.float64)
-    sigmas = torch.as_tensor(sigmas, dtype=torch.float64).flatten()
-    if counts.ndim != 2 or counts.shape[1] != values.numel() or values.numel() < 1:
-        raise ValueError(f"counts: expected shape (D, {values.numel()}) for {values.numel()} values, got {tuple(counts.shape)}")
+    sigmas = torch.as_tensor(sigmas, dtype=torch.float64)
+    if values.ndim != 1 or values.numel() < 1 or not bool(torch.isfinite(values).all()) or torch.unique(values).numel() != values.numel():
+        raise ValueError(f"values: expected a (U,) tensor of distinct finite values, got {values.tolist()[:17]}")
+    if counts.ndim != 2 or counts.shape[0] < 1 or counts.shape[1] != values.numel():
+        raise ValueError(f"counts: expected shape (D >= 1, {values.numel()}) for {values.numel()} values, got {tuple(counts.shape)}")
     if not bool(torch.isfinite(counts).all() and (counts >= 0).all()) or not (math.isfinite(prior_count) and prior_count >= 0):
         raise ValueError("counts, prior_count: must be finite and >= 0")
-    if not bool(torch.isfinite(sigmas).all() and (sigmas > 0).all()):
-        raise ValueError("sigmas: must be finite and > 0 (VE sigma)")
-    rows, weight = torch.unique(counts, dim=0, return_counts=True)
+    if prior_count == 0 and bool((counts.sum(1) == 0).any()):
+        raise ValueError("counts: a row counts nothing, and prior_count 0 gives it no distribution of values")
+    if sigmas.ndim > 1 or not bool(torch.isfinite(sigmas).all() and (sigmas > 0).all()):
+        raise ValueError("sigmas: expected a (S,) tensor of finite VE sigma > 0")
+    rows, weight = _distinct_rows(counts)
     prior = rows + prior_count
-    prior = prior / prior.sum(1, keepdim=True).clamp_min(1e-300)  # (R, U)
+    prior = prior / prior.sum(1, keepdim=True)  # (R, U)
     weight = weight.double() / counts.shape[0]
-    nodes = torch.linspace(-12.0, 12.0, num_nodes, dtype=torch.float64)
+    nodes = torch.linspace(-12.0, 12.0, _NOISE_NODES, dtype=torch.float64)
     w = torch.exp(-0.5 * nodes**2)
     w[[0, -1]] *= 0.5  # the trapezoid rule's ends
     w = w / w.sum()  # ∫ f(n) N(n; 0, 1) dn ≈ Σ w f(n)
     log_prior = torch.log(prior.clamp_min(1e-300))[:, :, None]  # (R, U', 1)
+    chunk = max(1, int(4e6 // (values.numel() * _NOISE_NODES)))  # rows at a time: about 32 MB a (rows, U', Q) tensor
     out = torch.zeros(sigmas.numel(), dtype=torch.float64)
-    for s, sigma in enumerate(sigmas.tolist()):
+    for s, sigma in enumerate(sigmas.reshape(-1).clamp(1e-30, 1e30).tolist()):
         for u, v in enumerate(values.tolist()):  # the true value v, observed as y = v + σn
-            y = v + sigma * nodes  # (Q,)
-            post = torch.softmax(log_prior - (y[None, None, :] - values[None, :, None]) ** 2 / (2 * sigma**2), dim=1)  # (R, U', Q)
-            err = (((post * values[None, :, None]).sum(1) - v) ** 2 * w).sum(1)  # (R,): the error given v
-            out[s] += (prior[:, u] * err * weight).sum()
+            dist = ((v - values)[:, None] + sigma * nodes[None, :]) ** 2 / (2 * sigma * sigma)  # (U', Q): (y − v')²/2σ²
+            for r in range(0, rows.shape[0], chunk):
+                post = torch.softmax(log_prior[r : r + chunk] - dist[None], dim=1)  # (R, U', Q)
+                err = (((post * values[None, :, None]).sum(1) - v) ** 2 * w).sum(1)  # (R,): the error given v
+                out[s] += (prior[r : r + chunk, u] * err * weight[r : r + chunk]).sum()
     return out

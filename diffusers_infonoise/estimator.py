@@ -408,9 +408,11 @@ class ProfileEstimator:
         Raises:
             ValueError: a bound of another shape, or one that is not finite and >= 0.
         """
-        bound = torch.as_tensor(bound, dtype=torch.float64).flatten()
-        if bound.shape != self.m_hat.shape or not bool(torch.isfinite(bound).all() and (bound >= 0).all()):
-            raise ValueError(f"bound: expected {self.num_bins} finite errors >= 0 (one a bin), got shape {tuple(bound.shape)}")
+        bound = torch.as_tensor(bound, dtype=torch.float64)
+        if bound.shape != self.m_hat.shape:
+            raise ValueError(f"bound: expected shape ({self.num_bins},), one error a bin, got {tuple(bound.shape)}")
+        if not bool(torch.isfinite(bound).all() and (bound >= 0).all()):
+            raise ValueError(f"bound: expected finite errors >= 0, got {bound[~(torch.isfinite(bound) & (bound >= 0))].tolist()[:3]}")
         lowered = ~torch.isnan(self.m_hat) & (self.m_hat > bound)
         self.m_hat = torch.where(lowered, bound, self.m_hat)
         self.num_bounded = int(lowered.sum())

@@ -223,7 +223,7 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         "data on at most 16 values (binarized pixels, one-hot tokens), by the error of each element's own posterior "
         "mean on the training data, a bound on the Bayes MMSE, so that the pretrained model's error on new data is "
         "not read as entropy rate (METHOD.md 5.10; sooner on binarized fine-tunes, worse on one onto rescaled data). "
-        "Other data is kept as measured either way.",
+        "Other data is kept as measured either way, with a warning. 'data' is refused when the run's start is not a profile.",
     )
     g.add_argument(
         "--infonoise_schedule_from",
@@ -381,20 +381,22 @@ def sampler_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, pr
     resolved before anything is trained, so that a bad choice costs nothing: the stored schedule is read
     (and validated) here, from ``--infonoise_schedule_from`` or else the pretrained ``noise_scheduler``'s config.
 
-    ``--infonoise_profile_bound`` sets a profile start's ``data_bound`` (METHOD.md §5.10).
+    ``--infonoise_profile_bound`` sets a profile start's ``data_bound`` (METHOD.md §5.10); ``none``, the default, is
+    accepted with any start.
 
     Raises:
         ValueError: ``--infonoise_schedule_from`` with ``--infonoise_init base`` or ``profile``; a source
             without a stored schedule; ``stored`` without one; ``profile`` without a pretrained model;
-            ``--infonoise_profile_bound`` for a run whose start is not a profile.
+            ``--infonoise_profile_bound data`` for a run whose start is not a profile.
         ScheduleError: a stored schedule that is corrupted or of an unknown format version.
     """
     start = _resolve_start(args, sampler, noise_scheduler, pretrained_model=pretrained_model)
     bound = getattr(args, "infonoise_profile_bound", None)
-    if bound is not None and start.choice != "profile":
+    if bound == "data" and start.choice != "profile":
+        remedy = "use --noise_sampler infonoise" if not sampler.learns_schedule else "drop it, or use --infonoise_init profile"
         raise ValueError(
-            f"--infonoise_profile_bound {bound}: bounds a profile start's errors, and this run starts {start.choice!r} "
-            f"({start.reason}); drop it, or use --infonoise_init profile"
+            f"--infonoise_profile_bound data: bounds an InfoNoise profile start's errors, and this run starts {start.choice!r} "
+            f"({start.reason}); {remedy}"
         )
     return dataclasses.replace(start, data_bound=bound == "data")  # logged by the training loop when it applies the start
 

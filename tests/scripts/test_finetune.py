@@ -150,7 +150,7 @@ def test_a_profile_start_on_binarized_data_is_bounded_by_the_data_unless_told_no
     assert "m_hat" not in log and "bound" not in payload["start"] and payload["start"]["choice"] == "profile"
     # asked for on the 17 levels of digits: kept as measured, and the record says why
     caplog.clear()
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="was not applied: the data takes more than 16 values"):
         script.main(finetune_args(pretrained / "fixed", tmp_path / "digits", "--max_train_steps", 1, "--infonoise_profile_bound", "data"))
     assert "m_hat not bounded (the data takes more than 16 values)" in caplog.text
     assert scheduler_payload(tmp_path / "digits")["start"]["bound"] == "none: the data takes more than 16 values"
@@ -170,6 +170,8 @@ def test_a_schedule_from_another_folder_starts_a_run_from_scratch(script, unet_c
                     2,
                     "--infonoise_schedule_from",
                     str(pretrained / "infonoise" / "scheduler"),
+                    "--infonoise_profile_bound",  # the default, given: accepted with any start
+                    "none",
                 ),
                 "--infonoise_warmup_steps",
             )
@@ -219,7 +221,11 @@ def test_a_resumed_fine_tune_keeps_how_it_started(script, pretrained, tmp_path):
         (["--infonoise_init", "stored"], "'stored' needs a stored schedule, and this run has none"),
         (["--infonoise_schedule_from", "./NOWHERE"], r"no such file or folder: \./NOWHERE \(tried as a local path"),
         (["--infonoise_init", "base", "--infonoise_schedule_from", "x"], "drop one of them"),
-        (["--infonoise_init", "base", "--infonoise_profile_bound", "data"], "--infonoise_profile_bound data: bounds a profile start's"),
+        (["--infonoise_init", "base", "--infonoise_profile_bound", "data"], "--infonoise_profile_bound data: bounds an InfoNoise profile"),
+        (
+            ["--noise_sampler", "logit_normal", "--infonoise_profile_bound", "data"],
+            "this run starts 'base' .*; use --noise_sampler infonoise",
+        ),
     ],
 )
 def test_bad_fine_tuning_options_stop_before_anything_is_trained(script, pretrained, tmp_path, capsys, extra, match):

@@ -47,10 +47,30 @@ def test_bad_arguments_are_named():
         per_element_bayes_mmse(v, torch.ones(3, 3), torch.tensor([1.0]))
     with pytest.raises(ValueError, match="counts, prior_count"):
         per_element_bayes_mmse(v, -torch.ones(3, 2), torch.tensor([1.0]))
-    with pytest.raises(ValueError, match="sigmas: must be finite and > 0"):
+    with pytest.raises(ValueError, match="sigmas: expected a"):
         per_element_bayes_mmse(v, torch.ones(3, 2), torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="sigmas: expected a"):
+        per_element_bayes_mmse(v, torch.ones(3, 2), torch.ones(2, 2))
+    for bad in ([1.0, 1.0], [math.nan, 1.0], [math.inf, 1.0]):
+        with pytest.raises(ValueError, match="values: expected a"):
+            per_element_bayes_mmse(torch.tensor(bad), torch.ones(3, 2), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=r"counts: expected shape \(D >= 1, 2\)"):
+        per_element_bayes_mmse(v, torch.ones(0, 2), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="a row counts nothing"):
+        per_element_bayes_mmse(v, torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([1.0]), prior_count=0.0)
     with pytest.raises(ValueError, match="x0: expected a floating-point tensor"):
         ValueTally().observe(torch.ones(4, dtype=torch.int64))
+
+
+def test_the_extreme_levels_give_the_limits_without_nan():
+    """σ far below the gap: each element's value is known, error 0; far above: the prior's variance, 4p(1 − p) for ±1
+    (p = 0.25 with the counts below and no pseudo-count); both to float64 precision, never NaN or an overflow."""
+    counts = torch.tensor([[3.0, 1.0]])
+    got = per_element_bayes_mmse(
+        torch.tensor([-1.0, 1.0]), counts, torch.tensor([1e-200, 1e-3, 1e3, 1e200], dtype=torch.float64), prior_count=0.0
+    )
+    assert got.tolist()[:2] == [0.0, 0.0]
+    assert got[2:].tolist() == pytest.approx([0.75, 0.75], rel=1e-5)
 
 
 def test_the_tally_counts_each_elements_values_across_batches():
@@ -68,6 +88,7 @@ def test_the_tally_counts_each_elements_values_across_batches():
     [
         ([torch.linspace(-1, 1, 34).reshape(2, 17)], "more than 16 values"),
         ([torch.ones(2, 3), torch.ones(2, 4)], "differ in shape"),
+        ([torch.ones(2, 1, 4, 4), torch.ones(2, 16, 1, 1)], "differ in shape"),  # the same number of elements
         ([], "no process saw"),
     ],
 )
@@ -85,8 +106,11 @@ def test_the_estimator_lowers_filled_bins_only_and_keeps_their_weights():
     assert est.bound_m_hat(torch.tensor([0.1, 0.1, 0.3, 0.4])) == 2 == est.num_bounded
     torch.testing.assert_close(est.m_hat, torch.tensor([0.1, math.nan, 0.2, 0.4], dtype=torch.float64), equal_nan=True)
     assert est.m_weight.tolist() == [8.0, 0.0, 8.0, 3.0]
-    for bad in (torch.ones(3), torch.tensor([0.1, -1.0, 0.1, 0.1]), torch.tensor([0.1, math.nan, 0.1, 0.1])):
-        with pytest.raises(ValueError, match="bound: expected 4 finite errors"):
+    for bad in (torch.ones(3), torch.ones(2, 2)):
+        with pytest.raises(ValueError, match=r"bound: expected shape \(4,\), one error a bin"):
+            est.bound_m_hat(bad)
+    for bad in (torch.tensor([0.1, -1.0, 0.1, 0.1]), torch.tensor([0.1, math.nan, 0.1, 0.1])):
+        with pytest.raises(ValueError, match="bound: expected finite errors >= 0, got"):
             est.bound_m_hat(bad)
 
 
@@ -122,13 +146,20 @@ def test_a_profile_start_on_binary_data_is_bounded_by_the_per_element_posterior_
     counts = torch.stack([(seen == -1).sum(0), (seen == 1).sum(0)], dim=1).double()
     p = ((counts[:, 1] + 0.5) / (counts.sum(1) + 1.0)).numpy()
     centres = torch.exp(s.estimator.centers).numpy()
-    want = np.array([np.mean([two_point_mmse_with_prior(pi, c) for pi in p]) for c in centres])
+    # a bin's m̂ is the mean error over levels spread uniformly in ln σ across it, so its bound is the mean of the
+    # bound over the bin: here by the midpoint rule on 12 points of each bin (the library takes 3-point Gauss-Legendre)
+    e = s.edges.numpy()
+    inner = [np.exp(lo + (hi - lo) * (np.arange(12) + 0.5) / 12) for lo, hi in zip(e[:-1], e[1:])]
+    want = np.array([np.mean([[two_point_mmse_with_prior(pi, c) for pi in p] for c in bin_sigmas]) for bin_sigmas in inner])
     unbounded = runs[False][0].estimator.m_hat.numpy()
     measured = ~np.isnan(unbounded)
-    ok = measured & (centres > 0.1)  # the reference's grid resolves σ ≳ 0.1; below, the bound is < 1e-10 of σ²
+    # where the bound matters (above 1e-4 of σ², the error of the identity model measured here) it is the bin's mean to
+    # 1% (two quadratures of a steep function; the value at the bin's centre is 30% lower at σ = 0.25); below, both are
+    # negligible against σ² (the reference's grid resolves σ ≳ 0.1 only)
+    ok = measured & (centres > 0.1) & (want > 1e-4 * centres**2)
     got = s.estimator.m_hat.numpy()
-    np.testing.assert_allclose(got[ok], np.minimum(unbounded[ok], want[ok]), rtol=2e-4)
-    assert np.all(got[measured & ~ok] <= 1e-8 * unbounded[measured & ~ok])
+    np.testing.assert_allclose(got[ok], np.minimum(unbounded[ok], want[ok]), rtol=1e-2)
+    assert int(ok.sum()) >= 12 and np.all(got[measured & ~ok] <= 1e-3 * unbounded[measured & ~ok])
     assert info["bound"] == {"values": 2, "samples": int(counts[0].sum()), "bins_lowered": int(measured.sum())}
     assert runs[False][1]["bound"] == "off" and "bound" not in runs[False][0].start_record  # the default: not asked for
     assert "m_hat bounded by the per-element posterior mean of 2 values" in describe_start(s.start_record)
@@ -144,7 +175,8 @@ def test_a_profile_start_on_continuous_data_is_left_as_measured():
     s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32, gate=None, mmse_cap=None)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randn(32, 4, generator=gen, dtype=torch.float64) for _ in range(24)]
-    info = start_from_model(s, _identity_loss(s), batches, data_bound=True, progress=False)
+    with pytest.warns(UserWarning, match="the bound by the data .* was not applied: the data takes more than 16 values"):
+        info = start_from_model(s, _identity_loss(s), batches, data_bound=True, progress=False)
     assert info["bound"] == "none: the data takes more than 16 values"
     measured = ~torch.isnan(s.estimator.m_hat)
     # the mean of σ² over each bin's levels: between σ² at the bin's edges
@@ -152,3 +184,18 @@ def test_a_profile_start_on_continuous_data_is_left_as_measured():
     m = s.estimator.m_hat
     assert bool(((m >= e[:-1] ** 2 * (1 - 1e-9)) & (m <= e[1:] ** 2 * (1 + 1e-9)))[measured].all())
     assert "m_hat not bounded (the data takes more than 16 values)" in describe_start(s.start_record)
+
+
+def test_a_bound_that_would_cost_too_much_is_skipped_with_its_estimate(monkeypatch):
+    """Data on 3-16 values with many distinct elements costs minutes to hours (distinct rows × values² × nodes ×
+    levels); above the budget the start keeps its measurement and says what it would have cost."""
+    from diffusers_infonoise.data_statistics import per_element_bound_work
+    from diffusers_infonoise.sampler import infonoise
+
+    counts = torch.tensor([[1.0, 2.0, 0.0], [1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    assert per_element_bound_work(counts, 10) == 2 * 3**2 * 1201 * 10  # two distinct rows, 3 values, 1201 nodes
+    monkeypatch.setattr(infonoise, "MAX_BOUND_WORK", 1.0)
+    s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32, gate=None, mmse_cap=None)
+    with pytest.warns(UserWarning, match=r"2 values on 4 elements would take about \d+ s of CPU on every process"):
+        info = start_from_model(s, _identity_loss(s), _binary_batches(), data_bound=True, progress=False)
+    assert info["bound"].startswith("none: 2 values on 4 elements would take about")
