@@ -113,6 +113,17 @@ def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, t
     return x, g, edges, path
 
 
+def _grid_that_fits(x, g, edges, path, n: int) -> torch.Tensor | None:
+    """The n-step grid of a profile (:func:`_profile_arrays`), or None when it has fewer than n distinct levels on the
+    path (on a VP table: n distinct table steps, where DDPM/DPMSolver land it, or it would run fewer steps than asked)."""
+    sig = entropic_time_sigmas(x, g, n, edges=edges)
+    if path is None:
+        return sig
+    sig = sig.clamp(path.sigma_min, path.sigma_max)  # the outer bin edges reach half a bin past the range
+    levels = nearest_table_steps(path, sig) if path.is_discrete else sig
+    return None if sig.numel() > 1 and bool((levels[1:] >= levels[:-1]).any()) else sig
+
+
 def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DENSITY, fit: bool = False) -> InferenceGrid:
     """The InfoGrid of a learned schedule: N VE σ at equal increments of entropic time (METHOD.md §8).
 
@@ -134,23 +145,18 @@ def infogrid(source, num_inference_steps: int, *, density: str = DEFAULT_GRID_DE
     """
     if density not in GRID_DENSITIES:
         raise ValueError(f"density: accepted values are {', '.join(GRID_DENSITIES)}, got {density!r}")
-    x, g, edges, path = _profile_arrays(source, density)
-
-    def grid(n: int) -> torch.Tensor | None:
-        """The n-step grid, or None when it has fewer than n distinct levels on the path (on a VP table: n distinct
-        table steps, where DDPM/DPMSolver land it, or it would run fewer steps than asked)."""
-        sig = entropic_time_sigmas(x, g, n, edges=edges)
-        if path is None:
-            return sig
-        sig = sig.clamp(path.sigma_min, path.sigma_max)  # the outer bin edges reach half a bin past the range
-        levels = nearest_table_steps(path, sig) if path.is_discrete else sig
-        return None if sig.numel() > 1 and bool((levels[1:] >= levels[:-1]).any()) else sig
-
+    profile = _profile_arrays(source, density)
+    grid = lambda n: _grid_that_fits(*profile, n)  # noqa: E731
     sigmas = grid(num_inference_steps)
     if sigmas is None:
         # the largest n below N that fits (grid(1) always does), scanned down: on a VP table whether n fits is not
-        # monotone in n (its steps round onto the table), so a bisection could name a smaller n than fits
-        lo = next(n for n in range(num_inference_steps - 1, 0, -1) if n == 1 or grid(n) is not None)
+        # monotone in n (its steps round onto the table), so a bisection could name a smaller n than fits; nor can
+        # more steps fit than the table has finite ones
+        path = profile[3]
+        top = num_inference_steps - 1
+        if path is not None and path.is_discrete:
+            top = min(top, int(torch.isfinite(path.sigmas_table).sum()))
+        lo = next(n for n in range(top, 0, -1) if n == 1 or grid(n) is not None)
         if fit:
             return InferenceGrid(grid(lo), density)
         raise ValueError(

@@ -14,6 +14,7 @@ import time
 import warnings
 from typing import Callable, Iterable
 
+import numpy as np
 import torch
 
 from ..data_statistics import BOUND_WORK_PER_SECOND, MAX_BOUND_WORK, ValueTally, per_element_bayes_mmse, per_element_bound_work
@@ -536,7 +537,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 UserWarning,
                 stacklevel=3,
             )
-        bound, bound_record = self._per_element_bound(tally) if data_bound else (None, "off")
+        bound, bound_record = self._per_element_bound(tally, levels.sigmas) if data_bound else (None, "off")
         self.plan_run(start="profile")  # the measured m̂ is an adapted estimate: no automatic warm-up
         self.refresh_now(ema_decay=0.0, min_count=n, m_hat_bound=bound, what="pi from the pretrained model's profile")
         if bound is not None:
@@ -575,14 +576,18 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             )
         return info
 
-    def _per_element_bound(self, tally: ValueTally) -> tuple[torch.Tensor | None, dict | str]:
+    def _per_element_bound(self, tally: ValueTally, level_sigmas: torch.Tensor) -> tuple[torch.Tensor | None, dict | str]:
         """The per-element bound of a profile start on every bin (METHOD.md §5.10) from ``tally`` (a collective: every
         rank alike), with its record; ``(None, why)`` for data it does not apply to, with a warning (it was asked for).
 
-        A bin's m̂ is the mean error over levels spread uniformly in ln σ across the bin (stratified levels), so it is
-        bounded by the mean of the bound over the bin, by 3-point Gauss-Legendre quadrature in ln σ: the bound at the
-        centre alone would be lower where it rises steeply with σ (5x at σ = 0.15 for ±1 data, 64 bins)."""
+        A bin's m̂ is the mean error over the levels measured in it (``level_sigmas``, VE σ, every rank's), so it is
+        bounded by the mean of the bound over those levels. On a continuous path they are spread uniformly in ln σ
+        across the bin: the mean over the bin, by 3-point Gauss-Legendre in ln σ (the value at the centre alone would be
+        lower where the bound rises steeply: 5x at σ = 0.15 for ±1 data, 64 bins). On a VP table they are table steps:
+        the bound at the measured steps, its ln interpolated from a grid of ln σ (every quarter bin, at most 0.05 apart:
+        within 1% for ±1 data), averaged bin by bin."""
         resolved = tally.resolve()
+        est = self.estimator
         why = None
         if resolved is None:
             why = tally.refused
@@ -590,10 +595,13 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             why = "the data takes one value"
         else:
             values, counts = resolved
-            offsets = torch.tensor([-math.sqrt(0.6), 0.0, math.sqrt(0.6)], dtype=torch.float64)
-            weights = torch.tensor([5.0, 8.0, 5.0], dtype=torch.float64) / 18.0
-            log_sigmas = self.estimator.centers[:, None] + 0.5 * self.estimator.widths[:, None] * offsets[None, :]  # (K, 3)
-            work = per_element_bound_work(counts, log_sigmas.numel())
+            if self.path.is_discrete:
+                lo, hi = float(est.edges[0]), float(est.edges[-1])  # every 0.05 in ln σ at least: ln B curves as −g²/4σ²
+                nodes = torch.linspace(lo, hi, max(4 * est.num_bins, math.ceil((hi - lo) / 0.05)) + 1, dtype=torch.float64)
+            else:
+                offsets = torch.tensor([-math.sqrt(0.6), 0.0, math.sqrt(0.6)], dtype=torch.float64)
+                nodes = (est.centers[:, None] + 0.5 * est.widths[:, None] * offsets[None, :]).reshape(-1)  # (3K,)
+            work = per_element_bound_work(counts, nodes.numel())
             if work > MAX_BOUND_WORK:
                 why = (
                     f"{values.numel()} values on {counts.shape[0]} elements would take about {work / BOUND_WORK_PER_SECOND:.0f} s "
@@ -607,7 +615,22 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 stacklevel=4,
             )
             return None, f"none: {why}"
-        bound = per_element_bayes_mmse(values, counts, torch.exp(log_sigmas.reshape(-1))).reshape(log_sigmas.shape) @ weights
+        at_nodes = per_element_bayes_mmse(values, counts, torch.exp(nodes))
+        if self.path.is_discrete:
+            log_at_nodes = torch.log(at_nodes.clamp_min(1e-300)).numpy()
+
+            def bound_at(log_sigmas: torch.Tensor) -> torch.Tensor:
+                return torch.exp(torch.from_numpy(np.interp(log_sigmas.numpy(), nodes.numpy(), log_at_nodes)))
+
+            # σ = inf (a zero-terminal-SNR step) is the grid's top: the bound there is the variance, reached long before
+            log_sig = torch.log(level_sigmas.double().clamp(min=1e-300, max=1e300)).clamp(float(nodes[0]), float(nodes[-1]))
+            k = est.bin_index(log_sig)
+            num = torch.zeros(est.num_bins, dtype=torch.float64).index_add_(0, k, bound_at(log_sig))
+            den = torch.zeros(est.num_bins, dtype=torch.float64).index_add_(0, k, torch.ones_like(log_sig))
+            # a bin without a measured level holds no measurement to bound: its centre's value (bound_m_hat skips it)
+            bound = torch.where(den > 0, num / den.clamp_min(1), bound_at(est.centers))
+        else:
+            bound = at_nodes.reshape(est.num_bins, 3) @ (torch.tensor([5.0, 8.0, 5.0], dtype=torch.float64) / 18.0)
         return bound, {"values": int(values.numel()), "samples": int(round(float(counts[0].sum())))}
 
 

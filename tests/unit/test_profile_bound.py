@@ -199,3 +199,34 @@ def test_a_bound_that_would_cost_too_much_is_skipped_with_its_estimate(monkeypat
     with pytest.warns(UserWarning, match=r"2 values on 4 elements would take about \d+ s of CPU on every process"):
         info = start_from_model(s, _identity_loss(s), _binary_batches(), data_bound=True, progress=False)
     assert info["bound"].startswith("none: 2 values on 4 elements would take about")
+
+
+def test_on_a_vp_table_each_bin_is_bounded_by_the_mean_over_its_measured_steps():
+    """On a DDPM table the start's levels are table steps, not spread uniformly in ln σ: each bin's m̂ (the identity
+    model's σ², VE σ of each step) is bounded by the mean of the two-point bound over the steps it measured, recorded
+    here as the loss saw them, by hand from the tallied counts."""
+    from diffusers import DDPMScheduler
+
+    s = make_sampler("infonoise", DDPMScheduler(), prediction_type="sample", num_bins=16, gate=None, mmse_cap=None)
+    seen_sigmas = []
+
+    def loss_fn(x0, levels):
+        s.add_noise(x0, torch.randn_like(x0), levels)
+        seen_sigmas.append(levels.sigmas.double())
+        return levels.sigmas.double() ** 2
+
+    info = start_from_model(s, loss_fn, _binary_batches(), data_bound=True, progress=False)
+    sig = torch.cat(seen_sigmas)[: s.start_record["levels"]]  # the stratified levels (the last batch is cycled)
+    seen = torch.cat(_binary_batches()[: info["forward_passes"]])
+    p = (((seen == 1).sum(0).double() + 0.5) / (len(seen) + 1.0)).numpy()
+    k = s.estimator.bin_index(torch.log(sig)).numpy()
+    bound_at = np.array([np.mean([two_point_mmse_with_prior(pi, float(x)) for pi in p]) for x in sig.tolist()])
+    m = s.estimator.m_hat.numpy()
+    checked = 0
+    for b in np.unique(k):
+        want = bound_at[k == b].mean()
+        measured = float((sig[torch.from_numpy(k == b)] ** 2).mean())
+        if 1e-4 * measured < want < measured and sig[torch.from_numpy(k == b)].min() > 0.1:
+            assert m[b] == pytest.approx(want, rel=1e-2), b
+            checked += 1
+    assert checked >= 3 and info["bound"]["values"] == 2
