@@ -547,6 +547,13 @@ def _bound_transfer_races() -> list[Race]:
     return [dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)) for r in _transfer_races() if r.pretrained]
 
 
+def _bound_transfer_cpu_races() -> list[Race]:
+    """The fine-tune onto x0 × 0.25 of :func:`_bound_transfer_races`, on 2 CPU cores: both starts, EDM log-normal and the
+    sweep's best point there (logit-normal centred at ln σ = −2), 3 seeds each, the replicate of the GPU tier's loss."""
+    arms = (BOUNDED_PROFILE_ARM, UNBOUNDED_START_ARM, "edm_lognormal", "logit_normal@mean=-2")
+    return [dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)) for r in _bound_transfer_races() if r.name == "tf-ft16-x0.25"]
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -560,7 +567,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 #: every tier :func:`tier_races` knows (``--tier``)
 TIERS = (
     "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
-    "cadence", "bound", "bound_gpu", "bound_transfer",
+    "cadence", "bound", "bound_gpu", "bound_transfer", "bound_transfer_cpu",
 )  # fmt: skip
 
 
@@ -580,6 +587,8 @@ def tier_races(tier: str) -> list[Race]:
         return _bound_races()
     if tier == "bound_transfer":
         return _bound_transfer_races()
+    if tier == "bound_transfer_cpu":
+        return _bound_transfer_cpu_races()
     if tier == "bound_gpu":  # the same races with seeds 3-9 (on a lent GPU; seeds 0-2 are the bound tier's)
         return [dataclasses.replace(r, seeds={a: list(range(3, 10)) for a in r.samplers}) for r in _bound_races()]
     if tier == "quick":
@@ -829,6 +838,8 @@ TIER_SIZING = {
     "bound": "3 seeds of each arm on the tracking tier's two binarized fine-tunes, at its budget (400 steps, evaluated "
     "at 100, 200, 400 with 2000 samples; no jitter samplings); logit-normal's runs reused from the cadence tier",
     "bound_gpu": "seeds 3-9 of the bound tier's arms and races, on a lent GPU (one H200), at the same budget",
+    "bound_transfer_cpu": "the bound_transfer tier's fine-tune onto x0 × 0.25 on 2 CPU cores, 3 seeds of four arms (both "
+    "starts, EDM log-normal, logit-normal centred at ln σ = −2), at the same budget",
     "bound_transfer": "the transfer tier's two fine-tunes at its budget (240 steps, 1000 samples at a third, two thirds "
     "and the end), 3 seeds of every arm, on a lent GPU (one H200): its own pretrain and classifiers, so its figures "
     "compare within this tier, not with the transfer tier's CPU runs",
