@@ -400,7 +400,8 @@ class ProfileEstimator:
         is model error, not entropy rate. Later samples average with the bounded value as with any other.
 
         Args:
-            bound: (K,) x0-space errors at the bin centres (VE σ), finite and >= 0.
+            bound: (K,) x0-space errors, one a bin (a profile start's: the bound's mean over the levels it measured
+                there; VE σ), finite and >= 0.
 
         Returns:
             How many bins were lowered.

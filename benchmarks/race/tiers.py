@@ -516,9 +516,9 @@ def _cadence_races() -> list[Race]:
 
 #: issue 31's option, the profile start bounded by the data (``--infonoise_profile_bound data``, docs/METHOD.md §5.10),
 #: and its same-code control, the default start (the pretrained model's errors as measured) named explicitly. The bound
-#: was the library's default for the commits that ran the bound tiers (43ddd5b and the two before it), where the
-#: bounded arm ran as plain ``infonoise``: those runs are filed under :data:`BOUNDED_PROFILE_ARM`, each with
-#: ``relabelled_from`` (``benchmarks/race/relabel.py``); the default then went back to ``none`` on their results
+#: was the library's default from d04ffcb to 43ddd5b, where the first runs of the bounded arm ran as plain
+#: ``infonoise``; those still in the results (the bound_transfer tier's) are filed under :data:`BOUNDED_PROFILE_ARM`,
+#: each with ``relabelled_from`` (``benchmarks/race/relabel.py``); the default went back to ``none`` on their results
 BOUNDED_PROFILE_ARM = "infonoise-profile_bound_data"
 UNBOUNDED_START_ARM = "infonoise-profile_bound_none"
 

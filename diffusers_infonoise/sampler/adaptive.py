@@ -429,7 +429,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         without counting an optimizer step: what a start measured before step 1 becomes the run's first
         π (METHOD.md §5.9). A collective under data parallelism (every rank must call it). ``ema_decay``
         and ``min_count`` replace β and the count a bin needs for this refresh only (``ema_decay=0``: the
-        new means replace the old m̂); ``m_hat_bound``, (K,) x0 errors at the bin centres, then bounds m̂
+        new means replace the old m̂); ``m_hat_bound``, (K,) x0 errors one a bin, then bounds m̂
         (:meth:`~diffusers_infonoise.estimator.ProfileEstimator.bound_m_hat`). The data statistics are resolved
         first, and frozen when the warm-up is over. Returns whether π was rebuilt.
         """

@@ -472,14 +472,15 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         (:func:`~diffusers_infonoise.data_statistics.per_element_bayes_mmse`), a bound on the Bayes MMSE like σ² and
         V: what the pretrained model's error exceeds it by is model error on this data, which the first steps remove
         and the start would otherwise read as entropy rate. Data on more values (8-bit images, latents) is left as
-        measured; the record says which (``"bound"``). Measured: sooner on two binarized fine-tunes, 15% worse on a
-        fine-tune onto data scaled by 0.25 (docs/results.md), hence not the default.
+        measured, with a warning; the record says which (``"bound"``). Measured: sooner on two binarized fine-tunes,
+        9.5-15% worse on a fine-tune onto data scaled by 0.25 (docs/results.md, tiers bound*), hence not the default.
 
         Returns:
             ``{"samples_per_bin", "forward_passes", "samples", "seconds", "filled_bins", "data", "nonfinite_losses",
             "bound", "tv_phi_rho"}`` (this rank's passes, samples and non-finite losses; ``data``: ``"loss_fn"``,
             ``"batches"`` or ``"none"``, where the data statistics came from; ``nonfinite_sigma``: their VE σ range,
-            when any; ``bound``: ``{"values", "samples", "bins_lowered"}`` of the per-element bound, or why none).
+            when any; ``bound``: ``{"values", "samples", "bins_lowered"}`` of the per-element bound, ``"off"`` when
+            not asked for, or ``"none: <why>"``).
             The sampler records the start (:attr:`start_record`).
 
         Raises:

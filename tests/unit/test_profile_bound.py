@@ -133,7 +133,7 @@ def _binary_batches(p_plus=(0.1, 0.5, 0.9, 0.3), n=24, batch=32, seed=0):
 
 def test_a_profile_start_on_binary_data_is_bounded_by_the_per_element_posterior_mean():
     """The identity model's error σ² in every measured bin (the mean of σ² at the bin's levels) is lowered to the
-    per-element bound at the bin centre wherever that is below it, from counts tallied by hand on the batches the start
+    per-element bound's mean over the bin wherever that is below it, from counts tallied by hand on the batches the start
     measured on; left as measured with data_bound=False. The bound is the smaller one at every measured σ here."""
     runs = {}
     for data_bound in (True, False):
