@@ -151,6 +151,37 @@ def profile_worker(rank: int, world: int, port: int, outdir: str, shows_data: bo
         torch.distributed.destroy_process_group()
 
 
+#: per case, each rank's batches of :func:`tally_worker` (rank 0's, rank 1's): ranks that disagree about the data
+TALLY_CASES = {
+    "agree": (torch.tensor([[-1.0, 1.0], [1.0, 1.0]]), torch.tensor([[-1.0, -1.0]])),
+    "one rank sees nothing": (torch.tensor([[-1.0, 1.0], [1.0, 1.0]]), None),
+    "one rank on 18 values": (torch.tensor([[-1.0, 1.0]]), torch.linspace(0, 1, 18).reshape(9, 2)),
+        torch.tensor([[-1.0, 1.0]]),
+        torch.linspace(0, 1, 17).reshape(1, 17)[:, :2].repeat(9, 1) + torch.arange(9.0)[:, None] * 0.01,
+    ),
+    "shapes differ": (torch.ones(2, 2), torch.ones(2, 1, 2)),
+    "17 values together": (torch.arange(10.0).reshape(5, 2), torch.arange(10.0, 18.0).reshape(4, 2)),
+}
+
+
+def tally_worker(rank: int, world: int, port: int, outdir: str, case: str):
+    """``ValueTally.resolve`` on two ranks whose data disagree (:data:`TALLY_CASES`): every rank must return the same,
+    and none may wait on a collective the other skipped (the test's spawn would hang)."""
+    from diffusers_infonoise.data_statistics import ValueTally
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        tally = ValueTally()
+        x = TALLY_CASES[case][rank]
+        if x is not None:
+            tally.observe(x.double())
+        resolved = tally.resolve()
+        torch.save({"resolved": resolved, "refused": tally.refused}, os.path.join(outdir, f"tally{rank}.pt"))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
 def logging_worker(rank: int, world: int, port: int, outdir: str):
     """What the package logs on each rank through a run of steps with refreshes and a profile start: every record
     of a ``diffusers_infonoise`` logger reaching the root handler, and one warning of this rank's own."""

@@ -127,6 +127,29 @@ def test_the_per_element_bound_of_a_profile_start_is_tallied_over_both_ranks(tmp
     assert lowered >= 3
 
 
+@pytest.mark.parametrize(
+    "case,want",
+    [
+        ("agree", ([-1.0, 1.0], [[2.0, 1.0], [1.0, 2.0]])),  # both ranks' rows counted, by hand
+        ("one rank sees nothing", ([-1.0, 1.0], [[1.0, 1.0], [0.0, 2.0]])),
+        ("one rank on 18 values", "the data takes more than 16 values"),
+        ("shapes differ", "its batches differ in shape"),
+        ("17 values together", "the data takes more than 16 values"),
+    ],
+)
+def test_the_value_tally_agrees_on_every_rank_when_the_ranks_data_disagree(tmp_path, case, want):
+    """Issue 31: the tally's collective decides from rows every rank receives, so ranks whose data disagree (one sees
+    nothing, one sees 17 values, shapes differ, 17 values only together) return the same thing, and none hangs."""
+    mp.spawn(W.tally_worker, args=(2, free_port(), str(tmp_path), case), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"tally{r}.pt") for r in (0, 1))
+    if isinstance(want, str):
+        assert r0["resolved"] is None and r1["resolved"] is None and r0["refused"] == r1["refused"] == want
+    else:
+        for r in (r0, r1):
+            values, counts = r["resolved"]
+            assert values.tolist() == want[0] and counts.tolist() == want[1]
+
+
 def test_the_package_logs_info_on_the_main_process_only(tmp_path):
     """Issue 28: the package's INFO lines (a profile start, each refresh of π) came once per rank, where diffusers logs
     on the main process only. Rank 0 logs them; rank 1 logs none; a warning, which may differ by rank, comes from both."""
