@@ -547,9 +547,24 @@ def finished_runs(specs: list[RunSpec]) -> list[dict]:
     return [json.loads(sp.result_path.read_text()) for sp in specs if sp.result_path.exists()]
 
 
+def _pretrained_weights(command: str) -> str | None:
+    """The SHA-256 of the UNet weights of a fine-tune's pretrained pipeline (``--pretrained_model_name_or_path``), None
+    for a run from scratch or a pipeline that is not there: two tiers may each pretrain a pipeline of the same name
+    (another machine, another code), and a fine-tune is the same experiment only from the same weights."""
+    import hashlib
+
+    a = shlex.split(command)
+    if "--pretrained_model_name_or_path" not in a:
+        return None
+    folder = Path(a[a.index("--pretrained_model_name_or_path") + 1])
+    folder = folder if folder.is_absolute() else REPO / folder
+    files = sorted((folder / "unet").glob("*.safetensors"))
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest() if files else "missing"
+
+
 def _training_args(command: str) -> list[str]:
     """A run's command without its folders (``--output_dir`` and the model config's path; a fine-tune's pretrained
-    pipeline by its name, the folder under its tier's ``pretrained/``)."""
+    pipeline by its name, the folder under its tier's ``pretrained/``, whose weights :func:`reuse_run` compares)."""
     a = shlex.split(command)
     for flag in ("--output_dir", "--model_config_name_or_path"):
         if flag in a:
@@ -563,7 +578,8 @@ def _training_args(command: str) -> list[str]:
 
 def reuse_run(spec: RunSpec, source: Path) -> bool:
     """Copy another tier's finished run when it is the same experiment: same run id, the same training
-    arguments but ``--output_dir``, the same evaluation steps, sample count and jitter setting; for an adaptive
+    arguments but ``--output_dir``, a fine-tune's pretrained pipeline with the same weights, the same evaluation steps,
+    sample count and jitter setting; for an adaptive
     sampler also the same code (its recorded commit, clean), since a default of the library may have changed under
     the same arguments (a fixed density's draws do not depend on it)."""
     from diffusers_infonoise.sampler import FIXED_DENSITY_NAMES
@@ -579,8 +595,10 @@ def reuse_run(spec: RunSpec, source: Path) -> bool:
     r = json.loads(source.read_text())
     race = spec.race
     source_cfg = source.parent / f"unet_{race.name}.json"
+    command = script_command(spec)
     same = (
-        _training_args(r["command"]) == _training_args(script_command(spec))
+        _training_args(r["command"]) == _training_args(command)
+        and _pretrained_weights(r["command"]) == _pretrained_weights(command) != "missing"
         and source_cfg.exists()
         and json.loads(source_cfg.read_text()) == model_config(race)
         and r["steps"]

@@ -157,7 +157,7 @@ TALLY_CASES = {
     "one rank sees nothing": (torch.tensor([[-1.0, 1.0], [1.0, 1.0]]), None),
     "one rank on 18 values": (torch.tensor([[-1.0, 1.0]]), torch.linspace(0, 1, 18).reshape(9, 2)),
     "shapes differ": (torch.ones(2, 2), torch.ones(2, 1, 2)),
-    "17 values together": (torch.arange(10.0).reshape(5, 2), torch.arange(10.0, 18.0).reshape(4, 2)),
+    "18 values together": (torch.arange(10.0).reshape(5, 2), torch.arange(10.0, 18.0).reshape(4, 2)),
 }
 
 

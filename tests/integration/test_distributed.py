@@ -134,12 +134,12 @@ def test_the_per_element_bound_of_a_profile_start_is_tallied_over_both_ranks(tmp
         ("one rank sees nothing", ([-1.0, 1.0], [[1.0, 1.0], [0.0, 2.0]])),
         ("one rank on 18 values", "the data takes more than 16 values"),
         ("shapes differ", "its batches differ in shape"),
-        ("17 values together", "the data takes more than 16 values"),
+        ("18 values together", "the data takes more than 16 values"),
     ],
 )
 def test_the_value_tally_agrees_on_every_rank_when_the_ranks_data_disagree(tmp_path, case, want):
     """Issue 31: the tally's collective decides from rows every rank receives, so ranks whose data disagree (one sees
-    nothing, one sees 17 values, shapes differ, 17 values only together) return the same thing, and none hangs."""
+    nothing, one sees 17 values, shapes differ, 18 values only together) return the same thing, and none hangs."""
     mp.spawn(W.tally_worker, args=(2, free_port(), str(tmp_path), case), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"tally{r}.pt") for r in (0, 1))
     if isinstance(want, str):

@@ -66,18 +66,28 @@ def _reuse_source(spec, root):
 def test_reuse_of_an_adaptive_arm_needs_the_same_clean_commit(tmp_path, monkeypatch):
     """Issue 31: a library default changed under the same arguments (the profile start's bound), and the cadence tier's
     InfoNoise runs were taken for the bound tier's. An adaptive arm's run is reused only from the same clean commit;
-    a fixed density's whatever the commit. A fine-tune's pretrained pipeline is compared by name (each tier keeps its
-    own copy) and its evaluation steps are the race's own (100, 200, 400)."""
+    a fixed density's whatever the commit. A fine-tune's pretrained pipeline is compared by its weights (each tier keeps
+    its own copy, under the same name) and its evaluation steps are the race's own (100, 200, 400)."""
     monkeypatch.setattr(harness, "code_version", lambda: "0123456789")
     for sampler, reused_without_code in (("infonoise", False), ("logit_normal", True)):
         spec = _spec("bound", "tk-ft-binarized_mnist16", sampler, root=str(tmp_path / sampler / "bound"))
         spec.result_path.parent.mkdir(parents=True)
         source, result = _reuse_source(spec, tmp_path / sampler / "cadence")
         assert result["steps"] == [100, 200, 400] and "--pretrained_model_name_or_path" in result["command"]
+        weights = {}
+        for tier in ("bound", "cadence"):  # each tier's own copy of the pretrain, the same weights
+            unet = tmp_path / sampler / tier / "pretrained" / spec.race.pretrained / "unet"
+            unet.mkdir(parents=True)
+            weights[tier] = unet / "diffusion_pytorch_model.safetensors"
+            weights[tier].write_bytes(b"the same weights")
         for code, reused in ((None, reused_without_code), ("0123456789+dirty", reused_without_code), ("0123456789", True)):
             spec.result_path.unlink(missing_ok=True)
             source.write_text(json.dumps({**result, **({"code": code} if code else {})}))
             assert harness.reuse_run(spec, source) == reused, (sampler, code)
+        # a pretrain of the same name with other weights (another tier's own pretrain): another experiment
+        weights["cadence"].write_bytes(b"other weights")
+        spec.result_path.unlink(missing_ok=True)
+        assert not harness.reuse_run(spec, source)
 
 
 def test_reuse_copies_only_the_same_experiment(tmp_path, monkeypatch):
