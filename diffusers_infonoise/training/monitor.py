@@ -11,6 +11,7 @@ import torch
 
 from ..logs import get_logger
 from ..sampler import NoiseLevels, SamplerStart, TrainingTimestepSampler
+from ..sampler.starts import describe_bound
 
 logger = get_logger(__name__)
 
@@ -64,9 +65,12 @@ def shown_schedule(sampler: TrainingTimestepSampler, start: SamplerStart | None 
     if choice == "stored":
         return f"the stored schedule from {start.source}, rebuilt for this run"
     info = info or {}
+    bound = info.get("bound", "off")
     return (
         f"the profile start: the pretrained model's errors on the training data ({info.get('forward_passes', '?')} forward "
-        f"passes, {sampler.estimator.num_filled} of {sampler.estimator.num_bins} bins measured)"
+        f"passes, {sampler.estimator.num_filled} of {sampler.estimator.num_bins} bins measured"
+        + (f"; {describe_bound(bound)}" if bound != "off" else "")
+        + ")"
     )
 
 

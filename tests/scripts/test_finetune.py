@@ -89,6 +89,11 @@ def test_show_noise_schedule_shows_the_profile_start_the_run_takes(script, pretr
     assert "shown: the base density (the warm-up's" in base and "pi hash" not in base
     row = re.compile(r"^pi:.*$", re.M)
     assert row.search(base).group(0) != row.search(text).group(0)
+    # the bound by the data, when asked for, is said too (issue 31)
+    capsys.readouterr()
+    bounded = ("--dataset_name", "binarized_digits", "--infonoise_profile_bound", "data", "--show_noise_schedule")
+    script.main(finetune_args(pretrained / "fixed", tmp_path / "bounded", "--max_train_steps", 1, *bounded))
+    assert "bins measured; m_hat bounded by the per-element posterior mean of 2 values (16 samples)" in capsys.readouterr().out
 
 
 def test_stored_with_other_bins_is_interpolated_and_an_explicit_warmup_is_kept(script, pretrained, tmp_path, caplog):
