@@ -343,7 +343,16 @@ VALUE_PRIOR_COUNT = 0.5
 
 
 #: why a :class:`ValueTally` holds none (the index is what processes exchange)
-_REFUSALS = ("no process saw training data", "its batches differ in shape", f"the data takes more than {MAX_GRID_VALUES} values")
+#: the most per-element counts a tally holds (elements × values, float64: 64 MB): one-hot text over a large vocabulary
+#: would take gigabytes on every process before the bound's budget (:data:`MAX_BOUND_WORK`) could refuse it
+MAX_TALLY_ENTRIES = 1 << 23
+_NOTHING, _SHAPES, _VALUES, _SIZE = range(4)
+_REFUSALS = (
+    "no process saw training data",
+    "its batches differ in shape",
+    f"the data takes more than {MAX_GRID_VALUES} values",
+    f"a sample's elements times its values exceed {MAX_TALLY_ENTRIES} counts",
+)
 
 
 class ValueTally:
@@ -381,7 +390,7 @@ class ValueTally:
         if self.refused is not None:
             return
         if self.shape is not None and tuple(x0.shape[1:]) != self.shape:
-            self._refuse(_REFUSALS[-2])
+            self._refuse(_REFUSALS[_SHAPES])
             return
         x = x0.detach().flatten(1).to(torch.float32 if x0.device.type == "mps" else torch.float64)
         x = x[torch.isfinite(x).all(1)]
@@ -391,7 +400,10 @@ class ValueTally:
         seen = torch.unique(x).cpu().double()  # a read-back: once a pass of the start, which reads back anyway
         values = seen if self.values is None else torch.unique(torch.cat([self.values, seen]))
         if values.numel() > MAX_GRID_VALUES:
-            self._refuse(_REFUSALS[-1])
+            self._refuse(_REFUSALS[_VALUES])
+            return
+        if x.shape[1] * values.numel() > MAX_TALLY_ENTRIES:
+            self._refuse(_REFUSALS[_SIZE])
             return
         counts = torch.zeros(x.shape[1], values.numel(), dtype=x.dtype, device=x.device)
         if self.counts is not None:
@@ -407,7 +419,7 @@ class ValueTally:
         second only when every rank can tally): every rank must call it at the same point."""
         if not _distributed():
             if self.refused is None and self.values is None:
-                self._refuse(_REFUSALS[0])
+                self._refuse(_REFUSALS[_NOTHING])
             return None if self.refused is not None else (self.values, self.counts.cpu().double())
         rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         device = _comm_device(self.counts.device if self.counts is not None else None)
@@ -429,11 +441,11 @@ class ValueTally:
             self._refuse(_REFUSALS[int(-rows[:, 0].min())])
             return None
         if seen.shape[0] == 0 or bool((seen[:, 1:3] != seen[0, 1:3]).any()):
-            self._refuse(_REFUSALS[0] if seen.shape[0] == 0 else _REFUSALS[-2])
+            self._refuse(_REFUSALS[_NOTHING] if seen.shape[0] == 0 else _REFUSALS[_SHAPES])
             return None
         values = torch.unique(torch.cat([r[4 : 4 + int(r[3])] for r in seen]))
         if values.numel() > MAX_GRID_VALUES:
-            self._refuse(_REFUSALS[-1])
+            self._refuse(_REFUSALS[_VALUES])
             return None
         counts = torch.zeros(int(seen[0, 1]), values.numel(), dtype=torch.float64, device=device)
         if self.values is not None:

@@ -230,3 +230,17 @@ def test_on_a_vp_table_each_bin_is_bounded_by_the_mean_over_its_measured_steps()
             assert m[b] == pytest.approx(want, rel=1e-2), b
             checked += 1
     assert checked >= 3 and info["bound"]["values"] == 2
+
+
+def test_the_tally_refuses_more_counts_than_it_may_hold(monkeypatch):
+    """One-hot text over a large vocabulary would hold gigabytes of counts on every process before the bound's budget
+    could refuse it: a tally stops at elements × values > MAX_TALLY_ENTRIES (here lowered to 5: 3 elements × 2 values)."""
+    from diffusers_infonoise import data_statistics
+
+    monkeypatch.setattr(data_statistics, "MAX_TALLY_ENTRIES", 5)
+    t = ValueTally()
+    t.observe(torch.tensor([[-1.0, 1.0], [1.0, 1.0]]))  # 2 elements × 2 values: kept
+    assert t.counts is not None and t.refused is None
+    t = ValueTally()
+    t.observe(torch.tensor([[-1.0, 1.0, 1.0]]))
+    assert t.resolve() is None and "elements times its values exceed" in t.refused
