@@ -342,10 +342,10 @@ MAX_GRID_VALUES = 16
 VALUE_PRIOR_COUNT = 0.5
 
 
-#: why a :class:`ValueTally` holds none (the index is what processes exchange)
 #: the most per-element counts a tally holds (elements × values, float64: 64 MB): one-hot text over a large vocabulary
 #: would take gigabytes on every process before the bound's budget (:data:`MAX_BOUND_WORK`) could refuse it
 MAX_TALLY_ENTRIES = 1 << 23
+#: why a :class:`ValueTally` holds none (the index is what processes exchange)
 _NOTHING, _SHAPES, _VALUES, _SIZE = range(4)
 _REFUSALS = (
     "no process saw training data",
@@ -366,7 +366,8 @@ class ValueTally:
         counts: (D, U) per-element counts (on the data's device; float64, float32 on MPS), or None.
         rows: samples tallied.
         refused: why the data has no tally (it takes more than :data:`MAX_GRID_VALUES` values, its batches differ in
-            shape, no process saw any), or None; set by :meth:`resolve` for every process alike.
+            shape, a sample would need more than :data:`MAX_TALLY_ENTRIES` counts, no process saw any), or None; set by
+            :meth:`resolve` for every process alike.
     """
 
     def __init__(self):
