@@ -554,6 +554,25 @@ def _bound_transfer_cpu_races() -> list[Race]:
     return [dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)) for r in _bound_transfer_races() if r.name == "tf-ft16-x0.25"]
 
 
+#: issue 31's study variant whose draws, not its effective allocation, follow ρ̂ (``target_space="pi"``, settings.py)
+DRAWS_ARM = "infonoise-target_space_pi"
+
+
+def _draws_races() -> list[Race]:
+    """Issue 31, fourth round: the best fixed density of the fine-tune onto x0 × 0.25 draws its levels where the final
+    model's ρ̂ is (``benchmarks/results/finetune_target.json``), while InfoNoise's ``π ∝ ρ̂/w`` draws higher. The variant
+    drawing on ρ̂ (:data:`DRAWS_ARM`) beside the default (:data:`UNBOUNDED_START_ARM`, the same-code control) and the
+    fixed arms, 3 seeds each, on that fine-tune (as :func:`_bound_transfer_cpu_races`) and, as the control where
+    InfoNoise's π already leads, the binarized MNIST fine-tune of :func:`_bound_races` (same races and run ids, so that
+    ``--reuse bound`` / ``--reuse bound_transfer_cpu`` take the fixed arms' runs)."""
+    races = []
+    for r in _bound_races() + _bound_transfer_cpu_races():
+        if r.name in ("tk-ft-binarized_mnist16", "tf-ft16-x0.25"):
+            arms = (DRAWS_ARM,) + tuple(a for a in r.samplers if a != BOUNDED_PROFILE_ARM)
+            races.append(dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)))
+    return races
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -567,7 +586,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 #: every tier :func:`tier_races` knows (``--tier``)
 TIERS = (
     "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
-    "cadence", "bound", "bound_gpu", "bound_transfer", "bound_transfer_cpu",
+    "cadence", "bound", "bound_gpu", "bound_transfer", "bound_transfer_cpu", "draws",
 )  # fmt: skip
 
 
@@ -589,6 +608,8 @@ def tier_races(tier: str) -> list[Race]:
         return _bound_transfer_races()
     if tier == "bound_transfer_cpu":
         return _bound_transfer_cpu_races()
+    if tier == "draws":
+        return _draws_races()
     if tier == "bound_gpu":  # the same races with seeds 3-9 (on a lent GPU; seeds 0-2 are the bound tier's)
         return [dataclasses.replace(r, seeds={a: list(range(3, 10)) for a in r.samplers}) for r in _bound_races()]
     if tier == "quick":

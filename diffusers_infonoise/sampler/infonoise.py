@@ -83,6 +83,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         """π's bin masses from the target ρ̂ (``ρ̂^τ`` with a ``temperature`` τ ≠ 1) and the floor (METHOD.md
         §4, §5.6-7)."""
         rho_mass = self._rho_mass(self.temperature)
+        if self.settings.target_space == "pi":  # a study knob (settings.py): the draws follow ρ̂, w only scales them
+            return (1 - self.floor) * rho_mass + self.floor * self.base_masses
         w = self._bin_weights()
         if self.floor_space == "pi":  # a study knob (settings.py): the floor mixed in π-space
             target = rho_mass / w
@@ -109,6 +111,16 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         """
         rho_mass = self._rho_mass(self.temperature if target else 1.0)
         return float(0.5 * (self.effective_allocation() - rho_mass).abs().sum())
+
+    def draws_total_variation(self) -> float:
+        """``TV(π, ρ̂) = ½·Σ_k |π_k − ρ̂_k|`` on the bins: how far the draws are from the entropy rate (at most ``floor``
+        with ``target_space="pi"``, whose draws follow ρ̂; docs/METHOD.md §5.10).
+
+        Raises:
+            RuntimeError: before two bins hold an estimate.
+        """
+        probs = self.probs if self.probs is not None else self.base_masses
+        return float(0.5 * (probs / probs.sum() - self._rho_mass()).abs().sum())
 
     def schedule_settings(self) -> dict:
         """What besides m̂ and the data statistics decides this sampler's π: its loss (``prediction_type``,
@@ -155,6 +167,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def _describe_refresh(self) -> dict:
         gate = self.estimator.last_gate
         extra = {"tv_phi_target": self.allocation_total_variation(target=True)} if self.temperature != 1.0 else {}
+        if self.settings.target_space == "pi":
+            extra["tv_pi_rho"] = self.draws_total_variation()
         return {
             "step": self.optimizer_step,
             "tv_phi_rho": self.allocation_total_variation(),

@@ -61,7 +61,7 @@ class LossSlopeSampler(_AdaptiveSampler):
 
     Args:
         path: the corruption path. Keywords: those of InfoNoise but ``gate`` (there is none; only ``None`` is
-            accepted) and ``temperature`` (only 1); ``gate_fallback`` is accepted and unused, and so is ``floor_space``
+            accepted) ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` is accepted and unused, and so is ``floor_space``
             (the scripts pass InfoNoise's flags to every adaptive sampler): the floor is always mixed in π.
 
     Raises:
@@ -75,8 +75,9 @@ class LossSlopeSampler(_AdaptiveSampler):
             raise ValueError(f"floor_space: must be 'phi' or 'pi' (either way this sampler mixes the floor in pi), got {floor_space!r}")
         if gate is not None:
             raise ValueError(f"gate: the loss-slope sampler has no gate (it does not form an entropy rate); got {gate!r}")
-        if kwargs.get("temperature", 1.0) != 1.0:
-            raise ValueError(f"temperature: a setting of InfoNoise's target, not of the loss-slope sampler; got {kwargs['temperature']!r}")
+        for name, default in (("temperature", 1.0), ("target_space", "phi")):
+            if kwargs.get(name, default) != default:
+                raise ValueError(f"{name}: a setting of InfoNoise's target, not of the loss-slope sampler; got {kwargs[name]!r}")
         if mmse_cap == "default":
             # as InfoNoise (METHOD.md §5.4): an ε- or v-model's error times σ² exceeds the data's variance at high noise
             mmse_cap = "auto" if prediction_type in ("epsilon", "v_prediction") else None

@@ -5,7 +5,8 @@ goes: the ones that decide π (:data:`SCHEDULE_SETTINGS`) are compared when a st
 stored ones are a payload's ``hyperparameters``; the carried ones rebuild the sampler of a stored schedule
 (:meth:`InfoNoiseSettings.stored_keywords`).
 
-Study knobs: ``floor_space="pi"`` (the floor mixed into π instead of φ), ``gate="paper"`` (the paper's gate rule
+Study knobs: ``floor_space="pi"`` (the floor mixed into π instead of φ), ``target_space="pi"`` (the draws, not the
+effective allocation, follow ρ̂), ``gate="paper"`` (the paper's gate rule
 as first implemented), a float ``ema_decay`` (the memory rule before 0.3) and ``clean_end_bound=False`` (the
 profile before 0.3) are not the method (METHOD.md §5.5, §5.7, §5.10). They stay accepted because stored payloads
 carry them (those written before 0.3 load with the last two) and the studies compare with them.
@@ -35,6 +36,7 @@ MEMORY_FRACTION = 1 / 8
 MAX_MEMORY_STEPS = 500
 
 _FLOOR_SPACES = ("phi", "pi")
+_TARGET_SPACES = ("phi", "pi")
 _NOT_BEFORE = object()  # a setting every payload records
 
 
@@ -105,6 +107,10 @@ class InfoNoiseSettings:
             puts >90% of the draws at σ > 30 (§5.4).
         temperature: τ of a tempered target, ``φ ∝ ρ̂^τ`` (default 1: the entropy rate itself, the method; τ < 1
             widens the allocation, a variant of the margin study of issue 24, docs/METHOD.md §5).
+        target_space: where ρ̂ is realised: ``"phi"`` (default, the method: ``π ∝ ρ̂/w``, so that the effective
+            allocation ``φ = π·w`` follows ρ̂, METHOD.md §4) or ``"pi"`` (a study knob of issue 31: the draws follow ρ̂,
+            ``π = (1 − η)·ρ̂ + η·π_base``, and the loss weight w is left to scale them; TV(φ, ρ̂) then measures how far
+            the run is from the method, and ``tv_pi_rho`` of a refresh TV(π, ρ̂)).
         clean_end_bound: bound m̂ by σ² per element (VE σ), the identity predictor's x0 error, so that
             q = m̂/σ² ≤ 1 at the clean end (default True, docs/METHOD.md §5.10; assumes a per-sample loss that is a
             mean over elements); ``False``: a study knob.
@@ -132,6 +138,7 @@ class InfoNoiseSettings:
     mmse_cap: float | str | None = _setting(None, "pi")
     temperature: float = _setting(1.0, "pi", before=1.0)
     clean_end_bound: bool = _setting(True, "pi", before=False)
+    target_space: str = _setting("phi", "pi", before="phi")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # numpy scalars are taken as the numbers they hold
@@ -161,6 +168,7 @@ class InfoNoiseSettings:
                 "a float in [0, 1]",
             ),
             ("floor_space", self.floor_space, self.floor_space in _FLOOR_SPACES, "'phi' (METHOD.md §5.7) or 'pi' (a study knob)"),
+            ("target_space", self.target_space, self.target_space in _TARGET_SPACES, "'phi' (METHOD.md §4) or 'pi' (a study knob)"),
             (
                 "mmse_cap",
                 cap,

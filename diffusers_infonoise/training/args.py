@@ -161,6 +161,15 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         help=argparse.SUPPRESS,  # a study knob, accepted because stored settings carry it (sampler/settings.py)
     )
     g.add_argument(
+        "--infonoise_target_space",
+        type=str,
+        default="phi",
+        choices=("phi", "pi"),
+        help="Where InfoNoise realises rho_hat: 'phi' (the default, the method: pi ~ rho_hat/w, so that the effective "
+        "allocation pi*w follows rho_hat) or 'pi' (a study variant of issue 31: the draws follow rho_hat and the loss "
+        "weight only scales them; docs/METHOD.md 5.10).",
+    )
+    g.add_argument(
         "--infonoise_mmse_cap",
         type=mmse_cap_arg,
         default=None,
@@ -348,6 +357,8 @@ def build_noise_sampler(
         }
         if args.infonoise_temperature != 1.0:  # InfoNoise's tempered target (a variant); Kingma & Gao have none
             kw["temperature"] = args.infonoise_temperature
+        if args.infonoise_target_space != "phi":  # InfoNoise's (a study variant); the other samplers refuse it
+            kw["target_space"] = args.infonoise_target_space
         if name == "infonoise":
             kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback, clean_end_bound=args.infonoise_clean_end_bound)
             cap = getattr(args, "infonoise_mmse_cap", None)
