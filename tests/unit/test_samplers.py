@@ -538,7 +538,7 @@ def test_the_settings_are_defined_once():
     from diffusers_infonoise import InfoNoiseSettings, read_schedule
 
     stored = ["num_bins", "warmup_steps", "refresh_every", "ema_decay", "memory", "min_count", "smoothing", "floor"]
-    stored += ["floor_space", "gate", "gate_fallback", "mmse_cap", "temperature", "clean_end_bound"]
+    stored += ["floor_space", "gate", "gate_fallback", "mmse_cap", "temperature", "clean_end_bound", "target_space"]
     names = sorted([*stored, "num_training_steps", "base"])
     assert sorted(f.name for f in dataclasses.fields(InfoNoiseSettings)) == names
     sched = EDMEulerScheduler()
