@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import RESULTS
+from benchmarks import REPO, RESULTS
 from benchmarks.finetune_lag import _data_x0, _profile, per_element_bayes_mmse
 from benchmarks.race.data import load_data
 from diffusers_infonoise.argtypes import positive_int
@@ -75,6 +75,7 @@ def _tv(a: np.ndarray, b: np.ndarray) -> float:
 def main() -> None:
     import torch
 
+    from benchmarks.race.harness import pretrained_folder
     from benchmarks.race.tiers import parse_arm, tier_races
     from diffusers_infonoise.weighting import x0_loss_weight
 
@@ -87,7 +88,7 @@ def main() -> None:
         "--adaptive", type=str, required=True, help="comma-separated InfoNoise arms compared with it (the first is spliced with it)"
     )
     p.add_argument("--seeds", type=str, default="0,1,2", help="seeds whose final models are profiled")
-    p.add_argument("--splice_seeds", type=str, default="0", help="seeds whose two final models are spliced")
+    p.add_argument("--splice_seeds", type=str, default="0", help="seeds whose two final models are spliced ('' for none)")
     p.add_argument("--num_samples", type=positive_int, default=512, help="probe samples of each offline profile")
     p.add_argument("--results", type=Path, default=RESULTS / "finetune_target.json")
     args = p.parse_args()
@@ -96,20 +97,20 @@ def main() -> None:
     if race is None or not race.pretrained or race.diffusion != "edm":
         raise SystemExit(f"--race: {args.race!r} is not an EDM fine-tune race of the tier {args.tier!r}")
     best = parse_arm(args.best)
-    if best.name != "logit_normal" or "mean" not in dict(best.params):
-        raise SystemExit(f"--best: a logit_normal@mean=<m> arm, got {args.best!r}")
+    if best.name != "logit_normal":
+        raise SystemExit(f"--best: a logit_normal[@mean=<m>,std=<s>] arm, got {args.best!r}")
     root = args.out / f"quality_race_{args.tier}"
     work = root / "target_profiles"
     t0 = time.time()
     run_json = lambda arm, s: json.loads((root / "runs" / f"{race.name}__{arm}__s{s}.json").read_text())  # noqa: E731
     # a run's saved pipeline: its --output_dir (a run copied from another tier, --reuse, keeps the folder it ran in)
-    model_dir = lambda arm, s: Path(_flag(run_json(arm, s)["command"], "--output_dir"))  # noqa: E731
+    model_dir = lambda arm, s: REPO / _flag(run_json(arm, s)["command"], "--output_dir")  # noqa: E731  (absolute stays)
     adaptive_arms = args.adaptive.split(",")
     script_args = load_data(race.dataset)["script_args"]
     dataset = Path(script_args[script_args.index("--dataset_name") + 1])
 
     # 1. profiles, on one grid in ln σ
-    pre = _profile(root / "pretrained" / race.pretrained, dataset, work / race.pretrained, args.num_samples)
+    pre = _profile(pretrained_folder(root, race), dataset, work / race.pretrained, args.num_samples)
     log_sigma = np.linspace(math.log(0.002), math.log(80.0), 400)
     sigma = np.exp(log_sigma)
     at = lambda prof: np.exp(np.interp(log_sigma, prof["log_sigma"], np.log(prof["mmse"])))  # noqa: E731
@@ -120,9 +121,9 @@ def main() -> None:
     gate = np.ones_like(sigma) if c is None else sigma**3 / (sigma**3 + c**3)
     rate = lambda e: np.minimum(e, sigma**2) / sigma**2 * gate  # noqa: E731  (bounded by σ², gated: the sampler's ρ̂)
     # the runs' loss weight on the x0 error (the EDM recipe, the pretrain's σ_data), the library's (METHOD.md §4)
-    sigma_data = json.loads((root / "pretrained" / race.pretrained / "scheduler" / "scheduler_config.json").read_text())["sigma_data"]
+    sigma_data = json.loads((pretrained_folder(root, race) / "scheduler" / "scheduler_config.json").read_text())["sigma_data"]
     w = x0_loss_weight("edm", "sample", torch.from_numpy(sigma), sigma_data=sigma_data).numpy()
-    m, s = dict(best.params)["mean"], dict(best.params).get("std", 1.0)
+    m, s = dict(best.params).get("mean", 0.0), dict(best.params).get("std", 1.0)
     best_pi = np.exp(-0.5 * ((log_sigma - m) / s) ** 2)  # logit-normal on VE: ln σ ~ N(mean, std²)
     e_pre = at(pre)
     candidates = {
@@ -143,6 +144,8 @@ def main() -> None:
             if arm == args.best:
                 continue
             sched = run_json(arm, seed)["schedule"]
+            if sched is None:
+                raise SystemExit(f"--adaptive: {arm!r} stored no InfoNoise schedule (an InfoNoise arm is needed)")
             edges = np.asarray(sched["edges"])
             pi = np.interp(log_sigma, 0.5 * (edges[1:] + edges[:-1]), np.asarray(sched["pi"]) / np.diff(edges))
             adaptive_draws[f"{arm} s{seed}"] = {
@@ -163,17 +166,18 @@ def main() -> None:
     from benchmarks.race.sample_quality import Scorer
 
     torch.set_num_threads(1)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where the harness sampled the runs' evaluations
     scorer = Scorer(race.dataset)
     splices = {}
-    for seed in [int(x) for x in args.splice_seeds.split(",")]:
+    for seed in [int(x) for x in args.splice_seeds.split(",") if x]:  # '' for none
         pair = (args.best, adaptive_arms[0])
-        nets = {a: UNet2DModel.from_pretrained(model_dir(a, seed) / "unet").eval() for a in pair}
+        nets = {a: UNet2DModel.from_pretrained(model_dir(a, seed) / "unet").to(device).eval() for a in pair}
         recorded = {a: run_json(a, seed)["quality"][scorer.primary][-1] for a in nets}
         for above, below in (pair, pair[::-1]):
             rows = []
             for level in SPLICE_LEVELS:
                 net = SplicedDenoiser(nets[above], nets[below], level)
-                score = scorer.score(sample(net, race, run_json(above, seed)["inference"]["sampling_seed"]))[scorer.primary]
+                score = scorer.score(sample(net, race, run_json(above, seed)["inference"]["sampling_seed"]).cpu())[scorer.primary]
                 rows.append({"c": level if math.isfinite(level) else "inf", scorer.primary: round(float(score), 2)})
                 print(f"s{seed}: {above} at sigma >= {level}, {below} below: {scorer.primary} {score:.2f}", flush=True)
             splices[f"s{seed}: {above} above c, {below} below"] = {"rows": rows, "recorded_final": recorded}

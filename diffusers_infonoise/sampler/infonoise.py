@@ -112,15 +112,17 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         rho_mass = self._rho_mass(self.temperature if target else 1.0)
         return float(0.5 * (self.effective_allocation() - rho_mass).abs().sum())
 
-    def draws_total_variation(self) -> float:
-        """``TV(π, ρ̂) = ½·Σ_k |π_k − ρ̂_k|`` on the bins: how far the draws are from the entropy rate (at most ``floor``
-        with ``target_space="pi"``, whose draws follow ρ̂; docs/METHOD.md §5.10).
+    def draws_total_variation(self, *, target: bool = False) -> float:
+        """``TV(π, ρ̂) = ½·Σ_k |π_k − ρ̂_k|`` on the bins: how far the draws are from the entropy rate. With
+        ``target_space="pi"`` (whose draws follow the target, docs/METHOD.md §5.10) the floor bounds it by ``floor``
+        when ``temperature`` is 1; ``target=True`` measures TV(π, ρ̂^τ), which the floor bounds for any τ.
 
         Raises:
             RuntimeError: before two bins hold an estimate.
         """
         probs = self.probs if self.probs is not None else self.base_masses
-        return float(0.5 * (probs / probs.sum() - self._rho_mass()).abs().sum())
+        rho_mass = self._rho_mass(self.temperature if target else 1.0)
+        return float(0.5 * (probs / probs.sum() - rho_mass).abs().sum())
 
     def schedule_settings(self) -> dict:
         """What besides m̂ and the data statistics decides this sampler's π: its loss (``prediction_type``,
@@ -167,8 +169,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def _describe_refresh(self) -> dict:
         gate = self.estimator.last_gate
         extra = {"tv_phi_target": self.allocation_total_variation(target=True)} if self.temperature != 1.0 else {}
-        if self.settings.target_space == "pi":
+        if self.settings.target_space == "pi":  # a study variant: its draws, not φ, follow the target
             extra["tv_pi_rho"] = self.draws_total_variation()
+            if self.temperature != 1.0:
+                extra["tv_pi_target"] = self.draws_total_variation(target=True)
         return {
             "step": self.optimizer_step,
             "tv_phi_rho": self.allocation_total_variation(),

@@ -20,8 +20,8 @@ class KingmaGaoSampler(_AdaptiveSampler):
     per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
 
     Args: as :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler` (the settings of
-    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None, and ``temperature`` does not enter its π; ``target_space`` must be ``"phi"``). It
-    learns no schedule to store or start from (``learns_schedule`` False).
+    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None, ``temperature`` does not enter its π, and
+    ``target_space`` must be ``"phi"``). It learns no schedule to store or start from (``learns_schedule`` False).
     """
 
     name = "kingma_gao"
@@ -29,7 +29,9 @@ class KingmaGaoSampler(_AdaptiveSampler):
     def __init__(self, path, **kwargs):
         kwargs.setdefault("gate", None)
         if kwargs.get("target_space", "phi") != "phi":
-            raise ValueError(f"target_space: a setting of InfoNoise's target, not of Kingma & Gao's sampler; got {kwargs['target_space']!r}")
+            raise ValueError(
+                f"target_space: a setting of InfoNoise's target, not of Kingma & Gao's sampler; got {kwargs['target_space']!r}"
+            )
         super().__init__(path, **kwargs)
 
     def _statistic(self, levels, errors):

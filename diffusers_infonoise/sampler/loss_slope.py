@@ -61,7 +61,8 @@ class LossSlopeSampler(_AdaptiveSampler):
 
     Args:
         path: the corruption path. Keywords: those of InfoNoise but ``gate`` (there is none; only ``None`` is
-            accepted) ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` is accepted and unused, and so is ``floor_space``
+            accepted), ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` is accepted
+            and unused, and so is ``floor_space``
             (the scripts pass InfoNoise's flags to every adaptive sampler): the floor is always mixed in π.
 
     Raises:

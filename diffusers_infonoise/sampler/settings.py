@@ -178,6 +178,11 @@ class InfoNoiseSettings:
         ):
             if not ok:
                 raise ValueError(f"{arg}: must be {accepted}, got {value!r}")
+        if self.target_space == "pi" and self.floor_space == "pi":  # the draws already mix the floor in π
+            raise ValueError(
+                "floor_space: 'pi' has no effect with target_space='pi' (the draws follow rho_hat and the floor is mixed into "
+                "pi already); give floor_space='phi' (the default)"
+            )
         check_estimator_settings(**self.estimator_keywords())
         if self.ema_decay is not None and self.memory != "auto":  # the former rule has no horizon: one would be ignored
             raise ValueError(

@@ -357,7 +357,7 @@ def build_noise_sampler(
         }
         if args.infonoise_temperature != 1.0:  # InfoNoise's tempered target (a variant); Kingma & Gao have none
             kw["temperature"] = args.infonoise_temperature
-        if args.infonoise_target_space != "phi":  # InfoNoise's (a study variant); the other samplers refuse it
+        if args.infonoise_target_space != "phi":  # InfoNoise's (a study variant); the other adaptive samplers refuse it
             kw["target_space"] = args.infonoise_target_space
         if name == "infonoise":
             kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback, clean_end_bound=args.infonoise_clean_end_bound)

@@ -491,7 +491,8 @@ def test_schedules_written_before_the_sampler_package_load_bit_for_bit():
     """Issue 29: scheduler configs written by main at cd8ea79, before the sampler moved into diffusers_infonoise/sampler/
     (tests/data/schedules_before_sampler_package.json: the study knobs, a profile start, a resolved m̂ cap, a pinned gate,
     min-SNR on v, a tempered target, a dynamic-shift flow path) load with the stored π bit for bit, rebuild it exactly
-    from the stored m̂, and are written again and described as main wrote and described them (the format is unchanged)."""
+    from the stored m̂, and are written again and described as main wrote and described them, with one setting added since
+    (``target_space``, at the value they ran with)."""
     import diffusers
 
     import diffusers_infonoise
@@ -509,5 +510,9 @@ def test_schedules_written_before_the_sampler_package_load_bit_for_bit():
         sampler.save_to_scheduler(again)
         resaved = json.loads(json.dumps(read_schedule(again)))
         assert resaved.pop("package_version") == diffusers_infonoise.__version__  # the writer's version, by design
-        assert resaved == {k: v for k, v in case["resaved"].items() if k != "package_version"}, name
-        assert json.loads(json.dumps(sampler.describe())) == case["describe"], name
+        # the one addition since: the target_space setting, at the value these schedules had (issue 31, settings.py)
+        expected = {k: v for k, v in case["resaved"].items() if k != "package_version"}
+        expected["hyperparameters"] = {**expected["hyperparameters"], "target_space": "phi"}
+        assert resaved == expected, name
+        described = {**case["describe"], "hyperparameters": {**case["describe"]["hyperparameters"], "target_space": "phi"}}
+        assert json.loads(json.dumps(sampler.describe())) == described, name
