@@ -479,3 +479,33 @@ def test_grid_writes_its_numbers_to_json(capsys, saved, tmp_path):
     text = (tmp_path / "f.json").read_text()
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert data["default_sigmas"][0] is None and all(v > 0 for v in data["default_sigmas"][1:])
+
+
+def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):
+    """A schedule of the study variant target_space="pi" (issue 31): `infonoise show` reports TV(π, ρ̂), which the floor
+    bounds, and says TV(φ, ρ̂) is large by design, instead of holding it to the method's floor check; TV(π, ρ̂) by hand
+    from the payload's own π and ρ̂ (both per unit log σ on the same bins)."""
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
+
+    sched = EDMEulerScheduler()
+    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=16, warmup_steps=1, refresh_every=1, target_space="pi")
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        levels = s.sample(4096, generator=g)
+        sig = levels.sigmas.double()
+        s.update(levels, 0.25 * sig**2 / (sig**2 + 0.25))  # the Bayes error of Gaussian data, s_d = 0.5
+        s.step()
+    s.save_to_scheduler(sched)
+    sched.save_config(tmp_path)
+    rc, out, _ = run(capsys, "show", tmp_path)
+    assert rc == 0 and "target_space=pi" in out and "phi vs rho_hat" not in out
+    payload = json.loads((tmp_path / "scheduler_config.json").read_text())[CONFIG_KEY]
+    pi, rho = torch.tensor(payload["pi"], dtype=torch.float64), torch.tensor(payload["rho_hat"], dtype=torch.float64)
+    widths = torch.diff(torch.tensor(payload["edges"], dtype=torch.float64))
+    rho_mass = rho * widths / (rho * widths).sum()
+    by_hand = 0.5 * float((pi / pi.sum() - rho_mass).abs().sum())
+    shown = float(re.search(r"TV\(pi, rho_hat\) = ([0-9.]+)", out).group(1))
+    assert shown == pytest.approx(by_hand, abs=2e-3) and shown <= 0.07
+    assert re.search(r"TV\(phi, rho_hat\) = [0-9.]+, large by design", out)

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,6 +164,20 @@ def test_model_card_content(script, unet_config, tmp_path):
     # digits: 17 grey levels stored as uint8 0, 16, ..., 128, 143, ..., 255 (by hand: steps of 16 or 15); 15/127.5
     # in [-1, 1], gives the pivot 0.1·0.1176
     assert "Clean-end gate: `data`, pivot σ = 0.0118" in card
+
+
+def test_a_card_of_the_draws_variant_says_so(script, unet_config, tmp_path):
+    """--infonoise_target_space pi (issue 31's study variant): the card says the draws follow ρ̂ and gives TV(π, ρ̂),
+    by hand from the stored π and ρ̂, instead of holding TV(φ, ρ̂) to the method's floor."""
+    out = tmp_path / "card_pi"
+    script.main(base_args(unet_config, out, "--diffusion", "edm", "--infonoise_target_space", "pi", "--max_train_steps", 4))
+    card = (out / "README.md").read_text()
+    payload = scheduler_payload(out)
+    assert payload["hyperparameters"]["target_space"] == "pi"
+    pi, rho = np.asarray(payload["pi"]), np.asarray(payload["rho_hat"]) * np.diff(payload["edges"])
+    tv_pi = 0.5 * float(np.abs(pi / pi.sum() - rho / rho.sum()).sum())
+    assert f"TV(π, ρ̂) = {tv_pi:.3f}" in card and "study variant `target_space=pi`" in card
+    assert "the floor η = 0.05 bounds it" not in card
 
 
 def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):
