@@ -559,15 +559,16 @@ DRAWS_ARM = "infonoise-target_space_pi"
 
 
 def _draws_races() -> list[Race]:
-    """Issue 31, fourth round: the best fixed density of the fine-tune onto x0 × 0.25 draws its levels where the final
-    model's ρ̂ is (``benchmarks/results/finetune_target.json``), while InfoNoise's ``π ∝ ρ̂/w`` draws higher. The variant
-    drawing on ρ̂ (:data:`DRAWS_ARM`) beside the default (:data:`UNBOUNDED_START_ARM`, the same-code control) and the
-    fixed arms, 3 seeds each, on that fine-tune (as :func:`_bound_transfer_cpu_races`) and, as the control where
-    InfoNoise's π already leads, the binarized MNIST fine-tune of :func:`_bound_races` (same races and run ids, so that
-    ``--reuse bound`` / ``--reuse bound_transfer_cpu`` take the fixed arms' runs)."""
+    """Issue 31, fourth round: the best fixed density of the fine-tune onto x0 × 0.25 draws its levels where the ρ̂ of
+    InfoNoise's final model is (``benchmarks/results/finetune_target.json``), while InfoNoise's ``π ∝ ρ̂/w`` draws
+    higher. The variant drawing on ρ̂ (:data:`DRAWS_ARM`) beside the default (:data:`UNBOUNDED_START_ARM`, the same-code
+    control) and the fixed arms, 3 seeds each, on that fine-tune (as :func:`_bound_transfer_cpu_races`) and, as the
+    controls where InfoNoise's π is level with the best fixed density, the binarized MNIST and binarized digits
+    fine-tunes of :func:`_bound_races` (same races and run ids, so that ``--reuse bound`` / ``--reuse
+    bound_transfer_cpu`` take the fixed arms' runs)."""
     races = []
     for r in _bound_races() + _bound_transfer_cpu_races():
-        if r.name in ("tk-ft-binarized_mnist16", "tf-ft16-x0.25"):
+        if r.name in ("tk-ft-binarized_mnist16", "tk-ft-binarized_digits16", "tf-ft16-x0.25"):
             arms = (DRAWS_ARM,) + tuple(a for a in r.samplers if a != BOUNDED_PROFILE_ARM)
             races.append(dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)))
     return races
