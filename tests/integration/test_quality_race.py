@@ -20,6 +20,16 @@ def test_steps_to_reach_interpolates_linearly():
     assert steps_to_target.steps_to_reach([100, 200], [9, 8], 5.0) == (None, "not_reached")
 
 
+def test_the_budget_columns_take_the_nearest_evaluation_and_the_later_of_two():
+    """The report's 25% / 50% / 100% columns: a 240-step race evaluated at 80, 160 and 240 showed its first evaluation
+    twice (120 is as near 80 as 160); the later one is taken, so the three columns are the three evaluations."""
+    from benchmarks.race.summary import nearest_evaluation
+
+    assert [nearest_evaluation([80, 160, 240], f * 240) for f in (0.25, 0.5, 1.0)] == [0, 1, 2]
+    assert [nearest_evaluation([100, 200, 400], f * 400) for f in (0.25, 0.5, 1.0)] == [0, 1, 2]
+    assert nearest_evaluation([150, 300, 450, 600], 0.25 * 600) == 0 and nearest_evaluation([10, 30], 19.0) == 0
+
+
 def test_smooth_and_speedup_by_hand():
     assert steps_to_target.smooth([10, 8, 6, 5]).tolist() == pytest.approx([9, 8, 19 / 3, 5.5])
     base = {"steps": [100, 200, 300, 400], "quality": {"fd": [10, 8, 6, 5]}}
