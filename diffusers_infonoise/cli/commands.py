@@ -104,9 +104,12 @@ def _cmd_show(args) -> int:
     for label, dens in rows:
         out.append(f"    {label:<14} mode {_fmt(_mode_sigma(dens, x)):>8}   window {_window_text(dens, x)}")
     if rho is not None and sampler.settings.target_space == "pi":  # the study variant: its draws follow rho_hat
+        tau = sampler.temperature
+        target = "rho_hat" if tau == 1.0 else f"rho_hat^{tau:g}"
+        drawn = total_variation(pi, rho if tau == 1.0 else normalize_density(rho**tau, x), x)
         out.append(
-            f"  pi vs rho_hat    target_space=pi (a study variant: the draws follow rho_hat, so phi ~ rho_hat*w): "
-            f"TV(pi, rho_hat) = {total_variation(pi, rho, x):.3f} (floor {sampler.floor:g}); "
+            f"  pi vs {target:<10} target_space=pi (a study variant: the draws follow {target}, so phi ~ {target}*w): "
+            f"TV(pi, {target}) = {drawn:.3f} (floor {sampler.floor:g}); "
             f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, large by design (METHOD.md section 5.10)"
         )
     elif rho is not None:
@@ -174,6 +177,8 @@ def _cmd_compare(args) -> int:
             for b in allocs[i + 1 :]:
                 print(f"    {a.name} vs {b.name}: {total_variation(a.phi, b.phi, x):.3f}")
     _print_base_notes(allocs, unlearned)
+    if "infonoise" in names and unlearned is None and _draws_variant(stored):
+        print(f"  note: {_DRAWS_NOTE}")
     if args.plot:
         from ..diagnostics import plot_allocations
 
@@ -182,7 +187,8 @@ def _cmd_compare(args) -> int:
         print(f"wrote {args.plot}")
     if args.json:
         data = {"scheduler": where, "stored_schedule": stored is not None, "allocations": {a.name: a.to_dict() for a in allocs}}
-        _write_json(Path(args.json), {**data, **_infonoise_shows(names, unlearned)})
+        space = "pi" if _draws_variant(stored) else "phi"
+        _write_json(Path(args.json), {**data, **_infonoise_shows(names, unlearned, space)})
         print(f"wrote {args.json}")
     return 0
 
@@ -212,12 +218,13 @@ def _base_named(allocs, unlearned: dict | None) -> list:
     return [dataclasses.replace(a, name=label) if a.name == "infonoise" else a for a in allocs]
 
 
-def _infonoise_shows(names, unlearned: dict | None) -> dict:
-    """The JSON field saying what the ``infonoise`` allocation shows (none when it is not among ``names``)."""
+def _infonoise_shows(names, unlearned: dict | None, target_space: str = "phi") -> dict:
+    """The JSON field saying what the ``infonoise`` allocation shows (none when it is not among ``names``), with the
+    stored schedule's ``target_space``."""
     if "infonoise" not in names:
         return {}
     if unlearned is None:
-        return {"infonoise": {"shows": "stored schedule"}}
+        return {"infonoise": {"shows": "stored schedule", "target_space": target_space}}
     return {"infonoise": {"shows": "base density", "base": unlearned["base"], "note": unlearned["note"]}}
 
 
@@ -269,10 +276,27 @@ def _print_schedule_fit(scheduler, where: str, profile_file: Path) -> None:
     print(f"stored schedule of {where} against {profile_file} ({fit['grid_points']} grid points):")
     print(f"  TV(stored rho_hat, your data's rho_hat)          {fit['tv_rho']:.3f}")
     print(f"  TV(stored phi = pi*w, your data's rho_hat)       {fit['tv_phi']:.3f}")
+    if _draws_variant(payload):
+        print(f"  TV(stored pi, your data's rho_hat)               {fit['tv_pi']:.3f}")
+        print(f"  note: {_DRAWS_NOTE}")
+        return
     print(
         "  (0: the schedule spends compute where your data resolves; a run from it starts there, and its own losses "
         "take over within about one memory of the estimator, docs/METHOD.md 5.10)"
     )
+
+
+#: what ``compare`` and ``show`` say of a schedule of the study variant ``target_space="pi"``
+_DRAWS_NOTE = (
+    "this schedule is the study variant target_space=pi: its draws pi follow rho_hat and the loss weight w scales them, "
+    "so its phi = pi*w is far from rho_hat by design (docs/METHOD.md 5.10); the training scripts start from it with the "
+    "method (pi ~ rho_hat/w, rebuilt from its m_hat) unless --infonoise_target_space pi is given"
+)
+
+
+def _draws_variant(payload) -> bool:
+    """Whether a stored schedule is of the study variant ``target_space="pi"`` (its draws follow ρ̂)."""
+    return bool(payload) and (payload.get("hyperparameters") or {}).get("target_space") == "pi"
 
 
 def _cmd_dataset_profile(args) -> int:

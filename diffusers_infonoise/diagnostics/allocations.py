@@ -201,9 +201,10 @@ def schedule_fit(sampler, profile) -> dict:
             ``profile_from_empirical``), or its ``to_dict()`` (the ``"profile"`` of ``infonoise profile``'s JSON).
 
     Returns:
-        ``{"tv_rho", "tv_phi", "grid_points"}`` on the profile's grid (VE log σ): TV between the schedule's ρ̂ and
-        the profile's, and between the schedule's effective allocation φ = π·w and the profile's ρ̂ (what training
-        with it would spend where your data resolves). The schedule's densities are interpolated linearly in
+        ``{"tv_rho", "tv_phi", "tv_pi", "grid_points"}`` on the profile's grid (VE log σ): TV between the schedule's
+        ρ̂ and the profile's, between the schedule's effective allocation φ = π·w and the profile's ρ̂ (what training
+        with it would spend where your data resolves), and between its draws π and the profile's ρ̂ (what the study
+        variant ``target_space="pi"`` matches instead, METHOD.md §5.10). The schedule's densities are interpolated linearly in
         log σ at the profile's points, zero outside its grid.
 
     Raises:
@@ -227,5 +228,6 @@ def schedule_fit(sampler, profile) -> dict:
     return {
         "tv_rho": total_variation(on_grid(p["rho_hat"]), rho, x),
         "tv_phi": total_variation(on_grid(p["phi"]), rho, x),
+        "tv_pi": total_variation(on_grid(p["pi"]), rho, x),
         "grid_points": int(x.numel()),
     }

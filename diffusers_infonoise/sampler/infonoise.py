@@ -147,7 +147,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
         Keys (after ``prefix``): ``adapted`` (0/1), ``num_updates``, ``filled_bins``, ``measured_mass``
         (:meth:`measured_mass`), ``pi_sigma_p10``/``_p50``/``_p90`` (VE σ quantiles of π), and once an
-        estimate exists ``tv_phi_rho`` (TV(φ, ρ̂), METHOD.md §5's check: ≤ floor + 0.02) and, when a gate
+        estimate exists ``tv_phi_rho`` (TV(φ, ρ̂), METHOD.md §5's check: ≤ floor + 0.02; with ``target_space="pi"``
+        also ``tv_pi_rho``, TV(π, ρ̂), which the floor bounds there instead) and, when a gate
         applies, ``gate_pivot`` (VE σ). Cheap (bin arithmetic on the CPU; no synchronisation).
         """
         q = torch.exp(self.density.icdf(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)))
@@ -162,6 +163,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         }
         if self.estimator.is_ready:
             out["tv_phi_rho"] = self.allocation_total_variation()
+            if self.settings.target_space == "pi":  # the study variant: its draws, not φ, follow ρ̂
+                out["tv_pi_rho"] = self.draws_total_variation()
             if self.estimator.last_gate.pivot is not None:
                 out["gate_pivot"] = float(self.estimator.last_gate.pivot)
         return {prefix + k: v for k, v in out.items()}
@@ -311,7 +314,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         ``variance``, ``min_gap``, null when not measured), ``tv_phi_rho`` (TV(φ, ρ̂) of the stored π, METHOD.md §5;
         null before adaptation), ``start`` (how the run began, METHOD.md §5.9: :attr:`start_record`, kept through
         resumes; null when not recorded; payloads written before it have no such field) and, for a tempered target
-        (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds).
+        (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds), and for the study variant
+        ``target_space="pi"`` ``tv_pi_rho`` (TV(π, ρ̂)).
         """
         from .. import __version__
 
@@ -342,6 +346,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "tv_phi_rho": tv,
             "start": None if self.start_record is None else dict(self.start_record),
             **({"tv_phi_target": self.allocation_total_variation(target=True)} if tv is not None and self.temperature != 1.0 else {}),
+            **({"tv_pi_rho": self.draws_total_variation()} if tv is not None and self.settings.target_space == "pi" else {}),
         }
 
     def load_schedule(self, payload: dict, *, source: str | None = None) -> None:

@@ -367,7 +367,7 @@ def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, 
     rc, out, err = run(capsys, *argv, "--scheduler", saved["learned"])
     assert rc == 0 and "note:" not in out, out
     data = json.loads((tmp_path / "c.json").read_text())
-    assert data["stored_schedule"] is True and data["infonoise"] == {"shows": "stored schedule"}
+    assert data["stored_schedule"] is True and data["infonoise"] == {"shows": "stored schedule", "target_space": "phi"}
     assert drawn[-1] == ["edm_lognormal", "infonoise"]
     # the adaptive peers never store a schedule: their rows are their base densities (TV 0 to EDM log-normal here)
     rc, out, err = run(capsys, "compare", "--samplers", "edm_lognormal,kingma_gao,loss_slope", "--scheduler", saved["learned"])
@@ -509,3 +509,7 @@ def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):
     shown = float(re.search(r"TV\(pi, rho_hat\) = ([0-9.]+)", out).group(1))
     assert shown == pytest.approx(by_hand, abs=2e-3) and shown <= 0.07
     assert re.search(r"TV\(phi, rho_hat\) = [0-9.]+, large by design", out)
+    # compare says which schedule it judges, and its JSON records the setting
+    rc, out, _ = run(capsys, "compare", "--scheduler", tmp_path, "--samplers", "infonoise,edm_lognormal", "--json", tmp_path / "c.json")
+    assert rc == 0 and "study variant target_space=pi" in out
+    assert json.loads((tmp_path / "c.json").read_text())["infonoise"] == {"shows": "stored schedule", "target_space": "pi"}

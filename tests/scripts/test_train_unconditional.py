@@ -176,8 +176,8 @@ def test_a_card_of_the_draws_variant_says_so(script, unet_config, tmp_path):
     assert payload["hyperparameters"]["target_space"] == "pi"
     pi, rho = np.asarray(payload["pi"]), np.asarray(payload["rho_hat"]) * np.diff(payload["edges"])
     tv_pi = 0.5 * float(np.abs(pi / pi.sum() - rho / rho.sum()).sum())
-    assert f"TV(π, ρ̂) = {tv_pi:.3f}" in card and "study variant `target_space=pi`" in card
-    assert "the floor η = 0.05 bounds it" not in card
+    assert f"TV(π, ρ̂) = {tv_pi:.3f} (the floor η = 0.05 bounds it)" in card and "study variant `target_space=pi`" in card
+    assert "(large by design)" in card and "π ∝ ρ̂/w" not in card
 
 
 def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):

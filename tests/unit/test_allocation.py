@@ -19,6 +19,7 @@ from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteSc
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, make_sampler
 from diffusers_infonoise.sampler import default_warmup_steps
+from diffusers_infonoise.schedule_io import read_schedule
 
 from helpers.reference import factor_by_hand, gauss_mmse, grid_by_hand, total_variation, weight_by_hand
 
@@ -377,7 +378,9 @@ def test_target_space_pi_draws_on_rho_and_leaves_the_weight_to_scale_them():
     assert total_variation(pi * w, rho) > 0.2  # φ = π·w, far from ρ: not the method
     assert s.allocation_total_variation() == pytest.approx(total_variation(pi * w, s._rho_mass().numpy()), abs=1e-6)
     assert s.last_refresh["tv_pi_rho"] == pytest.approx(total_variation(pi, s._rho_mass().numpy()), abs=1e-6)
+    assert s.metrics()["infonoise/tv_pi_rho"] == s.last_refresh["tv_pi_rho"]  # what a tracker logs
     s.save_to_scheduler(sched)
+    assert read_schedule(sched)["tv_pi_rho"] == pytest.approx(s.last_refresh["tv_pi_rho"])
     b = InfoNoiseTrainingTimestepSampler.from_scheduler(type(sched).from_config(sched.config))
     assert b.hyperparameters["target_space"] == "pi" and torch.equal(b.probs, s.probs)
     for bad in ("x", None, 1):
