@@ -81,6 +81,18 @@ DATASETS = {
         base="binarized_mnist16",
         scale=0.25,
     ),
+    "binarized_digits16_x0.25": DataSpec(
+        "binarized_digits16_x0.25",
+        "image",
+        16,
+        True,
+        32,
+        60,
+        "binarized digits 16x16 with x0 times 0.25 (values -0.25, 0.25), trained on as float arrays; samples are divided "
+        "by 0.25 and scored as binarized_digits16's (issue 31: a second fine-tune whose window lies far below sigma_data)",
+        base="binarized_digits16",
+        scale=0.25,
+    ),
     "binarized_mnist16_x4": DataSpec(
         "binarized_mnist16_x4",
         "image",

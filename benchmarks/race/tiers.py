@@ -565,12 +565,22 @@ def _draws_races() -> list[Race]:
     control) and the fixed arms, 3 seeds each, on that fine-tune (as :func:`_bound_transfer_cpu_races`) and, as the
     controls where InfoNoise's π is level with the best fixed density, the binarized MNIST and binarized digits
     fine-tunes of :func:`_bound_races` (same races and run ids, so that ``--reuse bound`` / ``--reuse
-    bound_transfer_cpu`` take the fixed arms' runs)."""
+    bound_transfer_cpu`` take the fixed arms' runs); and the binarized digits fine-tune onto x0 × 0.25, a second window far
+    below σ_data, with logit-normal centred at ln σ = −2, −1 and 0, 2 seeds."""
     races = []
     for r in _bound_races() + _bound_transfer_cpu_races():
         if r.name in ("tk-ft-binarized_mnist16", "tk-ft-binarized_digits16", "tf-ft16-x0.25"):
             arms = (DRAWS_ARM,) + tuple(a for a in r.samplers if a != BOUNDED_PROFILE_ARM)
             races.append(dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)))
+    # a second fine-tune whose window lies far below σ_data: the binarized digits one onto x0 × 0.25, with a short
+    # logit-normal sweep for its best fixed density (2 seeds: the rule's test, not a tier of its own)
+    digits = next(r for r in races if r.name == "tk-ft-binarized_digits16")
+    arms = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-2", "logit_normal@mean=-1")
+    races.append(
+        dataclasses.replace(
+            digits, name="tk-ft-binarized_digits16-x0.25", dataset="binarized_digits16_x0.25", samplers=arms, seeds=_seeds(arms, 2)
+        )
+    )
     return races
 
 
