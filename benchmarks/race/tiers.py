@@ -244,6 +244,8 @@ PRETRAINS = {
         Pretrain("edm-infonoise-binarized_digits-s1", "binarized_digits", "edm", "infonoise", steps=600, seed=1),
         # the transfer tier's fine-tunes (to 32x32, to data scaled by 0.25) start from EDM's conventional density
         Pretrain("edm-edm_lognormal-binarized_mnist16", "binarized_mnist16", "edm", "edm_lognormal"),
+        # the content tier's scale-only fine-tune of digits starts from binarized digits at 16x16
+        Pretrain("edm-edm_lognormal-binarized_digits16", "binarized_digits16", "edm", "edm_lognormal"),
     )
 }
 
@@ -584,6 +586,31 @@ def _draws_races() -> list[Race]:
     return races
 
 
+def _content_races() -> list[Race]:
+    """Issue 31, fifth round: what decides whether a fine-tune's best density draws on ρ̂ (onto binarized MNIST
+    × 0.25 from binarized MNIST, where :data:`DRAWS_ARM` leads the default) or above it (onto binarized digits
+    × 0.25 from continuous MNIST, where logit-normal(0, 1) and the default lead). Each race changes one factor of
+    one of those two: the pretrain, so that the fine-tune changes the data's scale only or also its content.
+    ``tk-ft-bd2bd-x0.25``: the digits fine-tune of :func:`_draws_races` from a binarized-digits pretrain (scale
+    only); ``tf-ft-m2bm-x0.25``: the MNIST one (``tf-ft16-x0.25``, 240 steps) from the continuous MNIST pretrain
+    (content and scale). The same arms in both, 2 seeds: the variant, the default and logit-normal centred at
+    ln σ = 0, −1, −2."""
+    arms = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2")
+    draws = {r.name: r for r in _draws_races()}
+    return [
+        dataclasses.replace(
+            draws["tk-ft-binarized_digits16-x0.25"],
+            name="tk-ft-bd2bd-x0.25",
+            pretrained="edm-edm_lognormal-binarized_digits16",
+            samplers=arms,
+            seeds=_seeds(arms, 2),
+        ),
+        dataclasses.replace(
+            draws["tf-ft16-x0.25"], name="tf-ft-m2bm-x0.25", pretrained="edm-edm_lognormal-mnist16", samplers=arms, seeds=_seeds(arms, 2)
+        ),
+    ]
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -598,6 +625,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 TIERS = (
     "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
     "cadence", "bound", "bound_gpu", "bound_transfer", "bound_transfer_cpu", "draws",
+    "content",
 )  # fmt: skip
 
 
@@ -621,6 +649,8 @@ def tier_races(tier: str) -> list[Race]:
         return _bound_transfer_cpu_races()
     if tier == "draws":
         return _draws_races()
+    if tier == "content":
+        return _content_races()
     if tier == "bound_gpu":  # the same races with seeds 3-9 (on a lent GPU; seeds 0-2 are the bound tier's)
         return [dataclasses.replace(r, seeds={a: list(range(3, 10)) for a in r.samplers}) for r in _bound_races()]
     if tier == "quick":
