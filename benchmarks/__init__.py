@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
+import platform
+import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,3 +47,17 @@ def training_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def write_results(path: Path, entry_point: str, result: dict, *, started: float) -> None:
+    """Write ``result`` as ``path`` (JSON) with what makes it reproducible: ``command`` (``python -m
+    benchmarks.<entry_point>`` and this process's arguments), ``code`` (:func:`code_version`) and ``machine``
+    (platform and wall seconds since ``started``, a ``time.time()``)."""
+    result = {
+        "command": shlex.join(["python", "-m", f"benchmarks.{entry_point}", *sys.argv[1:]]),
+        "code": code_version(),
+        **result,
+        "machine": {"platform": platform.platform(), "wall_s": round(time.time() - started, 1)},
+    }
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {path}")

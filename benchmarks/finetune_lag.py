@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import RESULTS
+from benchmarks import RESULTS, write_results
 from benchmarks.race.data import load_data
 from diffusers_infonoise.argtypes import positive_int
 
@@ -170,14 +169,11 @@ def main() -> None:
     result = {
         "benchmark": "the online estimate of a fine-tune against offline profiles of its start and end (issues 22, 31)",
         "tier": args.tier,
-        "command": " ".join(["python", "-m", "benchmarks.finetune_lag"] + sys.argv[1:]),
         "method": __doc__.split("\n\n")[1].replace("\n", " "),
         "num_samples": args.num_samples,
         "results": rows,
-        "machine": {"platform": platform.platform(), "wall_s": round(time.time() - t0, 1)},
     }
-    args.results.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.results}")
+    write_results(args.results, "finetune_lag", result, started=t0)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import shlex
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import REPO, RESULTS
+from benchmarks import REPO, RESULTS, write_results
 from benchmarks.finetune_lag import _data_x0, _profile, per_element_bayes_mmse
 from benchmarks.race.data import load_data
 from diffusers_infonoise.argtypes import positive_int
@@ -184,7 +182,6 @@ def main() -> None:
 
     result = {
         "benchmark": "what a fine-tune's best fixed density tracks, and where its lead is made (issue 31)",
-        "command": " ".join(["python", "-m", "benchmarks.finetune_target"] + sys.argv[1:]),
         "method": __doc__.split("\n\n")[1].replace("\n", " ") + " " + __doc__.split("\n\n")[2].replace("\n", " "),
         "race": race.name,
         "best": {
@@ -197,10 +194,8 @@ def main() -> None:
         "targets": targets,
         "x0_error_by_sigma": by_sigma,
         "splices": splices,
-        "machine": {"platform": platform.platform(), "wall_s": round(time.time() - t0, 1)},
     }
-    args.results.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.results}")
+    write_results(args.results, "finetune_target", result, started=t0)
 
 
 if __name__ == "__main__":

@@ -20,18 +20,23 @@ class KingmaGaoSampler(_AdaptiveSampler):
     per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
 
     Args: as :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler` (the settings of
-    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None, ``temperature`` does not enter its π, and
-    ``target_space`` must be ``"phi"``). It learns no schedule to store or start from (``learns_schedule`` False).
+    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None; ``temperature`` must be 1 and
+    ``target_space`` ``"phi"``, as its π has no target to temper or place). It learns no schedule to store or start
+    from (``learns_schedule`` False).
+
+    Raises:
+        ValueError: ``temperature`` other than 1 or ``target_space`` other than ``"phi"`` (naming the setting).
     """
 
     name = "kingma_gao"
 
     def __init__(self, path, **kwargs):
         kwargs.setdefault("gate", None)
-        if kwargs.get("target_space", "phi") != "phi":
-            raise ValueError(
-                f"target_space: a setting of InfoNoise's target, not of Kingma & Gao's sampler; got {kwargs['target_space']!r}"
-            )
+        for setting, default in (("target_space", "phi"), ("temperature", 1.0)):
+            if kwargs.get(setting, default) != default:  # settings of InfoNoise's target, which this π does not have
+                raise ValueError(
+                    f"{setting}: a setting of InfoNoise's target, not of Kingma & Gao's sampler (only {default!r}); got {kwargs[setting]!r}"
+                )
         super().__init__(path, **kwargs)
 
     def _statistic(self, levels, errors):

@@ -60,6 +60,7 @@ __all__ = [
     "add_common_training_args",
     "baseline_density_params",
     "build_noise_sampler",
+    "unread_infonoise_flags",
     "sampler_start",
     "check_sources",
     "option_errors",
@@ -303,6 +304,41 @@ def _refuse_unused_density_flags(args, used: str | None, what: str) -> None:
             )
 
 
+#: the ``--infonoise_*`` flags that only InfoNoise reads (its target and its clean end): an adaptive baseline
+#: (Kingma & Gao, the loss slope) is built without them
+_INFONOISE_ONLY_FLAGS = (
+    "infonoise_gate",
+    "infonoise_gate_fallback",
+    "infonoise_clean_end_bound",
+    "infonoise_mmse_cap",
+    "infonoise_temperature",
+    "infonoise_target_space",
+)
+#: the ``--infonoise_*`` flags about the start, checked with their own messages by :func:`sampler_start`
+_START_FLAGS = ("infonoise_init", "infonoise_schedule_from", "infonoise_profile_bound")
+
+
+def _infonoise_flag_defaults() -> dict:
+    """Every ``--infonoise_*`` flag of :func:`add_noise_sampler_args` with its parser default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_noise_sampler_args(parser)
+    return {k: v for k, v in vars(parser.parse_args([])).items() if k.startswith("infonoise_")}
+
+
+def unread_infonoise_flags(args, name: str) -> list[str]:
+    """The ``--infonoise_*`` flags changed from their defaults that sampler ``name`` does not read (``--flag`` each):
+    any of them for a fixed density, InfoNoise's own (:data:`_INFONOISE_ONLY_FLAGS`) for an adaptive baseline, none
+    for InfoNoise. The start's flags are :func:`sampler_start`'s, which refuses them where they do not apply."""
+    if name == "infonoise":
+        return []
+    fixed = name in FIXED_DENSITY_NAMES
+    return [
+        f"--{flag}"
+        for flag, default in _infonoise_flag_defaults().items()
+        if flag not in _START_FLAGS and (fixed or flag in _INFONOISE_ONLY_FLAGS) and getattr(args, flag, default) != default
+    ]
+
+
 def baseline_density_params(args, name: str | None) -> dict | None:
     """The density parameters the baseline flags give sampler/base ``name`` (``--edm_p_mean/--edm_p_std``,
     ``--logit_mean/--logit_std``, ``--mode_scale``), or None for a density without parameters. ``--logit_mean``
@@ -335,6 +371,13 @@ def build_noise_sampler(
     if mu is not None:  # the training path of a dynamic-shift flow scheduler (training.flow.training_mu)
         common["mu"] = mu
     name = name or args.noise_sampler
+    if unread := unread_infonoise_flags(args, name):
+        # a warning, not a refusal: one argument list shared by a comparison's arms is how baselines are run
+        kind = "the fixed density" if name in FIXED_DENSITY_NAMES else "the adaptive baseline"
+        logger.warning(
+            f"{', '.join(unread)}: InfoNoise settings, which this run's sampler does not read ({kind} {name!r}): "
+            "ignored; pass --noise_sampler infonoise to use them"
+        )
     if name not in FIXED_DENSITY_NAMES:  # the adaptive samplers, with InfoNoise's settings
         base = args.infonoise_base or default_base
         path_base = path_class(noise_scheduler).default_base
@@ -355,16 +398,15 @@ def build_noise_sampler(
             "floor": args.infonoise_floor,
             "base": base,
         }
-        if args.infonoise_temperature != 1.0:  # InfoNoise's tempered target (a variant); Kingma & Gao have none
-            kw["temperature"] = args.infonoise_temperature
-        if args.infonoise_target_space != "phi":  # InfoNoise's (a study variant); the other adaptive samplers refuse it
-            kw["target_space"] = args.infonoise_target_space
-        if name == "infonoise":
+        if name == "infonoise":  # its target's and clean end's settings (the baselines have neither: warned above)
+            if args.infonoise_temperature != 1.0:  # a tempered target (a variant)
+                kw["temperature"] = args.infonoise_temperature
+            if args.infonoise_target_space != "phi":  # a study variant
+                kw["target_space"] = args.infonoise_target_space
             kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback, clean_end_bound=args.infonoise_clean_end_bound)
             cap = getattr(args, "infonoise_mmse_cap", None)
             if cap is not None:  # unset: the library's default (auto for ε and v)
                 kw["mmse_cap"] = None if cap == "none" else cap
-        if name == "infonoise":
             kw["use_stored_schedule"] = False  # the start is chosen explicitly: sampler_start
         with _density_flags_named(args, base[0] if isinstance(base, tuple) else base):
             return make_sampler(name, noise_scheduler, **common, **kw)

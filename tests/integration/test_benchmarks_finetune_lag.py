@@ -85,3 +85,20 @@ def test_a_stored_start_carries_the_profile_onto_the_runs_bins(tmp_path):
     for sigma, m in ((levels, np.where(levels > 1, np.nan, levels**2)), (levels[::-1], levels[::-1] ** 2)):
         with pytest.raises(ValueError, match="need increasing levels and finite errors"):
             stored_start(payload, sigma, m)
+
+
+def test_write_results_records_the_command_code_and_machine(tmp_path, monkeypatch):
+    """The results file of ``finetune_lag`` / ``finetune_target``: the payload as given, beside the exact command (this
+    process's arguments, shell-quoted), the code it ran and the wall time since ``started``."""
+    import json
+    import time
+
+    from benchmarks import code_version, write_results
+
+    monkeypatch.setattr("sys.argv", ["finetune_target.py", "--best", "logit_normal@mean=-2", "--seeds", "0"])
+    path = tmp_path / "r.json"
+    write_results(path, "finetune_target", {"race": "tf-ft16-x0.25"}, started=time.time() - 2.0)
+    got = json.loads(path.read_text())
+    assert got["command"] == "python -m benchmarks.finetune_target --best logit_normal@mean=-2 --seeds 0"
+    assert got["code"] == code_version() and got["race"] == "tf-ft16-x0.25"
+    assert 2.0 <= got["machine"]["wall_s"] < 60.0
