@@ -594,19 +594,27 @@ def _content_races() -> list[Race]:
     ``tk-ft-bd2bd-x0.25``: the digits fine-tune of :func:`_draws_races` from a binarized-digits pretrain (scale
     only); ``tf-ft-m2bm-x0.25``: the MNIST one (``tf-ft16-x0.25``, 240 steps) from the continuous MNIST pretrain
     (content and scale). The same arms in both, 2 seeds: the variant, the default and logit-normal centred at
-    ln σ = 0, −1, −2."""
+    ln σ = 0, −1, −2. Then, where the default led, the sweep widened around the best centre and EDM log-normal (the
+    pretrains' density) added, 2 seeds, and a third seed of the default and of logit-normal centred at 0, −1 and −2."""
     arms = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2")
     draws = {r.name: r for r in _draws_races()}
+    digits = arms + ("logit_normal@mean=-1.5", "logit_normal@mean=-0.5", "edm_lognormal")
+    mnist = arms + ("logit_normal@mean=-3", "logit_normal@mean=-2.5", "logit_normal@mean=-1.5", "edm_lognormal")
+    third = {UNBOUNDED_START_ARM: 3, "logit_normal@mean=-1": 3, "logit_normal@mean=-2": 3, "logit_normal": 3}
     return [
         dataclasses.replace(
             draws["tk-ft-binarized_digits16-x0.25"],
             name="tk-ft-bd2bd-x0.25",
             pretrained="edm-edm_lognormal-binarized_digits16",
-            samplers=arms,
-            seeds=_seeds(arms, 2),
+            samplers=digits,
+            seeds=_seeds(digits, 2, third),
         ),
         dataclasses.replace(
-            draws["tf-ft16-x0.25"], name="tf-ft-m2bm-x0.25", pretrained="edm-edm_lognormal-mnist16", samplers=arms, seeds=_seeds(arms, 2)
+            draws["tf-ft16-x0.25"],
+            name="tf-ft-m2bm-x0.25",
+            pretrained="edm-edm_lognormal-mnist16",
+            samplers=mnist,
+            seeds=_seeds(mnist, 2, third),
         ),
     ]
 
