@@ -595,7 +595,8 @@ def _content_races() -> list[Race]:
     only); ``tf-ft-m2bm-x0.25``: the MNIST one (``tf-ft16-x0.25``, 240 steps) from the continuous MNIST pretrain
     (content and scale). The same arms in both, 2 seeds: the variant, the default and logit-normal centred at
     ln σ = 0, −1, −2. Then, where the default led, the sweep widened around the best centre and EDM log-normal (the
-    pretrains' density) added, 2 seeds, and a third seed of the default and of logit-normal centred at 0, −1 and −2."""
+    pretrains' density) added, 2 seeds, and a third seed of the default and of logit-normal centred at 0, −1 and −2.
+    ``tf-ft-bm2bm-x0.25-400``: ``tf-ft16-x0.25`` itself at 400 steps (the budget of the digits races), 2 seeds."""
     arms = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2")
     draws = {r.name: r for r in _draws_races()}
     digits = arms + ("logit_normal@mean=-1.5", "logit_normal@mean=-0.5", "edm_lognormal")
@@ -615,6 +616,17 @@ def _content_races() -> list[Race]:
             pretrained="edm-edm_lognormal-mnist16",
             samplers=mnist,
             seeds=_seeds(mnist, 2, third),
+        ),
+        # the one fine-tune where the default trails (tf-ft16-x0.25, 240 steps) at the digits races' budget: is its loss
+        # the first part of a run (the default trails every fine-tune early) or the target?
+        dataclasses.replace(
+            draws["tf-ft16-x0.25"],
+            name="tf-ft-bm2bm-x0.25-400",
+            steps=400,
+            eval_every=100,
+            eval_steps=(100, 200, 400),
+            samplers=arms,
+            seeds=_seeds(arms, 2),
         ),
     ]
 
