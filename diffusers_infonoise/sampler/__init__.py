@@ -21,6 +21,8 @@ start a run takes). :func:`make_sampler` builds any of them by name.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..paths import path_from_scheduler
 from . import starts
 from .adaptive import PROFILE_SHARE
@@ -44,6 +46,7 @@ __all__ = [
     "LossSlopeSampler",
     "SAMPLER_NAMES",
     "make_sampler",
+    "unread_settings",
     "base_density",
     "default_prediction_type",
     "default_loss_weighting",
@@ -64,6 +67,20 @@ _ADAPTIVE_BASELINES = {"kingma_gao": KingmaGaoSampler, "loss_slope": LossSlopeSa
 
 #: every sampler :func:`make_sampler` builds: InfoNoise, the fixed densities, the adaptive baselines
 SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, *_ADAPTIVE_BASELINES)
+
+
+def unread_settings(name: str) -> tuple[str, ...]:
+    """The settings of :class:`InfoNoiseSettings` that sampler ``name`` does not read: every one for a fixed density,
+    none for InfoNoise, a baseline's ``unread_settings`` (Kingma & Gao: the gate, the m̂ cap, the target's settings).
+
+    Raises:
+        ValueError: unknown name (the message lists the accepted ones).
+    """
+    if name not in SAMPLER_NAMES:
+        raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
+    if name in FIXED_DENSITY_NAMES:
+        return tuple(f.name for f in dataclasses.fields(InfoNoiseSettings))
+    return _ADAPTIVE_BASELINES[name].unread_settings if name in _ADAPTIVE_BASELINES else ()
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:

@@ -47,6 +47,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         ValueError: an invalid setting, naming the argument and the accepted values.
     """
 
+    #: the settings this sampler's π does not depend on (accepted and recorded, so that one list of settings serves
+    #: every adaptive sampler; the training scripts warn of them, and a resume does not compare them)
+    unread_settings: tuple[str, ...] = ()
+
     def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
         InfoNoiseSettings.check_keywords(settings, type(self).__name__, error=TypeError)
@@ -561,7 +565,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
         saved = state.get("settings")  # states written before the settings were recorded have none
         if isinstance(saved, dict):
-            changed = [f"{k}: {v!r} -> {getattr(self.settings, k)!r}" for k, v in saved.items() if v != getattr(self.settings, k, v)]
+            changed = [
+                f"{k}: {v!r} -> {getattr(self.settings, k)!r}"
+                for k, v in saved.items()
+                if v != getattr(self.settings, k, v) and k not in self.unread_settings
+            ]
             if changed:  # the resume command's settings are used, as they were before; the user should know
                 warnings.warn(
                     f"noise sampler: resumed at step {self.optimizer_step} with settings that differ from the checkpoint's run "

@@ -29,6 +29,8 @@ class KingmaGaoSampler(_AdaptiveSampler):
     """
 
     name = "kingma_gao"
+    # its π is the base times E[u·L] (no gate, no ρ̂ to cap, temper or place; the floor mixed in π)
+    unread_settings = ("gate", "gate_fallback", "mmse_cap", "temperature", "target_space", "floor_space")
 
     def __init__(self, path, **kwargs):
         kwargs.setdefault("gate", None)

@@ -61,15 +61,16 @@ class LossSlopeSampler(_AdaptiveSampler):
 
     Args:
         path: the corruption path. Keywords: those of InfoNoise but ``gate`` (there is none; only ``None`` is
-            accepted), ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` is accepted
-            and unused, and so is ``floor_space``
-            (the scripts pass InfoNoise's flags to every adaptive sampler): the floor is always mixed in π.
+            accepted), ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` and
+            ``floor_space`` are accepted and unused (:attr:`unread_settings`): the floor is always mixed in π.
 
     Raises:
         ValueError: invalid arguments, each naming the argument and the accepted values.
     """
 
     name = "loss_slope"
+    # no gate and no ρ̂ to temper or place; the floor always mixed in π
+    unread_settings = ("gate", "gate_fallback", "temperature", "target_space", "floor_space")
 
     def __init__(self, path: NoisePath, *, prediction_type: str, mmse_cap="default", gate=None, floor_space: str = "pi", **kwargs):
         if floor_space not in ("phi", "pi"):

@@ -41,6 +41,7 @@ from ..sampler import (
     TrainingTimestepSampler,
     choose_start,
     make_sampler,
+    unread_settings,
 )
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
@@ -304,39 +305,21 @@ def _refuse_unused_density_flags(args, used: str | None, what: str) -> None:
             )
 
 
-#: the ``--infonoise_*`` flags that only InfoNoise reads (its target and its clean end): an adaptive baseline
-#: (Kingma & Gao, the loss slope) is built without them
-_INFONOISE_ONLY_FLAGS = (
-    "infonoise_gate",
-    "infonoise_gate_fallback",
-    "infonoise_clean_end_bound",
-    "infonoise_mmse_cap",
-    "infonoise_temperature",
-    "infonoise_target_space",
-)
-#: the ``--infonoise_*`` flags about the start, checked with their own messages by :func:`sampler_start`
-_START_FLAGS = ("infonoise_init", "infonoise_schedule_from", "infonoise_profile_bound")
-
-
 def _infonoise_flag_defaults() -> dict:
-    """Every ``--infonoise_*`` flag of :func:`add_noise_sampler_args` with its parser default."""
+    """Every ``--infonoise_*`` flag of :func:`add_noise_sampler_args` with its parser default (no script changes these
+    defaults; a ``set_defaults`` of one would have to be read here too)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_noise_sampler_args(parser)
     return {k: v for k, v in vars(parser.parse_args([])).items() if k.startswith("infonoise_")}
 
 
 def unread_infonoise_flags(args, name: str) -> list[str]:
-    """The ``--infonoise_*`` flags changed from their defaults that sampler ``name`` does not read (``--flag`` each):
-    any of them for a fixed density, InfoNoise's own (:data:`_INFONOISE_ONLY_FLAGS`) for an adaptive baseline, none
-    for InfoNoise. The start's flags are :func:`sampler_start`'s, which refuses them where they do not apply."""
-    if name == "infonoise":
-        return []
-    fixed = name in FIXED_DENSITY_NAMES
-    return [
-        f"--{flag}"
-        for flag, default in _infonoise_flag_defaults().items()
-        if flag not in _START_FLAGS and (fixed or flag in _INFONOISE_ONLY_FLAGS) and getattr(args, flag, default) != default
-    ]
+    """The ``--infonoise_*`` flags changed from their defaults that sampler ``name`` does not read (``--flag`` each,
+    those of :func:`~diffusers_infonoise.sampler.unread_settings`: any for a fixed density, a baseline's own, none for
+    InfoNoise). The start's flags are no settings: :func:`sampler_start` refuses them where they do not apply."""
+    unread = {f"infonoise_{setting}" for setting in unread_settings(name)}
+    defaults = _infonoise_flag_defaults()
+    return [f"--{flag}" for flag, default in defaults.items() if flag in unread and getattr(args, flag, default) != default]
 
 
 def baseline_density_params(args, name: str | None) -> dict | None:
@@ -374,9 +357,10 @@ def build_noise_sampler(
     if unread := unread_infonoise_flags(args, name):
         # a warning, not a refusal: one argument list shared by a comparison's arms is how baselines are run
         kind = "the fixed density" if name in FIXED_DENSITY_NAMES else "the adaptive baseline"
+        what = "an InfoNoise setting" if len(unread) == 1 else "InfoNoise settings"
         logger.warning(
-            f"{', '.join(unread)}: InfoNoise settings, which this run's sampler does not read ({kind} {name!r}): "
-            "ignored; pass --noise_sampler infonoise to use them"
+            f"{', '.join(unread)}: {what} that this run's sampler does not read ({kind} {name!r}): ignored; pass "
+            "--noise_sampler infonoise to use them"
         )
     if name not in FIXED_DENSITY_NAMES:  # the adaptive samplers, with InfoNoise's settings
         base = args.infonoise_base or default_base
@@ -397,16 +381,17 @@ def build_noise_sampler(
             "smoothing": args.infonoise_smoothing,
             "floor": args.infonoise_floor,
             "base": base,
+            "temperature": args.infonoise_temperature,
+            "target_space": args.infonoise_target_space,
+            "gate": args.infonoise_gate,
+            "gate_fallback": args.infonoise_gate_fallback,
+            "clean_end_bound": args.infonoise_clean_end_bound,
         }
-        if name == "infonoise":  # its target's and clean end's settings (the baselines have neither: warned above)
-            if args.infonoise_temperature != 1.0:  # a tempered target (a variant)
-                kw["temperature"] = args.infonoise_temperature
-            if args.infonoise_target_space != "phi":  # a study variant
-                kw["target_space"] = args.infonoise_target_space
-            kw.update(gate=args.infonoise_gate, gate_fallback=args.infonoise_gate_fallback, clean_end_bound=args.infonoise_clean_end_bound)
-            cap = getattr(args, "infonoise_mmse_cap", None)
-            if cap is not None:  # unset: the library's default (auto for ε and v)
-                kw["mmse_cap"] = None if cap == "none" else cap
+        cap = getattr(args, "infonoise_mmse_cap", None)
+        if cap is not None:  # unset: the library's default (auto for ε and v)
+            kw["mmse_cap"] = None if cap == "none" else cap
+        kw = {k: v for k, v in kw.items() if k not in unread_settings(name)}  # a baseline's (warned of above)
+        if name == "infonoise":
             kw["use_stored_schedule"] = False  # the start is chosen explicitly: sampler_start
         with _density_flags_named(args, base[0] if isinstance(base, tuple) else base):
             return make_sampler(name, noise_scheduler, **common, **kw)

@@ -549,14 +549,15 @@ def test_a_density_flag_reaches_the_density_it_sets_or_is_refused(capsys):
 
 def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog):
     """An ``--infonoise_*`` flag changed from its default that the run's sampler does not read is named in one warning
-    and not passed on (a comparison's arms share one argument list): any of them with a fixed density, InfoNoise's own
-    (gate, clean end, m̂ cap, temperature, target space) with an adaptive baseline; the defaults, the flags a sampler
-    reads and the start's flags (:func:`sampler_start`'s) warn of nothing. Kingma & Gao's sampler itself refuses a
+    and not passed on (a comparison's arms share one argument list): any of them with a fixed density; with Kingma &
+    Gao the gate, the m̂ cap, the target's settings and the floor's space; with the loss slope the same but the cap.
+    The flags a sampler reads reach it (the loss slope's cap, both baselines' clean-end bound); the defaults, given
+    or not, and the start's flags (:func:`sampler_start`'s) warn of nothing. Kingma & Gao's sampler itself refuses a
     temperature other than 1, naming it."""
     import argparse
     import logging
 
-    from diffusers import EDMEulerScheduler
+    from diffusers import DDPMScheduler, EDMEulerScheduler
 
     from diffusers_infonoise.objective import Objective
     from diffusers_infonoise.sampler import make_sampler
@@ -566,31 +567,50 @@ def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog):
     add_noise_sampler_args(parser)
     edm = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5)
 
-    def warned(*argv):
+    def warned(*argv, scheduler=edm):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="diffusers_infonoise"):
-            sampler = build_noise_sampler(parser.parse_args(list(argv)), edm, objective=Objective.from_options(edm))
-        return sampler, [r.getMessage() for r in caplog.records if "InfoNoise settings" in r.getMessage()]
+            sampler = build_noise_sampler(parser.parse_args(list(argv)), scheduler, objective=Objective.from_options(scheduler))
+        return sampler, [r.getMessage() for r in caplog.records if "InfoNoise setting" in r.getMessage()]
 
+    defaults = (
+        "--infonoise_warmup_steps",
+        "AUTO",
+        "--infonoise_memory",
+        "auto",
+        "--infonoise_gate",
+        "auto",
+        "--infonoise_temperature",
+        "1",
+    )
     for argv in (
-        ("--noise_sampler", "logit_normal", "--infonoise_init", "base"),
+        ("--noise_sampler", "logit_normal", "--infonoise_init", "base", *defaults, "--infonoise_clean_end_bound", "true"),
         ("--noise_sampler", "kingma_gao", "--infonoise_floor", "0.1", "--infonoise_num_bins", "16"),
         ("--infonoise_temperature", "0.5", "--infonoise_gate", "none"),
     ):
         assert warned(*argv)[1] == [], argv
     for argv, named, kind in (
         (("--noise_sampler", "logit_normal", "--infonoise_temperature", "0.5", "--infonoise_num_bins", "16"),
-         "--infonoise_num_bins, --infonoise_temperature", "the fixed density 'logit_normal'"),
-        (("--noise_sampler", "cosine", "--infonoise_base", "logit_normal"), "--infonoise_base", "the fixed density 'cosine'"),
-        (("--noise_sampler", "kingma_gao", "--infonoise_gate", "0.2", "--infonoise_temperature", "0.5", "--infonoise_floor", "0.1"),
-         "--infonoise_gate, --infonoise_temperature", "the adaptive baseline 'kingma_gao'"),
-        (("--noise_sampler", "loss_slope", "--infonoise_target_space", "pi"), "--infonoise_target_space",
-         "the adaptive baseline 'loss_slope'"),
+         "--infonoise_num_bins, --infonoise_temperature: InfoNoise settings", "the fixed density 'logit_normal'"),
+        (("--noise_sampler", "cosine", "--infonoise_base", "logit_normal"), "--infonoise_base: an InfoNoise setting",
+         "the fixed density 'cosine'"),
+        (("--noise_sampler", "kingma_gao", "--infonoise_gate", "0.2", "--infonoise_temperature", "0.5", "--infonoise_floor", "0.1",
+          "--infonoise_mmse_cap", "0.3", "--infonoise_floor_space", "pi"),
+         "--infonoise_gate, --infonoise_temperature, --infonoise_floor_space, --infonoise_mmse_cap: InfoNoise settings",
+         "the adaptive baseline 'kingma_gao'"),
+        (("--noise_sampler", "loss_slope", "--infonoise_target_space", "pi", "--infonoise_mmse_cap", "0.3"),
+         "--infonoise_target_space: an InfoNoise setting", "the adaptive baseline 'loss_slope'"),
     ):  # fmt: skip
         sampler, messages = warned(*argv)
         assert sampler.name == argv[1]
-        read = f"InfoNoise settings, which this run's sampler does not read ({kind})"
-        assert messages == [f"{named}: {read}: ignored; pass --noise_sampler infonoise to use them"]
-    assert warned("--noise_sampler", "kingma_gao", "--infonoise_temperature", "0.5")[0].temperature == 1.0  # not passed on
+        assert messages == [f"{named} that this run's sampler does not read ({kind}): ignored; pass --noise_sampler infonoise to use them"]
+    # not passed on, and what a baseline reads reaches it
+    assert warned("--noise_sampler", "kingma_gao", "--infonoise_temperature", "0.5")[0].temperature == 1.0
+    ddpm = DDPMScheduler()  # ε-prediction: the loss slope's cap defaults to auto
+    assert warned("--noise_sampler", "loss_slope", "--infonoise_mmse_cap", "0.3", scheduler=ddpm)[0].settings.mmse_cap == 0.3
+    assert warned("--noise_sampler", "loss_slope", "--infonoise_mmse_cap", "none", scheduler=ddpm)[0].settings.mmse_cap is None
+    for name in ("kingma_gao", "loss_slope"):
+        sampler, messages = warned("--noise_sampler", name, "--infonoise_clean_end_bound", "false")
+        assert messages == [] and sampler.estimator.clean_end_bound is False
     with pytest.raises(ValueError, match=r"^temperature: a setting of InfoNoise's target, not of Kingma & Gao's sampler .*got 0.5"):
         make_sampler("kingma_gao", edm, prediction_type="sample", temperature=0.5)

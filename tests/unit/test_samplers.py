@@ -633,3 +633,14 @@ def test_a_resume_with_other_settings_says_which():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             same.load_state_dict(copy.deepcopy(saved))
+    # a baseline's settings that its π does not read (a checkpoint of Kingma & Gao with a temperature, from before it
+    # refused one) are not compared: re-passing them could not change the run
+    kg = _gaussian_trained(make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5), steps=12)
+    state = kg.state_dict()
+    state["settings"] = {**state["settings"], "temperature": 0.5, "gate": 0.2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5).load_state_dict(copy.deepcopy(state))
+    with pytest.warns(UserWarning, match=r"\(checkpoint -> this run's\): floor: 0.05 -> 0.1; the schedule") as caught:
+        make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, floor=0.1).load_state_dict(state)
+    assert not any("temperature" in str(w.message) or "gate" in str(w.message) for w in caught)
