@@ -597,7 +597,8 @@ def _content_races() -> list[Race]:
     ln σ = 0, −1, −2. Then, where the default led, the sweep widened around the best centre and EDM log-normal (the
     pretrains' density) added, 2 seeds, and a third seed of the default and of logit-normal centred at 0, −1 and −2.
     ``tf-ft-bm2bm-x0.25-400``: ``tf-ft16-x0.25`` itself at 400 steps (the budget of the digits races), 2 seeds, 3 for
-    the variant, the default and logit-normal centred at −2."""
+    the variant, the default and logit-normal centred at −2; ``tf-ft-m2bm-x0.25-400``: the continuous MNIST pretrain's
+    fine-tune at 400 steps too, those three arms, 2 seeds."""
     arms = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2")
     draws = {r.name: r for r in _draws_races()}
     digits = arms + ("logit_normal@mean=-1.5", "logit_normal@mean=-0.5", "edm_lognormal")
@@ -628,6 +629,17 @@ def _content_races() -> list[Race]:
             eval_steps=(100, 200, 400),
             samplers=arms,
             seeds=_seeds(arms, 2, {DRAWS_ARM: 3, UNBOUNDED_START_ARM: 3, "logit_normal@mean=-2": 3}),
+        ),
+        # and the continuous MNIST pretrain's fine-tune at the same 400 steps, so that the two pretrains compare at both budgets
+        dataclasses.replace(
+            draws["tf-ft16-x0.25"],
+            name="tf-ft-m2bm-x0.25-400",
+            pretrained="edm-edm_lognormal-mnist16",
+            steps=400,
+            eval_every=100,
+            eval_steps=(100, 200, 400),
+            samplers=(DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal@mean=-2"),
+            seeds=_seeds((DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal@mean=-2"), 2),
         ),
     ]
 
