@@ -601,47 +601,26 @@ def _content_races() -> list[Race]:
     fine-tune at 400 steps too, those three arms, 2 seeds."""
     arms = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2")
     draws = {r.name: r for r in _draws_races()}
+
+    def changed(source: str, name: str, samplers: tuple, seeds: dict, **fields) -> Race:
+        return dataclasses.replace(draws[source], name=name, samplers=samplers, seeds=seeds, **fields)
+
     digits = arms + ("logit_normal@mean=-1.5", "logit_normal@mean=-0.5", "edm_lognormal")
     mnist = arms + ("logit_normal@mean=-3", "logit_normal@mean=-2.5", "logit_normal@mean=-1.5", "edm_lognormal")
     third = {UNBOUNDED_START_ARM: 3, "logit_normal@mean=-1": 3, "logit_normal@mean=-2": 3, "logit_normal": 3}
+    longer = dict(steps=400, eval_every=100, eval_steps=(100, 200, 400))  # the digits races' budget
+    short = (DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal@mean=-2")
+    from_mnist = dict(pretrained="edm-edm_lognormal-mnist16")
     return [
-        dataclasses.replace(
-            draws["tk-ft-binarized_digits16-x0.25"],
-            name="tk-ft-bd2bd-x0.25",
-            pretrained="edm-edm_lognormal-binarized_digits16",
-            samplers=digits,
-            seeds=_seeds(digits, 2, third),
-        ),
-        dataclasses.replace(
-            draws["tf-ft16-x0.25"],
-            name="tf-ft-m2bm-x0.25",
-            pretrained="edm-edm_lognormal-mnist16",
-            samplers=mnist,
-            seeds=_seeds(mnist, 2, third),
-        ),
-        # the one fine-tune where the default trails (tf-ft16-x0.25, 240 steps) at the digits races' budget: is its loss
-        # the first part of a run (the default trails every fine-tune early) or the target?
-        dataclasses.replace(
-            draws["tf-ft16-x0.25"],
-            name="tf-ft-bm2bm-x0.25-400",
-            steps=400,
-            eval_every=100,
-            eval_steps=(100, 200, 400),
-            samplers=arms,
-            seeds=_seeds(arms, 2, {DRAWS_ARM: 3, UNBOUNDED_START_ARM: 3, "logit_normal@mean=-2": 3}),
-        ),
-        # and the continuous MNIST pretrain's fine-tune at the same 400 steps, so that the two pretrains compare at both budgets
-        dataclasses.replace(
-            draws["tf-ft16-x0.25"],
-            name="tf-ft-m2bm-x0.25-400",
-            pretrained="edm-edm_lognormal-mnist16",
-            steps=400,
-            eval_every=100,
-            eval_steps=(100, 200, 400),
-            samplers=(DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal@mean=-2"),
-            seeds=_seeds((DRAWS_ARM, UNBOUNDED_START_ARM, "logit_normal@mean=-2"), 2),
-        ),
-    ]
+        changed("tk-ft-binarized_digits16-x0.25", "tk-ft-bd2bd-x0.25", digits, _seeds(digits, 2, third),
+                pretrained="edm-edm_lognormal-binarized_digits16"),
+        changed("tf-ft16-x0.25", "tf-ft-m2bm-x0.25", mnist, _seeds(mnist, 2, third), **from_mnist),
+        # the one fine-tune where the default trails (tf-ft16-x0.25, 240 steps) at 400 steps: the early part of a run
+        # (the default trails every fine-tune early) or the target?
+        changed("tf-ft16-x0.25", "tf-ft-bm2bm-x0.25-400", arms, _seeds(arms, 2, dict.fromkeys(short, 3)), **longer),
+        # and the continuous MNIST pretrain's at 400 steps too, so that the two pretrains compare at both budgets
+        changed("tf-ft16-x0.25", "tf-ft-m2bm-x0.25-400", short, _seeds(short, 2), **longer, **from_mnist),
+    ]  # fmt: skip
 
 
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
