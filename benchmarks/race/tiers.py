@@ -594,8 +594,8 @@ def _content_races() -> list[Race]:
     ``tk-ft-bd2bd-x0.25``: the digits fine-tune of :func:`_draws_races` from a binarized-digits pretrain (scale
     only); ``tf-ft-m2bm-x0.25``: the MNIST one (``tf-ft16-x0.25``, 240 steps) from the continuous MNIST pretrain
     (content and scale). The same arms in both, 2 seeds: the variant, the default and logit-normal centred at
-    ln σ = 0, −1, −2. Then, where the default led, the sweep widened around the best centre and EDM log-normal (the
-    pretrains' density) added, 2 seeds, and a third seed of the default and of logit-normal centred at 0, −1 and −2.
+    ln σ = 0, −1, −2. Then each sweep widened around its best centre and EDM log-normal (the pretrains' density)
+    added, 2 seeds, and a third seed of the default and of logit-normal centred at 0, −1 and −2.
     ``tf-ft-bm2bm-x0.25-400``: ``tf-ft16-x0.25`` itself at 400 steps (the budget of the digits races), 2 seeds, 3 for
     the variant, the default and logit-normal centred at −2; ``tf-ft-m2bm-x0.25-400``: the continuous MNIST pretrain's
     fine-tune at 400 steps too, those three arms, 2 seeds."""
