@@ -29,7 +29,7 @@ from ..argtypes import (
     warmup_arg,
 )
 from ..densities import DensityRangeError
-from ..logs import get_logger
+from ..logs import get_logger, process_rank
 from ..objective import Objective, diffusers_density_params
 from ..paths import path_class
 from ..sampler import (
@@ -305,6 +305,10 @@ def _refuse_unused_density_flags(args, used: str | None, what: str) -> None:
             )
 
 
+#: values that state a flag's default although the parser's default is another (unset): the m̂ cap's documented ``auto``
+_DEFAULT_SPELLED = {"infonoise_mmse_cap": ("auto",)}
+
+
 def _infonoise_flag_defaults() -> dict:
     """Every ``--infonoise_*`` flag of :func:`add_noise_sampler_args` with its parser default (no script changes these
     defaults; a ``set_defaults`` of one would have to be read here too)."""
@@ -319,7 +323,11 @@ def unread_infonoise_flags(args, name: str) -> list[str]:
     InfoNoise). The start's flags are no settings: :func:`sampler_start` refuses them where they do not apply."""
     unread = {f"infonoise_{setting}" for setting in unread_settings(name)}
     defaults = _infonoise_flag_defaults()
-    return [f"--{flag}" for flag, default in defaults.items() if flag in unread and getattr(args, flag, default) != default]
+    return [
+        f"--{flag}"
+        for flag, default in defaults.items()
+        if flag in unread and getattr(args, flag, default) not in (default, *_DEFAULT_SPELLED.get(flag, ()))
+    ]
 
 
 def baseline_density_params(args, name: str | None) -> dict | None:
@@ -354,8 +362,9 @@ def build_noise_sampler(
     if mu is not None:  # the training path of a dynamic-shift flow scheduler (training.flow.training_mu)
         common["mu"] = mu
     name = name or args.noise_sampler
-    if unread := unread_infonoise_flags(args, name):
-        # a warning, not a refusal: one argument list shared by a comparison's arms is how baselines are run
+    if (unread := unread_infonoise_flags(args, name)) and process_rank() == 0:
+        # a warning, not a refusal: one argument list shared by a comparison's arms is how baselines are run (and the
+        # same on every rank, so given once)
         kind = "the fixed density" if name in FIXED_DENSITY_NAMES else "the adaptive baseline"
         what = "an InfoNoise setting" if len(unread) == 1 else "InfoNoise settings"
         logger.warning(

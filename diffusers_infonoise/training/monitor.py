@@ -10,7 +10,7 @@ import os
 import torch
 
 from ..logs import get_logger
-from ..sampler import NoiseLevels, SamplerStart, TrainingTimestepSampler
+from ..sampler import FIXED_DENSITY_NAMES, NoiseLevels, SamplerStart, TrainingTimestepSampler
 from ..sampler.starts import describe_bound
 
 logger = get_logger(__name__)
@@ -52,11 +52,13 @@ def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
 
 
 def shown_schedule(sampler: TrainingTimestepSampler, start: SamplerStart | None = None, info: dict | None = None) -> str:
-    """What the sampler's density is at step 1, in words: a fixed density, the base density (of a ``"base"`` start, or
+    """What the sampler's density is at step 1, in words: a fixed density, an adaptive baseline, the base density (of a ``"base"`` start, or
     of the warm-up before a start's schedule is taken), the stored schedule and its source, or the profile start with
     what it measured (``info``: :func:`~diffusers_infonoise.apply_start`'s)."""
     if not sampler.learns_schedule:
-        return f"the fixed {sampler.name} density"
+        if sampler.name in FIXED_DENSITY_NAMES:
+            return f"the fixed {sampler.name} density"
+        return f"the adaptive baseline {sampler.name} (the base density for its warm-up, then its own pi from the run's losses)"
     choice = start.choice if start is not None else "base"
     if sampler.probs is None:
         if choice == "base":

@@ -107,6 +107,8 @@ def test_kingma_gao_runs_without_storing_a_schedule(script, unet_config, tmp_pat
     assert sampler.name == "kingma_gao" and sampler.num_updates == 1 and sampler.optimizer_step == 3
     assert scheduler_payload(out) is None  # the stored schedule is InfoNoise's
     assert (out / "schedule" / "schedule_0000002.png").is_file()
+    card = " ".join((out / "README.md").read_text().split())
+    assert "drawn by the adaptive baseline `kingma_gao` (docs/METHOD.md §5): after a warm-up" in card and "fixed `kingma_gao`" not in card
 
 
 def test_the_sampler_start_is_logged_once(script, unet_config, tmp_path, caplog):
@@ -547,13 +549,13 @@ def test_a_density_flag_reaches_the_density_it_sets_or_is_refused(capsys):
     assert "error: --mode_scale: must lie in (-1, " in err and "--infonoise_base" not in err
 
 
-def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog):
+def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog, monkeypatch):
     """An ``--infonoise_*`` flag changed from its default that the run's sampler does not read is named in one warning
     and not passed on (a comparison's arms share one argument list): any of them with a fixed density; with Kingma &
     Gao the gate, the m̂ cap, the target's settings and the floor's space; with the loss slope the same but the cap.
     The flags a sampler reads reach it (the loss slope's cap, both baselines' clean-end bound); the defaults, given
-    or not, and the start's flags (:func:`sampler_start`'s) warn of nothing. Kingma & Gao's sampler itself refuses a
-    temperature other than 1, naming it."""
+    or not, and the start's flags (:func:`sampler_start`'s) warn of nothing; ranks other than 0 stay silent. Kingma &
+    Gao's sampler itself refuses a temperature other than 1, naming it."""
     import argparse
     import logging
 
@@ -585,6 +587,7 @@ def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog):
     )
     for argv in (
         ("--noise_sampler", "logit_normal", "--infonoise_init", "base", *defaults, "--infonoise_clean_end_bound", "true"),
+        ("--noise_sampler", "kingma_gao", "--infonoise_mmse_cap", "auto"),  # the documented default (the parser's: unset)
         ("--noise_sampler", "kingma_gao", "--infonoise_floor", "0.1", "--infonoise_num_bins", "16"),
         ("--infonoise_temperature", "0.5", "--infonoise_gate", "none"),
     ):
@@ -604,6 +607,9 @@ def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog):
         sampler, messages = warned(*argv)
         assert sampler.name == argv[1]
         assert messages == [f"{named} that this run's sampler does not read ({kind}): ignored; pass --noise_sampler infonoise to use them"]
+    monkeypatch.setenv("RANK", "1")  # the same on every rank: given by the main process only
+    assert warned("--noise_sampler", "logit_normal", "--infonoise_temperature", "0.5")[1] == []
+    monkeypatch.delenv("RANK")
     # not passed on, and what a baseline reads reaches it
     assert warned("--noise_sampler", "kingma_gao", "--infonoise_temperature", "0.5")[0].temperature == 1.0
     ddpm = DDPMScheduler()  # ε-prediction: the loss slope's cap defaults to auto
