@@ -95,10 +95,10 @@ def test_write_results_records_the_command_code_and_machine(tmp_path, monkeypatc
 
     from benchmarks import code_version, write_results
 
-    monkeypatch.setattr("sys.argv", ["finetune_target.py", "--best", "logit_normal@mean=-2", "--seeds", "0"])
+    monkeypatch.setattr("sys.argv", ["finetune_target.py", "--best", "logit_normal@mean=-2", "--seeds", "0", "--out", "/tmp/a b"])
     path = tmp_path / "r.json"
     write_results(path, "finetune_target", {"race": "tf-ft16-x0.25"}, started=time.time() - 2.0)
     got = json.loads(path.read_text())
-    assert got["command"] == "python -m benchmarks.finetune_target --best logit_normal@mean=-2 --seeds 0"
+    assert got["command"] == "python -m benchmarks.finetune_target --best logit_normal@mean=-2 --seeds 0 --out '/tmp/a b'"
     assert got["code"] == code_version() and got["race"] == "tf-ft16-x0.25"
     assert 2.0 <= got["machine"]["wall_s"] < 60.0

@@ -620,3 +620,18 @@ def test_infonoise_flags_a_sampler_does_not_read_are_named_in_a_warning(caplog, 
         assert messages == [] and sampler.estimator.clean_end_bound is False
     with pytest.raises(ValueError, match=r"^temperature: a setting of InfoNoise's target, not of Kingma & Gao's sampler .*got 0.5"):
         make_sampler("kingma_gao", edm, prediction_type="sample", temperature=0.5)
+
+
+def test_shown_schedule_names_an_adaptive_baseline_as_such():
+    """``--show_noise_schedule`` (``monitor.shown_schedule``) said "the fixed kingma_gao density" of the adaptive
+    baselines; a fixed density keeps its words."""
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise.sampler import make_sampler
+    from diffusers_infonoise.training.monitor import shown_schedule
+
+    edm = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5)
+    assert shown_schedule(make_sampler("logit_normal", edm)) == "the fixed logit_normal density"
+    for name in ("kingma_gao", "loss_slope"):
+        text = shown_schedule(make_sampler(name, edm, prediction_type="sample"))
+        assert text == f"the adaptive baseline {name} (the base density for its warm-up, then its own pi from the run's losses)"
