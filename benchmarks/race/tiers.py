@@ -623,6 +623,21 @@ def _content_races() -> list[Race]:
     ]  # fmt: skip
 
 
+def _learnability_races() -> list[Race]:
+    """Issue 31, sixth round: the learnability probe's prediction (``benchmarks.finetune_learnability``). Where a
+    fine-tune's first 40 log-uniform steps lower the error lowest in σ (median σ 0.08–0.09 of the fall, against
+    0.16–0.22 on every fine-tune the method leads or ties), the best fixed density drew low on the one such fine-tune
+    swept (binarized MNIST onto x0 × 0.25: logit-normal centred at ln σ = −2). The other is continuous digits
+    (``tk-ft-digits16``), where only logit-normal(0, 1) was raced and leads the method by 3%: the probe says a density
+    centred lower leads both. The cadence tier's race (same name and run ids, so ``--reuse cadence`` takes its
+    logit-normal(0, 1) runs) with logit-normal centred at ln σ = −1 and −2 and the default on this code, 3 seeds, and
+    centred at −3 and the variant drawing on ρ̂ (:data:`DRAWS_ARM`), 2 seeds."""
+    arms = (UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2", "logit_normal@mean=-3", DRAWS_ARM)
+    two = {"logit_normal@mean=-3": 2, DRAWS_ARM: 2}
+    digits = next(r for r in _cadence_races() if r.name == "tk-ft-digits16")
+    return [dataclasses.replace(digits, samplers=arms, seeds=_seeds(arms, 3, two), sampler_extra_args={})]
+
+
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:
     """The pretrains the races start from (and whose schedules they take), in the order of :data:`PRETRAINS`."""
     names = {r.pretrained for r in races if r.pretrained}
@@ -637,7 +652,7 @@ def tier_pretrains(races: list[Race]) -> list[Pretrain]:
 TIERS = (
     "quick", "full", "gpu", "gate", "recheck", "recheck_full", "recheck_paths", "finetune", "margin", "transfer", "tracking",
     "cadence", "bound", "bound_gpu", "bound_transfer", "bound_transfer_cpu", "draws",
-    "content",
+    "content", "learnability",
 )  # fmt: skip
 
 
@@ -663,6 +678,8 @@ def tier_races(tier: str) -> list[Race]:
         return _draws_races()
     if tier == "content":
         return _content_races()
+    if tier == "learnability":
+        return _learnability_races()
     if tier == "bound_gpu":  # the same races with seeds 3-9 (on a lent GPU; seeds 0-2 are the bound tier's)
         return [dataclasses.replace(r, seeds={a: list(range(3, 10)) for a in r.samplers}) for r in _bound_races()]
     if tier == "quick":
