@@ -58,7 +58,7 @@ def plot_curves(races, runs, summary, path):
                 continue
             steps = np.array(lst[0]["steps"])
             vals = np.array([r["quality"][metric] for r in lst if r["steps"] == list(steps)])
-            color = "C3" if s == "infonoise" else f"C{i % 10 if i % 10 != 3 else 9}"
+            color = "C3" if s == race.infonoise_arm else f"C{i % 10 if i % 10 != 3 else 9}"
             ax.plot(steps, vals.mean(0), color=color, lw=2, label=f"{s} (n={len(vals)})")
             ax.fill_between(steps, vals.min(0), vals.max(0), color=color, alpha=0.2)
             for v in vals:
@@ -82,7 +82,7 @@ def plot_curves(races, runs, summary, path):
 
 def plot_pi(races, runs, path):
     """Each race's final InfoNoise π per seed (density per unit log σ) with ρ̂ and the gate's pivot,
-    against the baseline's density (and EDM log-normal's on the EDM path). Only the default ``infonoise`` arm's runs
+    against the baseline's density (and EDM log-normal's on the EDM path). Only the race's ``infonoise_arm``'s runs
     are drawn when the race has them, else one arm's (a tier's InfoNoise variants would otherwise pass for more seeds
     of it)."""
     plt = _pyplot()
@@ -94,7 +94,7 @@ def plot_pi(races, runs, path):
     fig, axes = _panel_grid(plt, len(panels), 4.8, 3.4)
     for ax, race in zip(axes, panels):
         lst = sorted([r for r in runs if r["race"] == race.name and r.get("schedule")], key=lambda r: r["seed"])
-        lst = [r for r in lst if r["sampler"] == "infonoise"] or [r for r in lst if r["sampler"] == lst[0]["sampler"]]
+        lst = [r for r in lst if r["sampler"] == race.infonoise_arm] or [r for r in lst if r["sampler"] == lst[0]["sampler"]]
         edges = np.asarray(lst[0]["schedule"]["edges"])
         centres = (edges[1:] + edges[:-1]) / 2
         x = torch.linspace(edges[0], edges[-1], 400, dtype=torch.float64)

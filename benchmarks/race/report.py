@@ -310,7 +310,7 @@ def summary_table(races, summary) -> str:
         if not e:
             continue
         m = e["primary_metric"]
-        order = ["infonoise", race.baseline] + [x for x in race.samplers if x not in ("infonoise", race.baseline)]
+        order = [race.infonoise_arm, race.baseline] + [x for x in race.samplers if x not in (race.infonoise_arm, race.baseline)]
         best = min(e["final"][x][m]["mean"] for x in order if x in e["final"])
         for i, x in enumerate(o for o in order if o in e["final"]):
             f = e["final"][x][m]

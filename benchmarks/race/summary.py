@@ -67,22 +67,23 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
                     for m in metrics:
                         vals[m].append(r["quality"][m][i])
                 entry["at_budget"][s][f"{int(frac * 100)}%"] = {m: seed_stats(v) for m, v in vals.items()}
-        if race.eval_steps and by.get("infonoise"):
+        ref = race.infonoise_arm
+        if race.eval_steps and by.get(ref):
             entry["curve"] = curve(race, by, metric)
-        if by.get("infonoise"):
+        if by.get(ref):
             for b in race.samplers:
-                if b == "infonoise" or not by.get(b):
+                if b == ref or not by.get(b):
                     continue
                 per_metric = {}
                 for m in (metric,) + tuple(x for x in ("fd",) if x != metric and x in metrics):
                     per_metric[m] = {
-                        **paired_speedups(by[b], by["infonoise"], m),
+                        **paired_speedups(by[b], by[ref], m),
                         "note": "a not-reached seed enters the median with its upper bound (baseline steps / budget)",
                     }
                 entry["speedup_vs"][b] = per_metric
         # each InfoNoise variant against the fixed densities, on the primary metric (same pairing by seed)
         entry["variant_speedup_vs"] = {}
-        for v in (x for x in race.samplers if x.startswith("infonoise-") and by.get(x)):
+        for v in (x for x in race.samplers if x.startswith("infonoise-") and x != ref and by.get(x)):
             for b in (x for x in (race.baseline, "logit_normal") if by.get(x)):
                 sp = paired_speedups(by[b], by[v], metric)
                 if sp["per_seed"]:
@@ -104,7 +105,7 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             entry["floor"] = sc.floors()
             if getattr(sc, "classifier_info", None):
                 entry["classifier"] = sc.classifier_info
-        refs = {r["seed"]: r.get("schedule") for r in by.get("infonoise", [])}
+        refs = {r["seed"]: r.get("schedule") for r in by.get(ref, [])}
         entry["tv_phi_rho"] = {}
         for s, lst in by.items():
             tvs = [allocation_tv(race, r, refs.get(r["seed"])) for r in lst]
@@ -115,13 +116,13 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             ws = [allocation_width(race, r, refs.get(r["seed"])) for r in lst]
             if lst and all(w is not None for w in ws):
                 entry["pi_width"][s] = {k: seed_stats([w[k] for w in ws]) for k in ws[0]}
-        waste = [base_mass_where_pi_small(r["schedule"], race) for r in by.get("infonoise", []) if r.get("schedule")]
+        waste = [base_mass_where_pi_small(r["schedule"], race) for r in by.get(ref, []) if r.get("schedule")]
         if waste:
             entry["base_mass_where_final_pi_below_1pct_of_peak"] = seed_stats(waste)
             entry["base_mass_where_unfloored_pi_below_1pct_of_peak"] = seed_stats(
-                [base_mass_where_pi_small(r["schedule"], race, unfloored=True) for r in by["infonoise"] if r.get("schedule")]
+                [base_mass_where_pi_small(r["schedule"], race, unfloored=True) for r in by[ref] if r.get("schedule")]
             )
-            entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by["infonoise"] if r.get("schedule")}
+            entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by[ref] if r.get("schedule")}
         summary[race.name] = entry
     if any(r.sweep for r in races):  # the transfer tier: regret against the sweep's best point
         from benchmarks.race.transfer import summarize_transfer  # it builds on this module's entries
@@ -133,15 +134,15 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
 def curve(race: Race, by: dict, metric: str) -> dict:
     """A race's learning curves at its evaluated steps (races with explicit ``eval_steps``, e.g. the 4x-budget
     ones): per step each sampler's ``metric`` over seeds, and per other sampler on how many seeds InfoNoise is
-    lower (paired by seed; lower is better), which shows where the curves cross."""
+    lower (paired by seed; lower is better), which shows where the curves cross. InfoNoise: ``race.infonoise_arm``."""
     out = {"steps": list(race.eval_steps), "samplers": {}, "infonoise_ahead": {}}
-    info = {r["seed"]: r for r in by["infonoise"]}
+    info = {r["seed"]: r for r in by[race.infonoise_arm]}
     for s, lst in by.items():
         if not lst:
             continue
         out["samplers"][s] = [seed_stats([r["quality"][metric][r["steps"].index(st)] for r in lst if st in r["steps"]])
                               for st in race.eval_steps]  # fmt: skip
-        if s == "infonoise":
+        if s == race.infonoise_arm:
             continue
         ahead = []
         for st in race.eval_steps:

@@ -94,6 +94,9 @@ class Race:
     #: transfer tier: what the task moves, and the race of its unmoved reference
     task: str = ""
     reference: str | None = None
+    #: the InfoNoise arm every other arm is compared with (speedups, the curves' "ahead" counts, the fixed arms'
+    #: TV(φ, ρ̂) against its ρ̂, the π figure): a tier without a plain ``infonoise`` arm names its default arm here
+    infonoise_arm: str = "infonoise"
 
 
 #: the tag of a fixed density fitted at run time (``logit_normal#recommended``, :mod:`benchmarks.race.recommended`);
@@ -635,7 +638,9 @@ def _learnability_races() -> list[Race]:
     arms = (UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2", "logit_normal@mean=-3", DRAWS_ARM)
     two = {"logit_normal@mean=-3": 2, DRAWS_ARM: 2}
     digits = next(r for r in _cadence_races() if r.name == "tk-ft-digits16")
-    return [dataclasses.replace(digits, samplers=arms, seeds=_seeds(arms, 3, two), sampler_extra_args={})]
+    return [
+        dataclasses.replace(digits, samplers=arms, seeds=_seeds(arms, 3, two), sampler_extra_args={}, infonoise_arm=UNBOUNDED_START_ARM)
+    ]
 
 
 def tier_pretrains(races: list[Race]) -> list[Pretrain]:

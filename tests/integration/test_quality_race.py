@@ -209,6 +209,29 @@ def test_curve_counts_where_infonoise_is_ahead_by_hand():
     assert table[4].startswith("| 300 | 55 ± 7.1 | 57.5 ± 18 | 1/2 |")
 
 
+def test_a_race_without_a_plain_infonoise_arm_compares_with_the_arm_it_names():
+    """The learnability tier has no ``infonoise`` arm (its default is named explicitly): the curves' counts and the
+    pairing are against ``race.infonoise_arm``, not left empty."""
+    from benchmarks.race import summary
+
+    race = tiers.tier_races("learnability")[0]
+    assert race.infonoise_arm == tiers.UNBOUNDED_START_ARM and "infonoise" not in race.samplers
+    race = dataclasses.replace(race, eval_steps=(100, 400))
+
+    def run(sampler, seed, fd):
+        return {"sampler": sampler, "seed": seed, "steps": [100, 400], "quality": {"fd": fd}}
+
+    ref = race.infonoise_arm
+    by = {
+        ref: [run(ref, 0, [200, 120]), run(ref, 1, [210, 130])],
+        "logit_normal": [run("logit_normal", 0, [190, 125]), run("logit_normal", 1, [205, 128])],
+    }
+    c = summary.curve(race, by, "fd")
+    # logit-normal lower at step 100 on both seeds (190 < 200, 205 < 210); at 400 InfoNoise lower on seed 0 only
+    assert c["infonoise_ahead"] == {"logit_normal": [{"wins": 0, "seeds": 2}, {"wins": 1, "seeds": 2}]}
+    assert ref not in c["infonoise_ahead"]
+
+
 def test_margin_eval_rankings_and_the_end_to_end_row_by_hand():
     from benchmarks import margin_eval
 
