@@ -634,9 +634,11 @@ def _learnability_races() -> list[Race]:
     (``tk-ft-digits16``), where only logit-normal(0, 1) was raced and leads the method by 3%: the probe says a density
     centred lower leads both. The cadence tier's race (same name and run ids, so ``--reuse cadence`` takes its
     logit-normal(0, 1) runs) with logit-normal centred at ln σ = −1 and −2 and the default on this code, 3 seeds, and
-    centred at −3 and the variant drawing on ρ̂ (:data:`DRAWS_ARM`), 2 seeds."""
-    arms = (UNBOUNDED_START_ARM, "logit_normal", "logit_normal@mean=-1", "logit_normal@mean=-2", "logit_normal@mean=-3", DRAWS_ARM)
-    two = {"logit_normal@mean=-3": 2, DRAWS_ARM: 2}
+    centred at −3 and the variant drawing on ρ̂ (:data:`DRAWS_ARM`), 2 seeds. The prediction failed (every lower centre
+    worse), so the sweep was then widened upwards, centred at 0.5 and 1, 2 seeds: is the best fixed density above 0?"""
+    lower = ("logit_normal@mean=-1", "logit_normal@mean=-2", "logit_normal@mean=-3", DRAWS_ARM)
+    arms = (UNBOUNDED_START_ARM, "logit_normal", *lower, "logit_normal@mean=0.5", "logit_normal@mean=1")
+    two = {"logit_normal@mean=-3": 2, DRAWS_ARM: 2, "logit_normal@mean=0.5": 2, "logit_normal@mean=1": 2}
     digits = next(r for r in _cadence_races() if r.name == "tk-ft-digits16")
     return [
         dataclasses.replace(digits, samplers=arms, seeds=_seeds(arms, 3, two), sampler_extra_args={}, infonoise_arm=UNBOUNDED_START_ARM)
