@@ -454,9 +454,10 @@ def _resolve_start(args, sampler: TrainingTimestepSampler, noise_scheduler, *, p
     init, source = args.infonoise_init, getattr(args, "infonoise_schedule_from", None)
     if not sampler.learns_schedule:  # a fixed density (or Kingma & Gao): nothing to start
         if source or init in ("stored", "profile"):
+            given = [f"--infonoise_init {init}"] if init in ("stored", "profile") else []  # auto: the default, not named
+            given += [f"--infonoise_schedule_from {source}"] if source else []
             raise ValueError(
-                f"--infonoise_init {init}{' / --infonoise_schedule_from' if source else ''}: starts an InfoNoise "
-                f"sampler; this run's is {sampler.name!r} (use --noise_sampler infonoise)"
+                f"{' / '.join(given)}: starts an InfoNoise sampler; this run's is {sampler.name!r} (use --noise_sampler infonoise)"
             )
         return choose_start("base", sampler)
     if source:

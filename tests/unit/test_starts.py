@@ -167,6 +167,31 @@ def test_choose_start_auto_and_its_errors():
     assert torch.equal(s.probs, trained.probs) and s.warmup_steps == 0
 
 
+def test_a_start_for_a_fixed_density_names_only_the_flags_given():
+    """``--infonoise_schedule_from`` with a fixed density named ``--infonoise_init auto`` too, a flag the user had not
+    given (its default); the error names the flags given, and each with its value."""
+    from argparse import Namespace
+
+    from diffusers_infonoise.training.args import sampler_start
+
+    scheduler = EDMEulerScheduler()
+    sampler = make_sampler("logit_normal", scheduler)
+    cases = [
+        (dict(infonoise_init="auto", infonoise_schedule_from="org/model"), "--infonoise_schedule_from org/model: starts"),
+        (dict(infonoise_init="profile", infonoise_schedule_from=None), "--infonoise_init profile: starts"),
+        (dict(infonoise_init="stored", infonoise_schedule_from="x"), "--infonoise_init stored / --infonoise_schedule_from x: starts"),
+    ]
+    for flags, want in cases:
+        with pytest.raises(ValueError) as info:
+            sampler_start(Namespace(**flags), sampler, scheduler, pretrained_model=True)
+        assert str(info.value).startswith(want) and "'logit_normal'" in str(info.value), str(info.value)
+    # the default start of a fixed density is its base, with nothing to refuse
+    assert (
+        sampler_start(Namespace(infonoise_init="auto", infonoise_schedule_from=None), sampler, scheduler, pretrained_model=True).choice
+        == "base"
+    )
+
+
 def test_a_stored_schedule_crosses_paths_through_ve_sigma():
     """An EDM schedule in a DDPM run: ln m̂ interpolated at the VP grid's centres in VE σ, unfilled beyond the EDM
     grid's filled ends (METHOD.md §5.9-5.10, by hand); π is rebuilt for ε with the cap of the new data."""
