@@ -606,6 +606,7 @@ def _content_races() -> list[Race]:
     draws = {r.name: r for r in _draws_races()}
 
     def changed(source: str, name: str, samplers: tuple, seeds: dict, **fields) -> Race:
+        fields.setdefault("infonoise_arm", UNBOUNDED_START_ARM)  # the report's reference: the default, named explicitly
         return dataclasses.replace(draws[source], name=name, samplers=samplers, seeds=seeds, **fields)
 
     digits = arms + ("logit_normal@mean=-1.5", "logit_normal@mean=-0.5", "edm_lognormal")
