@@ -2,12 +2,11 @@
 
 The step-0 profiles of two pretrains on the same new data can agree while the fine-tunes from them favour different
 schedules (tier ``content``). This measures what the profiles do not: for each fine-tune race, a short fine-tune of
-``--steps`` optimizer steps from its pretrain, drawing uniformly in ln σ (``log_uniform``, so that no level is favoured),
-with the race's own arguments otherwise (its learning rate and warm-up, the cosine schedule then spanning the short
-run), then ``infonoise profile`` (32 levels, ``--num_samples`` training examples) of the pretrained and of the short
-run's model. Per level: the x0 error before and after, and the fall of the entropy-rate integrand it gives,
-``(min(e_0, σ²) − min(e_k, σ²))/σ²`` (the sampler's ρ̂ bounded by σ², METHOD.md §5.10, ungated), whose 10/50/90% σ
-quantiles say where the first steps learn.
+``--steps`` optimizer steps from its pretrain, drawing uniformly in ln σ (``log_uniform``, so that no level is
+favoured), with the race's own arguments otherwise (its learning rate and warm-up, constant after it), then ``infonoise
+profile`` (32 levels, ``--num_samples`` training examples) of the pretrained and of the short run's model. Per level:
+the x0 error before and after, and the fall of the entropy-rate integrand it gives, ``(min(e_0, σ²) − min(e_k, σ²))/σ²``
+(the sampler's ρ̂ bounded by σ², METHOD.md §5.10, ungated), whose 10/50/90% σ quantiles say where the first steps learn.
 
     python -m benchmarks.finetune_learnability --out /work/race/results --races draws:tf-ft16-x0.25,content:tf-ft-m2bm-x0.25 \\
         --steps 40 --results benchmarks/results/finetune_learnability.json

@@ -323,7 +323,7 @@ def run_specs(
                         str(root),
                         threads,
                         schedule_plots,
-                        jitter=(race.jitter and seed == 0 and s in ("infonoise", race.baseline)),
+                        jitter=(race.jitter and seed == 0 and s in (race.infonoise_arm, race.baseline)),
                     )
                 )
     specs.sort(key=lambda sp: (run_priority(tier, sp), sp.seed, ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))

@@ -12,7 +12,7 @@ from pathlib import Path
 from benchmarks.race import transfer
 from benchmarks.race.data import DATASETS
 from benchmarks.race.figures import plot_curves, plot_pi
-from benchmarks.race.tiers import NUM_INFERENCE_STEPS, TIER_SIZING, TRANSFER_FIELDS
+from benchmarks.race.tiers import NUM_INFERENCE_STEPS, OMITTED_AT_DEFAULT, TIER_SIZING
 
 # ----------------------------------------------------------------------------------------------
 # the results file
@@ -50,7 +50,7 @@ def design(races, tier: str) -> dict:
         "smoothed by a centred 3-evaluation moving average, linear interpolation between evaluations, "
         "paired by seed; median over seeds",
         "datasets": {r.dataset: DATASETS[r.dataset].note for r in races},
-        "races": [{k: v for k, v in asdict(r).items() if k not in TRANSFER_FIELDS or v != TRANSFER_FIELDS[k]} for r in races],
+        "races": [{k: v for k, v in asdict(r).items() if k not in OMITTED_AT_DEFAULT or v != OMITTED_AT_DEFAULT[k]} for r in races],
         "other_tiers": {
             "full": "NOT RUN in this results file (not enough session time): every data set (digits cont/bin, "
             "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "

@@ -95,7 +95,9 @@ class Race:
     task: str = ""
     reference: str | None = None
     #: the InfoNoise arm every other arm is compared with (speedups, the curves' "ahead" counts, the fixed arms'
-    #: TV(φ, ρ̂) against its ρ̂, the π figure): a tier without a plain ``infonoise`` arm names its default arm here
+    #: TV(φ, ρ̂) against its ρ̂, the π figure, the transfer table's window): a tier without a plain ``infonoise`` arm
+    #: names its default arm here (``content``, ``draws``, ``learnability``, ``budget``); the ``bound`` tiers, whose
+    #: reports predate it, name none and compare with nothing
     infonoise_arm: str = "infonoise"
 
 
@@ -211,8 +213,10 @@ def split_arms(text: str) -> list[str]:
     return arms
 
 
-#: the Race fields that only the transfer tier sets: left out of a results file where they keep their defaults
+#: the Race fields that only the transfer tier sets
 TRANSFER_FIELDS = {"jitter": True, "sweep": (), "task": "", "reference": None}
+#: the Race fields left out of a results file where they keep their defaults (so that older files compare)
+OMITTED_AT_DEFAULT = {**TRANSFER_FIELDS, "infonoise_arm": "infonoise"}
 
 
 @dataclass(frozen=True)
@@ -576,7 +580,7 @@ def _draws_races() -> list[Race]:
     for r in _bound_races() + _bound_transfer_cpu_races():
         if r.name in ("tk-ft-binarized_mnist16", "tk-ft-binarized_digits16", "tf-ft16-x0.25"):
             arms = (DRAWS_ARM,) + tuple(a for a in r.samplers if a != BOUNDED_PROFILE_ARM)
-            races.append(dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3)))
+            races.append(dataclasses.replace(r, samplers=arms, seeds=_seeds(arms, 3), infonoise_arm=UNBOUNDED_START_ARM))
     # a second fine-tune whose window lies far below σ_data: the binarized digits one onto x0 × 0.25, with a short
     # logit-normal sweep for its best fixed density (2 seeds: the rule's test, not a tier of its own)
     digits = next(r for r in races if r.name == "tk-ft-binarized_digits16")
@@ -630,13 +634,14 @@ def _content_races() -> list[Race]:
 def _learnability_races() -> list[Race]:
     """Issue 31, sixth round: the learnability probe's prediction (``benchmarks.finetune_learnability``). Where a
     fine-tune's first 40 log-uniform steps lower the error lowest in σ (median σ 0.08–0.09 of the fall, against
-    0.16–0.22 on every fine-tune the method leads or ties), the best fixed density drew low on the one such fine-tune
-    swept (binarized MNIST onto x0 × 0.25: logit-normal centred at ln σ = −2). The other is continuous digits
-    (``tk-ft-digits16``), where only logit-normal(0, 1) was raced and leads the method by 3%: the probe says a density
-    centred lower leads both. The cadence tier's race (same name and run ids, so ``--reuse cadence`` takes its
-    logit-normal(0, 1) runs) with logit-normal centred at ln σ = −1 and −2 and the default on this code, 3 seeds, and
-    centred at −3 and the variant drawing on ρ̂ (:data:`DRAWS_ARM`), 2 seeds. The prediction failed (every lower centre
-    worse), so the sweep was then widened upwards, centred at 0.5 and 1, 2 seeds: is the best fixed density above 0?"""
+    0.16–0.22 on the other five probed: the method leads or ties on four, trails by 6% on one), the best fixed density
+    drew low on the one such fine-tune swept (binarized MNIST onto x0 × 0.25: logit-normal centred at ln σ = −2). The
+    other is continuous digits (``tk-ft-digits16``), where only logit-normal(0, 1) was raced and leads the method by 3%:
+    the probe says a density centred lower leads both. The cadence tier's race (same name and run ids, so ``--reuse
+    cadence`` takes its logit-normal(0, 1) runs) with logit-normal centred at ln σ = −1 and −2 and the default on this
+    code, 3 seeds, and centred at −3 and the variant drawing on ρ̂ (:data:`DRAWS_ARM`), 2 seeds. The prediction failed
+    (every lower centre worse), so the sweep was then widened upwards, centred at 0.5 and 1, 2 seeds: is the best fixed
+    density above 0?"""
     lower = ("logit_normal@mean=-1", "logit_normal@mean=-2", "logit_normal@mean=-3", DRAWS_ARM)
     arms = (UNBOUNDED_START_ARM, "logit_normal", *lower, "logit_normal@mean=0.5", "logit_normal@mean=1")
     two = {"logit_normal@mean=-3": 2, DRAWS_ARM: 2, "logit_normal@mean=0.5": 2, "logit_normal@mean=1": 2}
@@ -649,11 +654,11 @@ def _learnability_races() -> list[Race]:
 def _budget_races() -> list[Race]:
     """Issue 31, sixth round: do the method's losses on fine-tunes close as the budget nears users' (LoRA and DreamBooth
     runs of 500-3000 steps)? On the fine-tune onto binarized MNIST × 0.25 from binarized MNIST the gap to the best fixed
-    density narrowed from 23% at 240 steps to 12% at 400 (tier ``content``), and on continuous digits from 15% at 100
-    steps to 3% at 400 (tier ``learnability``). Both at 800 steps (evaluated at 200, 400 and 800; the cosine schedule and
-    the memory H = L/8 span the longer run): the default (:data:`UNBOUNDED_START_ARM`, this code) against each one's best
-    fixed density, 3 seeds; on MNIST × 0.25 also the variant drawing on ρ̂ (:data:`DRAWS_ARM`, ahead there at 400 steps),
-    2 seeds."""
+    density narrowed from 23% at 240 steps to 12% at 400 (tier ``content``), and on continuous digits along the run,
+    from 15% at 100 steps to 3% at 400 (tier ``learnability``). Both at 800 steps (evaluated at 200, 400 and 800; the
+    learning rate constant after its warm-up as in every race, the memory H = L/8 sized to the longer run): the default
+    (:data:`UNBOUNDED_START_ARM`, this code) against each one's best fixed density, 3 seeds; on MNIST × 0.25 also the
+    variant drawing on ρ̂ (:data:`DRAWS_ARM`, ahead there at 400 steps), 2 seeds."""
     longest = dict(steps=800, eval_every=200, eval_steps=(200, 400, 800), infonoise_arm=UNBOUNDED_START_ARM)
     mnist = next(r for r in _content_races() if r.name == "tf-ft-bm2bm-x0.25-400")
     digits = next(r for r in _learnability_races() if r.name == "tk-ft-digits16")
@@ -1029,13 +1034,13 @@ def run_priority(tier: str, spec) -> int:
     names = [r.name for r in tier_races(tier)]
     if not rules:
         return names.index(spec.race.name) if spec.race.name in names else len(names)
-    pair = spec.sampler in ("infonoise", spec.race.baseline)
+    pair = spec.sampler in (spec.race.infonoise_arm, spec.race.baseline)
     arm = parse_arm(spec.sampler)
     variant = bool(arm.options)  # "infonoise-<flag>_<value>"
     for i, (race, which, *seeds) in enumerate(rules):  # (race, which) or (race, which, seeds)
         if race != spec.race.name or (seeds and spec.seed not in seeds[0]):
             continue
-        main = spec.sampler in ("infonoise", "edm_lognormal", "logit_normal")
+        main = spec.sampler in (spec.race.infonoise_arm, "edm_lognormal", "logit_normal")
         if (
             which == "all"
             or (which in ("pair", "others") and (which == "pair") == pair)

@@ -183,7 +183,7 @@ def summarize_transfer(races: list[Race], runs: list[dict], summary: dict) -> di
             "pretrained": race.pretrained,
             "oracle": oracle,
             "strongest_fixed": strongest,
-            "window": window(by.get("infonoise", [])),
+            "window": window(by.get(race.infonoise_arm, [])),
             "arms": arms,
         }
     return {"tasks": tasks, "worst_case": worst_case(tasks), "how": __doc__.split("\n\n")[1].replace("\n", " ")}

@@ -210,18 +210,19 @@ def test_curve_counts_where_infonoise_is_ahead_by_hand():
 
 
 def test_a_race_without_a_plain_infonoise_arm_compares_with_the_arm_it_names():
-    """The learnability tier has no ``infonoise`` arm (its default is named explicitly): the curves' counts and the
-    pairing are against ``race.infonoise_arm``, not left empty."""
+    """The learnability tier has no ``infonoise`` arm (its default is named explicitly): the curves' counts, the speedups
+    and the variants' speedups are against ``race.infonoise_arm``, not left empty, and it is not compared with itself."""
     from benchmarks.race import summary
 
     race = tiers.tier_races("learnability")[0]
     assert race.infonoise_arm == tiers.UNBOUNDED_START_ARM and "infonoise" not in race.samplers
-    race = dataclasses.replace(race, eval_steps=(100, 400))
+    ref = race.infonoise_arm
+    race = dataclasses.replace(race, eval_steps=(100, 400), samplers=(ref, "logit_normal", tiers.DRAWS_ARM))
 
     def run(sampler, seed, fd):
-        return {"sampler": sampler, "seed": seed, "steps": [100, 400], "quality": {"fd": fd}}
+        return {"race": race.name, "sampler": sampler, "seed": seed, "steps": [100, 400], "quality": {"fd": fd},
+                "primary_metric": "fd", "wall_time_s": {"total": 1.0}, "inference": {"scheduler": "EDMEulerScheduler"}}  # fmt: skip
 
-    ref = race.infonoise_arm
     by = {
         ref: [run(ref, 0, [200, 120]), run(ref, 1, [210, 130])],
         "logit_normal": [run("logit_normal", 0, [190, 125]), run("logit_normal", 1, [205, 128])],
@@ -230,6 +231,26 @@ def test_a_race_without_a_plain_infonoise_arm_compares_with_the_arm_it_names():
     # logit-normal lower at step 100 on both seeds (190 < 200, 205 < 210); at 400 InfoNoise lower on seed 0 only
     assert c["infonoise_ahead"] == {"logit_normal": [{"wins": 0, "seeds": 2}, {"wins": 1, "seeds": 2}]}
     assert ref not in c["infonoise_ahead"]
+    # the whole summary: the variant (a worse InfoNoise arm) and logit-normal each compared with the named arm
+    variant = [run(tiers.DRAWS_ARM, 0, [400, 300]), run(tiers.DRAWS_ARM, 1, [400, 300])]
+    entry = summary.summarize([race], [r for lst in by.values() for r in lst] + variant, {})[race.name]
+    assert set(entry["speedup_vs"]) == {"logit_normal", tiers.DRAWS_ARM}
+    # the variant's own final quality, 300, is reached by the named arm before its first evaluation on both seeds
+    assert entry["speedup_vs"][tiers.DRAWS_ARM]["fd"]["num_not_reached"] == 0
+    assert set(entry["variant_speedup_vs"]) == {tiers.DRAWS_ARM}
+
+
+def test_every_tier_names_an_infonoise_arm_that_it_races():
+    """A named reference arm must be one of the race's arms (else every comparison is silently empty); the tiers
+    without a plain ``infonoise`` arm that name none are the bound tiers, whose reports predate the field."""
+    unnamed = set()
+    for tier in tiers.TIERS:
+        for race in tiers.tier_races(tier):
+            if race.infonoise_arm != "infonoise":
+                assert race.infonoise_arm in race.samplers, (tier, race.name)
+            elif "infonoise" not in race.samplers:
+                unnamed.add(tier)
+    assert unnamed == {"bound", "bound_gpu", "bound_transfer", "bound_transfer_cpu"}
 
 
 def test_margin_eval_rankings_and_the_end_to_end_row_by_hand():
