@@ -660,17 +660,25 @@ def _budget_races() -> list[Race]:
     (:data:`UNBOUNDED_START_ARM`, this code) against each one's best fixed density, 3 seeds; on MNIST × 0.25 also the
     variant drawing on ρ̂ (:data:`DRAWS_ARM`, ahead there at 400 steps), 2 seeds. Then, as the method led at 800 steps on
     MNIST × 0.25, the third fine-tune it trails at 400 steps (binarized digits onto x0 × 0.25 from continuous MNIST, the
-    draws tier's, 6% behind logit-normal(0, 1)) at 800 steps too, those two arms, 3 seeds."""
+    draws tier's, 6% behind logit-normal(0, 1)) at 800 steps too, those two arms, 3 seeds. Last, whether the best fixed
+    density moves at 800 steps where the method now leads or ties: logit-normal centred at −1 and −1.5 on MNIST × 0.25,
+    at 0.5 on digits × 0.25, 3 seeds."""
     longest = dict(steps=800, eval_every=200, eval_steps=(200, 400, 800), infonoise_arm=UNBOUNDED_START_ARM)
     mnist = next(r for r in _content_races() if r.name == "tf-ft-bm2bm-x0.25-400")
     digits = next(r for r in _learnability_races() if r.name == "tk-ft-digits16")
-    m_arms = (UNBOUNDED_START_ARM, "logit_normal@mean=-2", DRAWS_ARM)
+    m_arms = (UNBOUNDED_START_ARM, "logit_normal@mean=-2", DRAWS_ARM, "logit_normal@mean=-1", "logit_normal@mean=-1.5")
     d_arms = (UNBOUNDED_START_ARM, "logit_normal")
     digits_x = next(r for r in _draws_races() if r.name == "tk-ft-binarized_digits16-x0.25")
     return [
         dataclasses.replace(mnist, name="tf-ft-bm2bm-x0.25-800", samplers=m_arms, seeds=_seeds(m_arms, 3, {DRAWS_ARM: 2}), **longest),
         dataclasses.replace(digits, name="tk-ft-digits16-800", samplers=d_arms, seeds=_seeds(d_arms, 3), **longest),
-        dataclasses.replace(digits_x, name="tk-ft-bd-x0.25-800", samplers=d_arms, seeds=_seeds(d_arms, 3), **longest),
+        dataclasses.replace(
+            digits_x,
+            name="tk-ft-bd-x0.25-800",
+            samplers=(*d_arms, "logit_normal@mean=0.5"),
+            seeds=_seeds((*d_arms, "logit_normal@mean=0.5"), 3),
+            **longest,
+        ),
     ]
 
 
