@@ -663,10 +663,13 @@ def _budget_races() -> list[Race]:
     draws tier's, 6% behind logit-normal(0, 1)) at 800 steps too, those two arms, 3 seeds. Last, whether the best fixed
     density moves at 800 steps where the method now leads or ties: logit-normal centred at −1 and −1.5 on MNIST × 0.25,
     at 0.5 on digits × 0.25, 3 seeds. As the best centre on MNIST × 0.25 moved up with the budget (−2 at 240 and 400
-    steps, −1.5 and −1 at 800), that fine-tune at 1600 steps too: the default and those two centres, 2 seeds."""
+    steps, −1.5 and −1 at 800), that fine-tune at 1600 steps too: the default and those two centres, 2 seeds; and at 3000
+    steps, users' budget, the default and logit-normal centred at −1 and −0.5, one seed (a trend, not a comparison)."""
     longest = dict(steps=800, eval_every=200, eval_steps=(200, 400, 800), infonoise_arm=UNBOUNDED_START_ARM)
     longer = dict(longest, steps=1600, eval_every=400, eval_steps=(400, 800, 1600))
     x1600 = (UNBOUNDED_START_ARM, "logit_normal@mean=-1.5", "logit_normal@mean=-1")
+    users = dict(longest, steps=3000, eval_every=750, eval_steps=(750, 1500, 3000))
+    x3000 = (UNBOUNDED_START_ARM, "logit_normal@mean=-1", "logit_normal@mean=-0.5")
     mnist = next(r for r in _content_races() if r.name == "tf-ft-bm2bm-x0.25-400")
     digits = next(r for r in _learnability_races() if r.name == "tk-ft-digits16")
     m_arms = (UNBOUNDED_START_ARM, "logit_normal@mean=-2", DRAWS_ARM, "logit_normal@mean=-1", "logit_normal@mean=-1.5")
@@ -683,6 +686,7 @@ def _budget_races() -> list[Race]:
             **longest,
         ),
         dataclasses.replace(mnist, name="tf-ft-bm2bm-x0.25-1600", samplers=x1600, seeds=_seeds(x1600, 2), **longer),
+        dataclasses.replace(mnist, name="tf-ft-bm2bm-x0.25-3000", samplers=x3000, seeds=_seeds(x3000, 1), **users),
     ]
 
 
