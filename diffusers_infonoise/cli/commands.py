@@ -103,14 +103,22 @@ def _cmd_show(args) -> int:
     rows = [("pi (learned)", pi), ("base", base), ("phi = pi*w", phi)] + ([("rho_hat", rho)] if rho is not None else [])
     for label, dens in rows:
         out.append(f"    {label:<14} mode {_fmt(_mode_sigma(dens, x)):>8}   window {_window_text(dens, x)}")
+    tau = sampler.temperature
+    target = "rho_hat" if tau == 1.0 else f"rho_hat^{tau:g}"
+    tempered = None if rho is None or tau == 1.0 else normalize_density(rho**tau, x)
     if rho is not None and sampler.settings.target_space == "pi":  # the study variant: its draws follow rho_hat
-        tau = sampler.temperature
-        target = "rho_hat" if tau == 1.0 else f"rho_hat^{tau:g}"
-        drawn = total_variation(pi, rho if tau == 1.0 else normalize_density(rho**tau, x), x)
+        drawn = total_variation(pi, rho if tau == 1.0 else tempered, x)
         out.append(
             f"  pi vs {target:<10} target_space=pi (a study variant: the draws follow {target}, so phi ~ {target}*w): "
             f"TV(pi, {target}) = {drawn:.3f} (floor {sampler.floor:g}); "
             f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, large by design (METHOD.md section 5.10)"
+        )
+    elif tempered is not None:  # a tempered target: phi follows rho_hat^tau, which the floor bounds
+        out.append(
+            f"  phi vs {target:<10} a tempered target (pi ~ {target}/w): TV(phi, {target}) = "
+            f"{total_variation(phi, tempered, x):.3f} (floor {sampler.floor:g} in {sampler.floor_space}-space; "
+            f"METHOD.md section 5 wants <= floor + 0.02); TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, "
+            "large by design"
         )
     elif rho is not None:
         out.append(

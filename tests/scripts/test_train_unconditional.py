@@ -182,6 +182,26 @@ def test_a_card_of_the_draws_variant_says_so(script, unet_config, tmp_path):
     assert "(large by design)" in card and "π ∝ ρ̂/w" not in card
 
 
+def test_a_card_of_a_tempered_target_says_so(script, unet_config, tmp_path):
+    """--infonoise_temperature τ ≠ 1: φ follows ρ̂^τ, so the card holds TV(φ, ρ̂^τ) to the floor, not TV(φ, ρ̂). By hand
+    from the stored ρ̂: the masses ρ̂_k^τ·Δ_k normalised, and the triangle inequality ties the two distances to
+    TV(ρ̂^τ, ρ̂)."""
+    out = tmp_path / "card_tau"
+    script.main(base_args(unet_config, out, "--diffusion", "edm", "--infonoise_temperature", 0.5, "--max_train_steps", 4))
+    card = " ".join((out / "README.md").read_text().split())
+    payload = scheduler_payload(out)
+    assert payload["hyperparameters"]["temperature"] == 0.5
+    assert "tempered: π ∝ ρ̂^τ/w" in card and "π ∝ ρ̂/w" not in card
+    tv_target, tv_rho = payload["tv_phi_target"], payload["tv_phi_rho"]
+    assert f"TV(φ, ρ̂^τ) = {tv_target:.3f} (the floor η = 0.05 bounds it), TV(φ, ρ̂) = {tv_rho:.3f}" in card
+    assert tv_target <= 0.05 + 0.02
+    width = np.diff(payload["edges"])  # ln σ edges
+    rho = np.asarray(payload["rho_hat"]) * width
+    tempered = np.asarray(payload["rho_hat"]) ** 0.5 * width
+    apart = 0.5 * float(np.abs(tempered / tempered.sum() - rho / rho.sum()).sum())
+    assert abs(tv_rho - apart) <= tv_target + 1e-3 and apart > 0.0
+
+
 def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):
     import huggingface_hub
 
