@@ -481,24 +481,30 @@ def test_grid_writes_its_numbers_to_json(capsys, saved, tmp_path):
     assert data["default_sigmas"][0] is None and all(v > 0 for v in data["default_sigmas"][1:])
 
 
-def test_show_holds_a_tempered_target_to_the_floor(capsys, tmp_path):
-    """A schedule with temperature τ ≠ 1: φ follows ρ̂^τ, so `infonoise show` holds TV(φ, ρ̂^τ) to the floor and calls
-    TV(φ, ρ̂) large by design. By hand from the payload's ρ̂ (per unit log σ): ρ̂^τ normalised on the bins, and the
-    triangle inequality ties the two shown distances to TV(ρ̂^τ, ρ̂)."""
+def _save_a_gaussian_schedule(folder, **settings) -> None:
+    """An EDM scheduler config in ``folder`` with a schedule adapted (3 refreshes of 4096 draws) on the Bayes error of
+    Gaussian data (s_d = 0.5), the sampler built with ``settings``."""
     from diffusers import EDMEulerScheduler
 
     from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 
     sched = EDMEulerScheduler()
-    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=16, warmup_steps=1, refresh_every=1, temperature=0.5)
+    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=16, warmup_steps=1, refresh_every=1, **settings)
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         levels = s.sample(4096, generator=g)
         sig = levels.sigmas.double()
-        s.update(levels, 0.25 * sig**2 / (sig**2 + 0.25))  # the Bayes error of Gaussian data, s_d = 0.5
+        s.update(levels, 0.25 * sig**2 / (sig**2 + 0.25))
         s.step()
     s.save_to_scheduler(sched)
-    sched.save_config(tmp_path)
+    sched.save_config(folder)
+
+
+def test_show_holds_a_tempered_target_to_the_floor(capsys, tmp_path):
+    """A schedule with temperature τ ≠ 1: φ follows ρ̂^τ, so `infonoise show` holds TV(φ, ρ̂^τ) to the floor and calls
+    TV(φ, ρ̂) large by design. By hand from the payload's ρ̂ (per unit log σ): ρ̂^τ normalised on the bins, and the
+    triangle inequality ties the two shown distances to TV(ρ̂^τ, ρ̂)."""
+    _save_a_gaussian_schedule(tmp_path, temperature=0.5)
     rc, out, _ = run(capsys, "show", tmp_path)
     assert rc == 0
     floor_check = r"TV\(phi, rho_hat\^0.5\) = ([0-9.]+) \(floor 0.05 .*wants <= floor \+ 0.02\)"
@@ -517,20 +523,7 @@ def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):
     """A schedule of the study variant target_space="pi" (issue 31): `infonoise show` reports TV(π, ρ̂), which the floor
     bounds, and says TV(φ, ρ̂) is large by design, instead of holding it to the method's floor check; TV(π, ρ̂) by hand
     from the payload's own π and ρ̂ (both per unit log σ on the same bins)."""
-    from diffusers import EDMEulerScheduler
-
-    from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
-
-    sched = EDMEulerScheduler()
-    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=16, warmup_steps=1, refresh_every=1, target_space="pi")
-    g = torch.Generator().manual_seed(0)
-    for _ in range(3):
-        levels = s.sample(4096, generator=g)
-        sig = levels.sigmas.double()
-        s.update(levels, 0.25 * sig**2 / (sig**2 + 0.25))  # the Bayes error of Gaussian data, s_d = 0.5
-        s.step()
-    s.save_to_scheduler(sched)
-    sched.save_config(tmp_path)
+    _save_a_gaussian_schedule(tmp_path, target_space="pi")
     rc, out, _ = run(capsys, "show", tmp_path)
     assert rc == 0 and "target_space=pi" in out and "phi vs rho_hat" not in out
     payload = json.loads((tmp_path / "scheduler_config.json").read_text())[CONFIG_KEY]
