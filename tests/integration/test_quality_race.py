@@ -305,6 +305,19 @@ def test_the_cadence_tiers_fixed_end_schedule_reads_the_default_runs_folder():
     assert {r.name for r in tiers.tier_races("cadence")} == {r.name for r in tiers.tier_races("tracking") if r.pretrained}
 
 
+def test_the_budget_tiers_known_target_reads_the_default_run_of_its_own_budget():
+    """The budget tier's target known in advance on continuous digits: at each budget, π from the scheduler the default's
+    seed-0 run of that same race saved (not the other budget's), refreshed only once the run is over."""
+    for race in ("tk-ft-digits16-800", "tk-ft-digits16-3000"):
+        steps = int(race.rsplit("-", 1)[1])
+        arm = f"infonoise-init_stored-refresh_every={steps}"
+        spec = _spec("budget", race, arm, seed=1, root="/tmp/q/quality_race_budget")
+        default_s0 = f"/tmp/q/quality_race_budget/runs/{race}__{tiers.UNBOUNDED_START_ARM}__s0/scheduler"
+        assert spec.sampler_args == ["--infonoise_schedule_from", default_s0] and spec.race.steps == steps
+        assert tiers.parse_arm(arm).options == ("init_stored", f"refresh_every={steps}")
+        assert _spec("budget", race, "logit_normal").sampler_args == []
+
+
 def test_an_unknown_race_or_job_count_is_refused_naming_the_option(tmp_path, capsys):
     """--only with a name the tier does not have was dropped silently (a typo ran nothing, or less than asked)."""
     from benchmarks import quality_race
