@@ -668,7 +668,8 @@ def _budget_races() -> list[Race]:
     Last, continuous digits at 3000 steps, where the gap did not narrow from 400 to 800 steps: the default and
     logit-normal(0, 1), 3 seeds; and, as it trailed there too, the target known in advance at 800 and 3000 steps (π
     fixed from step 0 at the schedule the default's seed-0 run of that budget ended with, the cadence tier's diagnostic,
-    3 seeds): if it trails as the default does, the target (π ∝ ρ̂/w), not the estimate's tracking, is what trails."""
+    3 seeds): if it trails as the default does, the target (π ∝ ρ̂/w), not the estimate's tracking, is what trails.
+    The same diagnostic on MNIST × 0.25 at 800 steps, 3 seeds."""
     longest = dict(steps=800, eval_every=200, eval_steps=(200, 400, 800), infonoise_arm=UNBOUNDED_START_ARM)
     longer = dict(longest, steps=1600, eval_every=400, eval_steps=(400, 800, 1600))
     x1600 = (UNBOUNDED_START_ARM, "logit_normal@mean=-1.5", "logit_normal@mean=-1")
@@ -679,15 +680,15 @@ def _budget_races() -> list[Race]:
     m_arms = (UNBOUNDED_START_ARM, "logit_normal@mean=-2", DRAWS_ARM, "logit_normal@mean=-1", "logit_normal@mean=-1.5")
     d_arms = (UNBOUNDED_START_ARM, "logit_normal")
 
-    def known_target(race: Race) -> Race:  # the default, logit-normal(0, 1) and π fixed at the default's final schedule
+    def known_target(race: Race, arms=d_arms, more=None) -> Race:  # the arms and π fixed at the default's final schedule
         fixed = f"infonoise-init_stored-refresh_every={race.steps}"  # CLAIRVOYANT_ARM at this budget: it never refreshes
-        arms = (*d_arms, fixed)
         start = ("--infonoise_schedule_from", f"{{run:{race.name}__{UNBOUNDED_START_ARM}__s0}}/scheduler")
-        return dataclasses.replace(race, samplers=arms, seeds=_seeds(arms, 3), sampler_extra_args={fixed: start})
+        arms = (*arms, fixed)
+        return dataclasses.replace(race, samplers=arms, seeds=_seeds(arms, 3, more), sampler_extra_args={fixed: start})
 
     digits_x = next(r for r in _draws_races() if r.name == "tk-ft-binarized_digits16-x0.25")
     return [
-        dataclasses.replace(mnist, name="tf-ft-bm2bm-x0.25-800", samplers=m_arms, seeds=_seeds(m_arms, 3, {DRAWS_ARM: 2}), **longest),
+        known_target(dataclasses.replace(mnist, name="tf-ft-bm2bm-x0.25-800", **longest), m_arms, {DRAWS_ARM: 2}),
         known_target(dataclasses.replace(digits, name="tk-ft-digits16-800", **longest)),
         dataclasses.replace(
             digits_x,

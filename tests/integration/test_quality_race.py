@@ -306,9 +306,10 @@ def test_the_cadence_tiers_fixed_end_schedule_reads_the_default_runs_folder():
 
 
 def test_the_budget_tiers_known_target_reads_the_default_run_of_its_own_budget():
-    """The budget tier's target known in advance on continuous digits: at each budget, π from the scheduler the default's
-    seed-0 run of that same race saved (not the other budget's), refreshed only once the run is over."""
-    for race in ("tk-ft-digits16-800", "tk-ft-digits16-3000"):
+    """The budget tier's target known in advance (continuous digits at two budgets, MNIST × 0.25 at 800 steps): π from
+    the scheduler the default's seed-0 run of that same race saved (not the other budget's), refreshed only once the
+    run is over."""
+    for race in ("tk-ft-digits16-800", "tk-ft-digits16-3000", "tf-ft-bm2bm-x0.25-800"):
         steps = int(race.rsplit("-", 1)[1])
         arm = f"infonoise-init_stored-refresh_every={steps}"
         spec = _spec("budget", race, arm, seed=1, root="/tmp/q/quality_race_budget")
