@@ -115,7 +115,7 @@ def _cmd_show(args) -> int:
         )
     elif tempered is not None:  # a tempered target: phi follows rho_hat^tau, which the floor bounds
         out.append(
-            f"  phi vs {target:<10} a tempered target (pi ~ {target}/w): TV(phi, {target}) = "
+            f"  phi vs {target:<12} a tempered target (pi ~ {target}/w): TV(phi, {target}) = "
             f"{total_variation(phi, tempered, x):.3f} (floor {sampler.floor:g} in {sampler.floor_space}-space; "
             f"METHOD.md section 5 wants <= floor + 0.02); TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, "
             "large by design"

@@ -148,8 +148,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         Keys (after ``prefix``): ``adapted`` (0/1), ``num_updates``, ``filled_bins``, ``measured_mass``
         (:meth:`measured_mass`), ``pi_sigma_p10``/``_p50``/``_p90`` (VE σ quantiles of π), and once an
         estimate exists ``tv_phi_rho`` (TV(φ, ρ̂), METHOD.md §5's check: ≤ floor + 0.02; with ``target_space="pi"``
-        also ``tv_pi_rho``, TV(π, ρ̂), which the floor bounds there instead) and, when a gate
-        applies, ``gate_pivot`` (VE σ). Cheap (bin arithmetic on the CPU; no synchronisation).
+        also ``tv_pi_rho``, TV(π, ρ̂), which the floor bounds there instead; with a ``temperature`` τ ≠ 1 also
+        ``tv_phi_target``, TV(φ, ρ̂^τ), and with both ``tv_pi_target``, TV(π, ρ̂^τ): the distance the floor bounds
+        then) and, when a gate applies, ``gate_pivot`` (VE σ). Cheap (bin arithmetic on the CPU; no
+        synchronisation).
         """
         q = torch.exp(self.density.icdf(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)))
         out = {
@@ -165,6 +167,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             out["tv_phi_rho"] = self.allocation_total_variation()
             if self.settings.target_space == "pi":  # the study variant: its draws, not φ, follow ρ̂
                 out["tv_pi_rho"] = self.draws_total_variation()
+            if self.temperature != 1.0:  # a tempered target: the floor bounds the distance to ρ̂^τ, not to ρ̂
+                out["tv_phi_target"] = self.allocation_total_variation(target=True)
+                if self.settings.target_space == "pi":
+                    out["tv_pi_target"] = self.draws_total_variation(target=True)
             if self.estimator.last_gate.pivot is not None:
                 out["gate_pivot"] = float(self.estimator.last_gate.pivot)
         return {prefix + k: v for k, v in out.items()}

@@ -517,6 +517,7 @@ def test_show_holds_a_tempered_target_to_the_floor(capsys, tmp_path):
     rho_mass, tempered = rho * widths / (rho * widths).sum(), rho.sqrt() * widths / (rho.sqrt() * widths).sum()
     apart = 0.5 * float((tempered - rho_mass).abs().sum())
     assert to_target <= 0.07 and apart > 0.1 and abs(to_rho - apart) <= to_target + 2e-3
+    assert to_target == pytest.approx(payload["tv_phi_target"], abs=2e-3)  # the sampler's own figure, another code path
 
 
 def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):

@@ -347,6 +347,7 @@ def test_a_tempered_target_follows_rho_to_the_tau_and_reports_both_distances():
     assert s.allocation_total_variation(target=True) == pytest.approx(tv_target, abs=0.01)
     assert s.allocation_total_variation() == pytest.approx(tv_rho, abs=0.01)
     assert s.last_refresh["tv_phi_target"] == pytest.approx(s.allocation_total_variation(target=True))
+    assert s.metrics()["infonoise/tv_phi_target"] == s.last_refresh["tv_phi_target"]  # what a tracker logs
     s.save_to_scheduler(sched)
     b = InfoNoiseTrainingTimestepSampler.from_scheduler(type(sched).from_config(sched.config))
     assert b.hyperparameters["temperature"] == tau and torch.equal(b.probs, s.probs)
