@@ -187,6 +187,11 @@ def _cmd_compare(args) -> int:
     _print_base_notes(allocs, unlearned)
     if "infonoise" in names and unlearned is None and _draws_variant(stored):
         print(f"  note: {_DRAWS_NOTE}")
+    if "infonoise" in names and unlearned is None and (tau := _temperature(stored)) != 1.0:
+        print(
+            f"  note: this schedule's target is tempered (temperature={tau:g}): its phi follows rho_hat^{tau:g}, so its "
+            "TV to rho_hat is large by design (docs/METHOD.md 5); `infonoise show` gives its distance to rho_hat^tau"
+        )
     if args.plot:
         from ..diagnostics import plot_allocations
 
@@ -300,6 +305,11 @@ _DRAWS_NOTE = (
     "so its phi = pi*w is far from rho_hat by design (docs/METHOD.md 5.10); the training scripts start from it with the "
     "method (pi ~ rho_hat/w, rebuilt from its m_hat) unless --infonoise_target_space pi is given"
 )
+
+
+def _temperature(payload) -> float:
+    """The τ of a stored schedule's tempered target ``φ ∝ ρ̂^τ`` (1: the method, or no schedule)."""
+    return float(((payload or {}).get("hyperparameters") or {}).get("temperature", 1.0))
 
 
 def _draws_variant(payload) -> bool:

@@ -518,6 +518,11 @@ def test_show_holds_a_tempered_target_to_the_floor(capsys, tmp_path):
     apart = 0.5 * float((tempered - rho_mass).abs().sum())
     assert to_target <= 0.07 and apart > 0.1 and abs(to_rho - apart) <= to_target + 2e-3
     assert to_target == pytest.approx(payload["tv_phi_target"], abs=2e-3)  # the sampler's own figure, another code path
+    # compare ranks allocations by TV to ρ̂ (the method's target): for this schedule it says that is large by design
+    rc, out, _ = run(capsys, "compare", "--scheduler", tmp_path, "--samplers", "infonoise,logit_normal")
+    assert rc == 0 and "target is tempered (temperature=0.5): its phi follows rho_hat^0.5" in out
+    rc, out, _ = run(capsys, "compare", "--scheduler", tmp_path, "--samplers", "logit_normal")
+    assert rc == 0 and "target is tempered" not in out  # no infonoise row, nothing to say
 
 
 def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):
