@@ -203,6 +203,17 @@ def test_a_card_of_a_tempered_target_says_so(script, unet_config, tmp_path):
     assert abs(tv_rho - apart) <= tv_target + 1e-3 and apart > 0.1
 
 
+def test_a_card_with_the_floor_in_pi_space_does_not_claim_it_bounds_tv(script, unet_config, tmp_path):
+    """--infonoise_floor_space pi (a study setting, METHOD.md §5.7): the floor is mixed into π, so it does not bound
+    TV(φ, ρ̂); the card said it did."""
+    out = tmp_path / "card_floor_pi"
+    script.main(base_args(unet_config, out, "--diffusion", "edm", "--infonoise_floor_space", "pi", "--max_train_steps", 4))
+    card = " ".join((out / "README.md").read_text().split())
+    tv = scheduler_payload(out)["tv_phi_rho"]
+    assert f"TV(φ, ρ̂) = {tv:.3f} (the floor η = 0.05 is mixed in π-space here, a study setting, so it does not bound" in card
+    assert "bounds it" not in card
+
+
 def test_push_to_hub_sends_pipeline_card_and_plots(script, unet_config, tmp_path, monkeypatch):
     import huggingface_hub
 
