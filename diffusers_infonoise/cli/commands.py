@@ -109,7 +109,7 @@ def _cmd_show(args) -> int:
     if rho is not None and sampler.settings.target_space == "pi":  # the study variant: its draws follow rho_hat
         drawn = total_variation(pi, rho if tau == 1.0 else tempered, x)
         out.append(
-            f"  pi vs {target:<10} target_space=pi (a study variant: the draws follow {target}, so phi ~ {target}*w): "
+            f"  pi vs {target:<12} target_space=pi (a study variant: the draws follow {target}, so phi ~ {target}*w): "
             f"TV(pi, {target}) = {drawn:.3f} (floor {sampler.floor:g}); "
             f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, large by design (METHOD.md section 5.10)"
         )
