@@ -364,8 +364,12 @@ def load_scheduler_config(spec: str, *, revision: str | None = None, cache_dir: 
     for candidate in (p.joinpath(*PIPELINE_SCHEDULER), p / SCHEDULER_FILE):
         if candidate.is_file():
             return read_json_file(candidate), str(candidate)
+    hint = ""
+    if p.name.startswith("checkpoint-") and p.is_dir():  # a training script's checkpoint-N/ holds the sampler's state only
+        hint = f"; {p.name} is a training checkpoint: pass the run's output folder ({p.parent}), where the run saves its pipeline"
     raise ScheduleSourceError(
-        f"{p}: no scheduler config in this folder (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE}; tried as a local path)"
+        f"{p}: no scheduler config in this folder (looked for {'/'.join(PIPELINE_SCHEDULER)} and {SCHEDULER_FILE}; tried as "
+        f"a local path){hint}"
     )
 
 

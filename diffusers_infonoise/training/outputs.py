@@ -78,6 +78,13 @@ def render_model_card(template: str, output_path: str, **context) -> str:
     return text
 
 
+def log_saved_outputs(output_dir: str, saved: list[str], *, repo_id: str | None = None) -> None:
+    """The run's last log line: what it saved where (``saved``: names relative to ``output_dir``) and, after a push,
+    the Hub repository; a user who scrolled past the progress bar learns where the results are."""
+    pushed = f"; pushed to the Hub as {repo_id}" if repo_id else ""
+    logger.info(f"saved in {os.path.abspath(output_dir)}: {', '.join(saved)}{pushed}")
+
+
 def push_output_dir(
     output_dir: str,
     *,
@@ -242,3 +249,6 @@ def save_unconditional_outputs(
     )
     if hub.push:
         push_output_dir(output_dir, repo_id=repo_id, token=hub.token, private=hub.private)
+    samples = "samples.fa" if alphabet else "samples.png"
+    saved = ["the pipeline (unet/, scheduler/)", "noise_schedule.png", samples, "README.md (the model card)"]
+    log_saved_outputs(output_dir, saved, repo_id=repo_id if hub.push else None)

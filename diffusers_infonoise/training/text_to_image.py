@@ -26,6 +26,7 @@ from .lora import add_lora_adapter, lora_layers
 from .outputs import (
     HubTarget,
     check_finite_weights,
+    log_saved_outputs,
     push_output_dir,
     recorded_start,
     render_model_card,
@@ -468,4 +469,8 @@ def save_text_to_image_outputs(
     )
     if cfg.hub.push:
         push_output_dir(out, repo_id=repo_id, token=cfg.hub.token, private=cfg.hub.private)
+    weights = "the LoRA adapter and scheduler/" if cfg.use_lora else "the pipeline"
+    validation = [validation_grid] if validation_grid else []
+    saved = [weights, "noise_schedule.png", *validation, "README.md (the model card)"]
+    log_saved_outputs(out, saved, repo_id=repo_id if cfg.hub.push else None)
     return out

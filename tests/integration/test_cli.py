@@ -61,6 +61,10 @@ def test_show_errors(capsys, saved, tmp_path, monkeypatch):
     assert_one_line_error(rc, err, "no such file or folder")
     rc, _, err = run(capsys, "show", tmp_path)  # a directory without a scheduler config
     assert_one_line_error(rc, err, "no scheduler config")
+    assert "training checkpoint" not in err
+    (tmp_path / "checkpoint-1200").mkdir()  # a script's checkpoint holds the sampler's state, not a scheduler config
+    rc, _, err = run(capsys, "show", tmp_path / "checkpoint-1200")
+    assert_one_line_error(rc, err, f"checkpoint-1200 is a training checkpoint: pass the run's output folder ({tmp_path})")
     (tmp_path / "bad.json").write_text("{not json")
     rc, _, err = run(capsys, "show", tmp_path / "bad.json")
     assert_one_line_error(rc, err, "not valid JSON")

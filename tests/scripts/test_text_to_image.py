@@ -10,6 +10,7 @@ on disk, and stock diffusers pipelines loading the outputs.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import shutil
@@ -196,39 +197,43 @@ def test_sd_full_finetune_saves_pipeline_with_learned_schedule(sd_model, tmp_pat
 
 
 @pytest.mark.slow
-def test_sd_lora_from_image_folder(sd_model, tmp_path):
+def test_sd_lora_from_image_folder(sd_model, tmp_path, caplog):
     """LoRA (peft) on an image folder with metadata.jsonl: the output holds the adapter and the
-    training scheduler; stock diffusers loads both onto the base pipeline."""
+    training scheduler; stock diffusers loads both onto the base pipeline; the last log line says so."""
     from diffusers import DDPMScheduler, StableDiffusionPipeline
     from safetensors.torch import load_file
 
     data = write_captioned_image_folder(str(tmp_path / "images"), num_images=6)
     out = tmp_path / "sd_lora"
-    result = sd_script.main(
-        [
-            "--pretrained_model_name_or_path",
-            sd_model,
-            "--output_dir",
-            str(out),
-            "--train_data_dir",
-            data,
-            "--use_lora",
-            "--lora_rank",
-            "4",
-            "--max_train_steps",
-            "3",
-            "--checkpointing_steps",
-            "100",
-            "--learning_rate",
-            "1e-2",
-            "--report_to",
-            "none",
-            *FAST,
-            *INFONOISE,
-        ]
-    )
+    with caplog.at_level(logging.INFO):
+        result = sd_script.main(
+            [
+                "--pretrained_model_name_or_path",
+                sd_model,
+                "--output_dir",
+                str(out),
+                "--train_data_dir",
+                data,
+                "--use_lora",
+                "--lora_rank",
+                "4",
+                "--max_train_steps",
+                "3",
+                "--checkpointing_steps",
+                "100",
+                "--learning_rate",
+                "1e-2",
+                "--report_to",
+                "none",
+                *FAST,
+                *INFONOISE,
+            ]
+        )
     assert result["global_step"] == 3
     assert not (out / "unet").exists() and not (out / "model_index.json").exists()
+    saved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("saved in ")]
+    files = "the LoRA adapter and scheduler/, noise_schedule.png, README.md (the model card)"
+    assert saved == [f"saved in {out.resolve()}: {files}"]
     lora = load_file(str(out / "pytorch_lora_weights.safetensors"))
     assert lora and all(k.startswith("unet.") and "lora" in k for k in lora)
     assert any(float(v.abs().max()) > 0 for k, v in lora.items() if "lora_B" in k or "lora.up" in k)

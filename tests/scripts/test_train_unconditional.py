@@ -119,6 +119,18 @@ def test_the_sampler_start_is_logged_once(script, unet_config, tmp_path, caplog)
     assert lines == ["noise sampler start: base (init 'auto': no pretrained model and no stored schedule (training from scratch))"], lines
 
 
+def test_the_run_ends_saying_what_it_saved_where(script, unet_config, tmp_path, caplog):
+    """A fresh user's report: the run's last lines were accelerate's checkpoint messages, nothing said where the
+    pipeline, samples and card went. The last log line names the folder and each file, and each is there."""
+    out = tmp_path / "said"
+    with caplog.at_level(logging.INFO):
+        script.main(base_args(unet_config, out, "--max_train_steps", 2, "--infonoise_warmup_steps", 1))
+    last = [r.getMessage() for r in caplog.records if r.getMessage().startswith("saved in ")]
+    files = "the pipeline (unet/, scheduler/), noise_schedule.png, samples.png, README.md (the model card)"
+    assert last == [f"saved in {out.resolve()}: {files}"]
+    assert all((out / name).exists() for name in ("unet", "scheduler", "noise_schedule.png", "samples.png", "README.md"))
+
+
 # ----------------------------------------------------------------------------------------------
 # resume
 
