@@ -431,7 +431,6 @@ def test_sd_lora_by_default_starts_from_the_pretrained_models_profile(sd_model, 
     """The default start of a fine-tune (``auto``; issue 22): the pretrained model's errors on the training latents,
     before step 1, within 5% of the run's compute (a 40-step run at batch 1 affords 2 samples a bin, by hand:
     max(2, int(0.05·3·40·1/64)) = 2); no warm-up, π adapted from the first step, the card says so."""
-    import logging
 
     out = tmp_path / "lora_profile"
     with caplog.at_level(logging.INFO):
