@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -571,12 +570,20 @@ def hub_unreadable(repo_id: str, *, dataset: bool = False, cache_dir: str | None
     offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE" if dataset else "") if name and _env_true(name)]
     if offline:
         return f"{offline[0]} is set and it is not in the Hub cache"
-    url = urlsplit(constants.ENDPOINT)
+    host = urlsplit(constants.ENDPOINT).hostname
     try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=HUB_CONNECT_TIMEOUT).close()
-    except OSError as err:
-        return f"the Hub ({url.hostname}) cannot be reached ({err.strerror or err}) and it is not in the Hub cache"
+        _ask_hub(constants.ENDPOINT, HUB_CONNECT_TIMEOUT)
+    except Exception as err:  # httpx's or requests' connection errors, by huggingface_hub version: any is "unreachable"
+        return f"the Hub ({host}) cannot be reached ({getattr(err, 'strerror', None) or err}) and it is not in the Hub cache"
     return None
+
+
+def _ask_hub(endpoint: str, timeout: float) -> None:
+    """One HEAD request to the Hub through huggingface_hub's own HTTP session (its proxies and certificates: a bare
+    socket would miss a proxy and refuse a Hub that answers); raises when nothing answers within ``timeout`` seconds."""
+    from huggingface_hub.utils import get_session
+
+    get_session().head(endpoint, timeout=timeout)
 
 
 @contextlib.contextmanager

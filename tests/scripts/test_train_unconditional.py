@@ -491,11 +491,11 @@ def test_a_mistyped_owner_name_path_is_refused_without_waiting_for_the_hub(flag,
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     connections = []
 
-    def connect(address, timeout=None):
-        connections.append((address, timeout))
+    def connect(endpoint, timeout):
+        connections.append((endpoint, timeout))
         raise OSError(101, "Network is unreachable")
 
-    monkeypatch.setattr(training_args.socket, "create_connection", connect)
+    monkeypatch.setattr(training_args, "_ask_hub", connect)
     argv = [flag, "rnus/zA", "--output_dir", str(tmp_path / "out")]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     says = rf"{flag}: rnus/zA: no such local folder \(\./rnus does not exist either\).*HF_HUB_OFFLINE is set and it is not in the Hub cache"
