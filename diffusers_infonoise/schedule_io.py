@@ -448,10 +448,15 @@ def save_sampler_state(sampler, directory) -> None:
 
 
 def load_sampler_state(sampler, directory) -> bool:
-    """Restore a state written by :func:`save_sampler_state`; returns False when ``directory`` has none.
+    """Restore a state written by :func:`save_sampler_state`; returns False when ``directory`` has neither file.
+
+    The state is validated as strictly as a stored payload: finite counts, π that follows from its own m̂
+    (:meth:`~diffusers_infonoise.sampler.adaptive._AdaptiveSampler.load_state_dict`).
 
     Raises:
-        ScheduleError: for an unreadable or foreign state file. ValueError: state of another sampler/grid.
+        ScheduleError: one of the two files without the other (naming ``directory`` and the missing one), an
+            unreadable or foreign state file, or an invalid state (another sampler or grid, non-finite counts, a π
+            that does not follow from its m̂).
     """
     import json
     import os
@@ -459,8 +464,12 @@ def load_sampler_state(sampler, directory) -> bool:
     from safetensors.torch import load_file
 
     tpath, jpath = os.path.join(directory, SAMPLER_STATE_TENSORS), os.path.join(directory, SAMPLER_STATE_JSON)
-    if not (os.path.exists(tpath) and os.path.exists(jpath)):
+    present = [os.path.exists(p) for p in (tpath, jpath)]
+    if not any(present):
         return False
+    if not all(present):  # half a state: resuming from the base density would lose the run's schedule without a word
+        missing = SAMPLER_STATE_JSON if present[0] else SAMPLER_STATE_TENSORS
+        raise ScheduleError(f"{directory}: the sampler state is incomplete: {missing} is missing (the folder holds the other file only)")
     try:
         with open(jpath) as f:
             meta = json.load(f)

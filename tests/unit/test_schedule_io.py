@@ -390,6 +390,8 @@ def test_schedule_saved_during_warmup_keeps_base_and_warmup():
         ("truncated_json", "unreadable"),
         ("truncated_tensors", "unreadable"),
         ("negative_draws", "num_draws"),
+        ("nan_samples_trained", "samples_trained"),
+        ("pi_top_bin", r"state_dict\['probs'\]: its pi does not follow from its own m_hat and settings \(TV 0\.9"),
     ],
 )
 def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
@@ -412,6 +414,11 @@ def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
         meta["values"]["optimizer_step"] = -1
     elif how == "negative_draws":
         meta["values"]["num_draws"] = -2
+    elif how == "nan_samples_trained":
+        meta["values"]["samples_trained"] = math.nan
+    elif how == "pi_top_bin":
+        tensors["probs"] = torch.zeros_like(tensors["probs"])
+        tensors["probs"][-1] = 1.0
     save_file(tensors, tpath)
     jpath.write_text(json.dumps(meta))
     if how == "truncated_json":
@@ -422,6 +429,34 @@ def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
     with pytest.raises(ScheduleError, match=pattern) as info:
         load_sampler_state(b, tmp_path)
     assert str(tmp_path) in str(info.value)  # the error names the file or folder
+
+
+@pytest.mark.parametrize("kept", ["tensors", "json"])
+def test_half_a_checkpoint_sampler_state_is_a_clear_error(kept, tmp_path):
+    """One of the two state files alone is not "no state": resuming from the base density would lose the schedule."""
+    from diffusers_infonoise.schedule_io import SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, load_sampler_state, save_sampler_state
+
+    save_sampler_state(_adapted(DDPMScheduler()), tmp_path)
+    missing = SAMPLER_STATE_JSON if kept == "tensors" else SAMPLER_STATE_TENSORS
+    (tmp_path / missing).unlink()
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1)
+    with pytest.raises(ScheduleError, match=f"{tmp_path}: the sampler state is incomplete: {missing} is missing"):
+        load_sampler_state(b, tmp_path)
+    assert not b.is_adapted and b.optimizer_step == 0
+    (tmp_path / (SAMPLER_STATE_TENSORS if kept == "tensors" else SAMPLER_STATE_JSON)).unlink()
+    assert load_sampler_state(b, tmp_path) is False  # neither file: no state, the sampler starts afresh
+
+
+def test_a_resumed_state_keeps_its_pi_unchanged(tmp_path):
+    """The π check accepts the state a sampler wrote (also after further refreshes), bit for bit."""
+    from diffusers_infonoise.schedule_io import load_sampler_state, save_sampler_state
+
+    a = _adapted(DDPMScheduler())
+    save_sampler_state(a, tmp_path)
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1)
+    assert load_sampler_state(b, tmp_path)
+    torch.testing.assert_close(b.probs, a.probs, rtol=0, atol=0)
+    assert b.samples_trained == a.samples_trained > 0
 
 
 def test_schedules_written_by_0_2_0_load_bit_for_bit():
