@@ -269,6 +269,19 @@ def _corrupt(payload, how):
         p["edges"], p["pi"], p["m_hat"] = p["edges"][:4], [0.2, 0.5, 0.3], p["m_hat"][:3]
     elif how == "edges_shifted":  # issue 20: reported as "16 bins, this sampler 16"
         p["edges"] = [v + 0.5 for v in p["edges"]]
+    elif how == "huge_gate":  # JSON's exact 10**400: float() of it overflowed deep inside
+        p["hyperparameters"]["gate"] = 10**400
+    elif how == "huge_m_hat":
+        p["m_hat"][5] = 10**400
+    elif how == "huge_sigma":
+        p["path"]["sigma_min"] = 10**400
+    elif how == "m_hat_text":
+        p["m_hat"][5] = "0.3"
+    elif how == "sigma_text_shifted":  # the error's own formatting of the text raised
+        p["path"]["sigma_min"] = str(p["path"]["sigma_min"])
+        p["edges"] = [v + 0.5 for v in p["edges"]]
+    elif how == "prediction_type_list":
+        p["prediction_type"] = ["epsilon"]
     return p
 
 
@@ -283,7 +296,7 @@ def _corrupt(payload, how):
         ("length", "len"),
         ("text", "edges must be a flat list of numbers"),
         ("edges_order", "edges"),
-        ("m_hat_negative", "m_hat"),
+        ("m_hat_negative", r"m_hat must hold .*, got m_hat\[5\] = -1 in the bin at VE sigma [0-9.]+$"),
         ("not_a_dict", "JSON object"),
         ("m_hat_infinity", "m_hat"),
         ("hyper_null", "hyperparameters"),
@@ -296,6 +309,12 @@ def _corrupt(payload, how):
         ("m_hat_huge", r"m_hat must hold finite x0-space errors in \[0, 1e\+30\].*1e\+308"),
         ("three_bins", "the stored schedule has 3 bins; a schedule has at least 4"),
         ("edges_shifted", r"edges span log sigma \[.*\], but its vp path's sigma range .*\(edited or corrupted\)"),
+        ("huge_gate", r"_infonoise_schedule\.hyperparameters\.gate: an integer of about 401 digits, too large for a number"),
+        ("huge_m_hat", r"_infonoise_schedule\.m_hat\[5\]: an integer of about 401 digits"),
+        ("huge_sigma", r"_infonoise_schedule\.path\.sigma_min: an integer of about 401 digits"),
+        ("m_hat_text", r"m_hat must be a flat list of numbers \(null where a bin never filled\), got m_hat\[5\] = '0\.3'"),
+        ("sigma_text_shifted", r"path needs sigma_min and sigma_max, finite numbers > 0, got .*'sigma_min': '0\.01"),
+        ("prediction_type_list", r"prediction_type must be a name \(a string\), got \['epsilon'\]"),
     ],
 )
 def test_corrupted_payload_rejected(how, pattern, tmp_path):
