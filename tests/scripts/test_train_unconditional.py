@@ -37,8 +37,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("diffusion", ["ddpm", "edm", "flow"])
-def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
+def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion, monkeypatch):
+    from diffusers_infonoise.training import outputs
+
     out = tmp_path / diffusion
+    cards = []
+    render = outputs.render_model_card
+    monkeypatch.setattr(outputs, "render_model_card", lambda *a, **kw: cards.append((a, dict(kw))) or render(*a, **kw))
     script.main(base_args(unet_config, out, "--diffusion", diffusion, "--max_train_steps", 3))
 
     payload = scheduler_payload(out)
@@ -65,6 +70,17 @@ def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
     images = pipe(batch_size=1, num_inference_steps=2, output_type="np").images
     assert images.shape == (1, 8, 8, 1)
     assert bool(torch.isfinite(torch.as_tensor(images)).all())
+    card = (out / "README.md").read_text()
+    if diffusion == "ddpm":
+        # an epsilon schedule's m_hat is capped: infogrid warns against its grid, and the card does not suggest it
+        assert "infogrid=True`): this schedule's m̂ is capped" in card and "infogrid=True)" not in card
+        assert "trailing spacing" in card
+    # the card's base_model metadata: a Hub repo id, never a local folder (the same card context, rendered again)
+    (template, _), context = cards[0]
+    for base, meta in (("google/ddpm-cifar10-32", "\nbase_model: google/ddpm-cifar10-32"), (str(tmp_path), None)):
+        text = render(template, str(tmp_path / "card.md"), **{**context, "base_model": base})
+        front = text.split("\n---\n")[0]
+        assert (meta in front) if meta else ("base_model" not in front and f"`{base}` (a local folder, not a Hub repo)" in text)
     if diffusion == "edm":
         from diffusers_infonoise.generation import generate_images
 
