@@ -162,7 +162,7 @@ def _find_race(name: str) -> Race:
         for race in tier_races(tier):
             if race.name == name:
                 return race
-    raise ValueError(f"race {name!r}: not in any tier of benchmarks/race/tiers.py")
+    raise ValueError(f"race {name!r}: not in any tier of benchmarks/race/tiers/")
 
 
 def summarize(results: list[dict]) -> dict:

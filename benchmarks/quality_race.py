@@ -39,10 +39,11 @@ from pathlib import Path
 
 from benchmarks import RESULTS
 from benchmarks.race.harness import finished_runs, print_plan, reuse_run, run_all, run_specs
+from benchmarks.race.races import smoke_races
 from benchmarks.race.report import results_meta, write_report
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.summary import summarize
-from benchmarks.race.tiers import TIERS, smoke_races, tier_races
+from benchmarks.race.tiers import TIERS, get_tier
 from diffusers_infonoise.argtypes import positive_int
 
 
@@ -85,14 +86,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.tier == "gpu":
-        print(
-            "note: --tier gpu is the 28x28 MNIST / binarized MNIST / Fashion-MNIST tier with a larger UNet, for a "
-            "machine with a GPU (accelerate picks the device); it has not been run.",
-            flush=True,
-        )
+    tier = get_tier(args.tier)
+    if tier.notice:
+        print(tier.notice, flush=True)
 
-    races = tier_races(args.tier)
+    races = tier.races()
     tier_name = args.tier
     if args.smoke:
         tier_name = f"smoke_{args.tier}"
@@ -134,7 +132,7 @@ def main(argv=None):
         print(f"no finished runs under {root / 'runs'}; nothing to report (the committed results are left as they are)")
         return
     scorers = {race.dataset: Scorer(race.dataset) for race in races}
-    summary = summarize(races, runs, scorers)
+    summary = summarize(races, runs, scorers, tier.summaries)
     import diffusers
     import torch
 

@@ -13,7 +13,7 @@ the median over the first ``--measure_steps`` steps (robust to the stalls of a s
 measured time is also given); the profile's seconds include the first model calls of the run (allocation, the
 data loader's start), which the first step would otherwise pay, so the share is an upper bound.
 
-Cases: the tiny SD, SD3 and Flux stand-ins of ``tests/helpers/tiny_pipelines.py`` (16x16 images, 8x8 latents) at
+Cases: the tiny SD, SD3 and Flux stand-ins of ``benchmarks/tiny_pipelines.py`` (16x16 images, 8x8 latents) at
 batch 8, full fine-tuning, and SD with LoRA at batch 1, on the built-in Fashion-MNIST; the race's 16x16 UNet
 (channels 16, 32) on MNIST 16x16 at batch 64, EDM, as the finetune tier runs it.
 
@@ -54,7 +54,7 @@ def save_unet16(folder: str) -> str:
     """A random pipeline folder (``unet/``, ``scheduler/``) of the finetune tier's 16x16 EDM UNet."""
     from diffusers import EDMEulerScheduler, UNet2DModel
 
-    from benchmarks.race.tiers import unet_config
+    from benchmarks.race.races import unet_config
 
     torch.manual_seed(0)
     UNet2DModel.from_config(unet_config(16, (16, 32))).save_pretrained(os.path.join(folder, "unet"))

@@ -32,7 +32,7 @@ profiled times. On a GPU the profiler sees the host's time in each call (kernel 
 wait of a call that synchronises), not its kernels' device time; run with ``CUDA_LAUNCH_BLOCKING=1``
 to have each call's kernels finish inside it (every run is then synchronous).
 
-Models are random pipelines built from configs (``tests/helpers/tiny_pipelines.py``): ``--size small``
+Models are random pipelines built from configs (``benchmarks/tiny_pipelines.py``): ``--size small``
 (64x64, a few million parameters; for CPUs) or ``--size full`` (SD 1.5's UNet/VAE/CLIP-L at 512x512;
 SD3-medium's transformer and VAE, with two-layer text encoders of the real widths). Nothing is
 downloaded. ``--synthetic_data`` uses random captioned images instead of the built-in Fashion-MNIST
@@ -73,7 +73,7 @@ SCRIPTS = {
 
 def build_model(kind: str, size: str, folder: str, dtype: str = "float32") -> str:
     """Save a random pipeline of ``size`` to ``folder`` (weights stored in ``dtype``); returns ``folder``."""
-    from tests.helpers.tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
+    from benchmarks.tiny_pipelines import save_tiny_flux_pipeline, save_tiny_sd3_pipeline, save_tiny_sd_pipeline, save_tiny_sdxl_pipeline
 
     if kind in ("sdxl", "flux"):
         if size != "tiny":
@@ -98,7 +98,7 @@ def save_synthetic_data(folder: str, num_images: int = 64, side: int = 96) -> st
     import numpy as np
     from PIL import Image
 
-    from tests.helpers.tiny_pipelines import CAPTIONS
+    from benchmarks.tiny_pipelines import CAPTIONS
 
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)) for _ in range(num_images)]
@@ -109,7 +109,7 @@ def save_synthetic_data(folder: str, num_images: int = 64, side: int = 96) -> st
 
 
 def script_args(kind: str, sampler: str | None, model: str, output_dir: str, opts) -> list[str]:
-    from tests.helpers.tiny_pipelines import SIZES
+    from benchmarks.tiny_pipelines import SIZES
 
     args = [
         "--pretrained_model_name_or_path",
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
             results[kind] = bench_script(kind, opts, tmp)
     import diffusers
 
-    from tests.helpers.tiny_pipelines import SIZES
+    from benchmarks.tiny_pipelines import SIZES
 
     result = {
         "benchmark": "per-step wall time of the text-to-image scripts, --noise_sampler infonoise vs the script's default",

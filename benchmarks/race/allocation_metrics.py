@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.race.tiers import Race, parse_arm, run_arm, train_scheduler
+from benchmarks.race.arms import parse_arm, run_arm
+from benchmarks.race.races import Race, train_scheduler
 
 
 def base_density(race: Race, sampler_name: str):
@@ -75,7 +76,7 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
 def _run_pi(race: Race, run: dict, edges: np.ndarray) -> np.ndarray:
     """A run's π masses on the bins ``edges``: its stored final π (an InfoNoise run, on its own bins; another adaptive
     sampler's from its last checkpoint, ``final_pi``), else its fixed (or not yet adapted adaptive sampler's base) density's
-    (a ``#recommended`` arm's as resolved, :func:`~benchmarks.race.tiers.run_arm`)."""
+    (a ``#recommended`` arm's as resolved, :func:`~benchmarks.race.arms.run_arm`)."""
     import torch
 
     from diffusers_infonoise.densities import bin_masses

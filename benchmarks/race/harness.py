@@ -26,11 +26,10 @@ import numpy as np
 
 from benchmarks import REPO, RESULTS, code_version, training_script
 from benchmarks.race import recommended
+from benchmarks.race.arms import DEFAULT_PILOT_FRACTION, parse_arm, split_arms
 from benchmarks.race.data import DATASETS, load_data
-from benchmarks.race.sample_quality import Scorer
-from benchmarks.race.tiers import (
+from benchmarks.race.races import (
     ALL_SAMPLERS,
-    DEFAULT_PILOT_FRACTION,
     EVAL_SEED,
     JITTER_SEEDS,
     NUM_INFERENCE_STEPS,
@@ -38,12 +37,11 @@ from benchmarks.race.tiers import (
     Pretrain,
     Race,
     eval_scheduler,
-    parse_arm,
-    run_priority,
-    split_arms,
     tier_pretrains,
     unet_config,
 )
+from benchmarks.race.sample_quality import Scorer
+from benchmarks.race.tiers import get_tier
 from diffusers_infonoise import read_schedule
 
 SCRIPT = REPO / "training_scripts" / "train_unconditional.py"
@@ -184,7 +182,7 @@ def fixed_param_args(arm: str) -> list[str]:
 
 
 def pretrain_dir(root, name: str) -> Path:
-    """Where a pretrain of :data:`~benchmarks.race.tiers.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
+    """Where a pretrain of :data:`~benchmarks.race.races.PRETRAINS` is cached: ``<root>/pretrained/<name>``."""
     return Path(root) / "pretrained" / name
 
 
@@ -326,7 +324,8 @@ def run_specs(
                         jitter=(race.jitter and seed == 0 and s in (race.infonoise_arm, race.baseline)),
                     )
                 )
-    specs.sort(key=lambda sp: (run_priority(tier, sp), sp.seed, ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
+    order = get_tier(tier)
+    specs.sort(key=lambda sp: (order.run_priority(sp), sp.seed, ALL_SAMPLERS.index(sp.sampler) if sp.sampler in ALL_SAMPLERS else 99))
     return specs
 
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks import training_script
-from benchmarks.race.tiers import DEFAULT_PILOT_FRACTION, parse_arm
+from benchmarks.race.arms import DEFAULT_PILOT_FRACTION, parse_arm
 
 #: the profile's settings: the defaults of ``infonoise profile`` and ``infonoise recommend --model --dataset``
 #: (``--num-samples``, ``--num-levels``, ``--num-noise-draws``, ``--batch-size``; gate ``auto``)

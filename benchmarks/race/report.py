@@ -12,7 +12,8 @@ from pathlib import Path
 from benchmarks.race import transfer
 from benchmarks.race.data import DATASETS
 from benchmarks.race.figures import plot_curves, plot_pi
-from benchmarks.race.tiers import NUM_INFERENCE_STEPS, OMITTED_AT_DEFAULT, TIER_SIZING
+from benchmarks.race.races import NUM_INFERENCE_STEPS, OMITTED_AT_DEFAULT
+from benchmarks.race.tiers import get_tier
 
 # ----------------------------------------------------------------------------------------------
 # the results file
@@ -28,8 +29,9 @@ def results_meta(invocation: dict, out_json: Path, *, report_only: bool, note: s
         meta = {**previous["meta"], "report_regenerated_with": invocation["command"]}
     if note:
         meta["note"] = note
-    if TIER_SIZING.get(tier):
-        meta["sizing"] = TIER_SIZING[tier]
+    sizing = get_tier(tier).sizing
+    if sizing:
+        meta["sizing"] = sizing
     reused = sorted({r["reused_from"].rsplit("/runs/", 1)[0] for r in runs if r.get("reused_from")})
     if reused:
         meta["reused_runs"] = {"from": reused, "run_ids": sorted(r["run_id"] for r in runs if r.get("reused_from"))}
@@ -51,20 +53,7 @@ def design(races, tier: str) -> dict:
         "paired by seed; median over seeds",
         "datasets": {r.dataset: DATASETS[r.dataset].note for r in races},
         "races": [{k: v for k, v in asdict(r).items() if k not in OMITTED_AT_DEFAULT or v != OMITTED_AT_DEFAULT[k]} for r in races],
-        "other_tiers": {
-            "full": "NOT RUN in this results file (not enough session time): every data set (digits cont/bin, "
-            "MNIST + binarized MNIST at 16x16, DNA) x 7 samplers, 3 seeds (5 for infonoise/edm_lognormal on "
-            "binarized MNIST and DNA), plus a DDPM-eps race and a flow race: 125 runs; run with "
-            "`python -m benchmarks.quality_race --tier full --jobs 2` (resumable); `--plan` prints the run list "
-            "and an estimate calibrated on this quick tier: ~32 h with 2 jobs at this session's contended speed "
-            "(load ~4.5 on 2 cores), i.e. several times the ~2.5 h the issue asks for even on free cores; "
-            "2000 samples x 18 steps per evaluation makes evaluation as costly as training, and the 16x16 "
-            "races dominate. Its data/metric/path code was exercised by a 60-step --smoke run (DDPM, flow, "
-            "DNA, binarized MNIST 16x16), not a measurement",
-            "gpu": "NOT RUN: 28x28 MNIST / binarized MNIST / Fashion-MNIST, larger UNet, for a GPU machine",
-        }
-        if tier == "quick"
-        else {},
+        "other_tiers": get_tier(tier).other_tiers,
     }
 
 

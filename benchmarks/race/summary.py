@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.race.allocation_metrics import allocation_tv, allocation_width, base_mass_where_pi_small
+from benchmarks.race.races import Race
 from benchmarks.race.steps_to_target import paired_speedups
-from benchmarks.race.tiers import Race
 
 
 def nearest_evaluation(steps, target: float) -> int:
@@ -30,7 +30,9 @@ def seed_stats(vals) -> dict:
     }
 
 
-def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
+def summarize(races: list[Race], runs: list[dict], scorers: dict, tier_summaries: tuple = ()) -> dict:
+    """Each race's entry (the module docstring), then each of ``tier_summaries`` (the tier's own parts,
+    :attr:`benchmarks.race.tier.Tier.summaries`) under its key, where it has something to add."""
     summary = {}
     for race in races:
         rr = [r for r in runs if r["race"] == race.name]
@@ -124,10 +126,10 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict) -> dict:
             )
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by[ref] if r.get("schedule")}
         summary[race.name] = entry
-    if any(r.sweep for r in races):  # the transfer tier: regret against the sweep's best point
-        from benchmarks.race.transfer import summarize_transfer  # it builds on this module's entries
-
-        summary["transfer"] = summarize_transfer(races, runs, summary)
+    for key, part in tier_summaries:  # they build on the races' entries
+        value = part(races, runs, summary)
+        if value is not None:
+            summary[key] = value
     return summary
 
 

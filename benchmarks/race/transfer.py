@@ -25,9 +25,10 @@ import math
 import numpy as np
 
 from benchmarks.race.allocation_metrics import base_density
+from benchmarks.race.arms import parse_arm, run_arm
+from benchmarks.race.races import Race
 from benchmarks.race.steps_to_target import steps_to_reach
 from benchmarks.race.summary import seed_stats
-from benchmarks.race.tiers import Race, parse_arm, run_arm
 
 #: the name the oracle has in the cross-task summary (it is no single arm: the sweep point that was best per task)
 ORACLE = "oracle (best sweep point)"

@@ -1,9 +1,9 @@
 """What the tests share; none of it is a test module, and no test module imports another. tests/ is on the path
-(pytest's ``pythonpath`` in pyproject.toml), so these import as ``helpers.<module>``:
+(pytest's ``pythonpath`` in pyproject.toml), so these import as ``helpers.<module>``
+(the tiny random UNets and text-to-image pipelines are ``benchmarks.tiny_pipelines``, which the benchmarks build too):
 
 - ``reference``: the independent values the tests compare against (closed-form MMSE of Gaussian and two-point data,
   paths, base masses, the x0-error conversion and loss weights written by hand, KS and TV);
-- ``tiny_pipelines``: tiny random UNets and SD, SDXL, SD3 and Flux pipelines built from configs, captioned images;
 - ``scripts``: the training scripts imported as modules, and the one-line error of a bad option;
 - ``launch``: a free port, and ``accelerate launch`` of a script on CPU processes (every multi-process run and
   resume), the refreshes its log reports;

@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from helpers.tiny_pipelines import RESOLUTION
+from benchmarks.tiny_pipelines import RESOLUTION
 
 # a few optimizer steps; InfoNoise adapts from the second step on so that its state moves
 FAST = [

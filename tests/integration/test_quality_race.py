@@ -56,7 +56,7 @@ def test_full_tier_runs_the_central_question_first():
     assert rank("edm-dna64", "infonoise") == rank("edm-dna64", "edm_lognormal") == 1
     assert rank("ddpm-binarized_digits", "uniform") < rank("edm-binarized_digits", "cosine") < rank("edm-dna64", "cosine")
     assert rank("edm-dna64", "cosine") < rank("edm-digits", "cosine")
-    assert rank("edm-mnist16", "infonoise") == len(tiers.TIER_PRIORITY["full"]) - 1
+    assert rank("edm-mnist16", "infonoise") == len(tiers.get_tier("full").priority) - 1
     # a tier without a priority list runs race by race
     assert tiers.run_priority("quick", _spec("quick", "edm-binarized_digits", "infonoise")) == 1
 
@@ -141,7 +141,7 @@ def test_variant_samplers_name_their_flags():
     rank = lambda race, sampler: tiers.run_priority("recheck_full", _spec("recheck_full", race, sampler))  # noqa: E731
     assert rank("edm-binarized_mnist16", "logit_normal") == 0
     assert rank("edm-binarized_mnist16", "infonoise-ema_decay_0.5") == 2
-    assert rank("edm-dna64", "cosine") == len(tiers.TIER_PRIORITY["recheck_full"]) - 1
+    assert rank("edm-dna64", "cosine") == len(tiers.get_tier("recheck_full").priority) - 1
 
 
 def test_allocation_width_by_hand():

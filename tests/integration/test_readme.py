@@ -10,8 +10,9 @@ import re
 
 import torch
 
+from benchmarks.tiny_pipelines import tiny_unet2d
+
 from helpers import ROOT
-from helpers.tiny_pipelines import tiny_unet2d
 
 
 def _quickstart() -> str:
@@ -80,11 +81,10 @@ def test_readme_loading_and_infogrid_block_runs_as_written(tmp_path, monkeypatch
     layer, and an SD3 pipeline whose scheduler carries one; the block runs, and its grids are the InfoGrid."""
     from diffusers import EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
+    from benchmarks.tiny_pipelines import save_tiny_sd3_pipeline
     from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
     from diffusers_infonoise.inference_grid import infogrid, scheduler_sigmas_as_ve
     from diffusers_infonoise.training.outputs import save_unconditional_pipeline
-
-    from helpers.tiny_pipelines import save_tiny_sd3_pipeline
 
     monkeypatch.chdir(tmp_path)
     unet = tiny_unet2d(16)

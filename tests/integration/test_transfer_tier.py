@@ -4,6 +4,7 @@ the steps to the strongest fixed arm, the arms' names and the centre of logit-no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -57,6 +58,24 @@ def test_regret_oracle_and_worst_case_by_hand():
     md = "\n".join(transfer.markdown(transfer.summarize_transfer([race], runs, {}), "x.png"))
     assert "| tf-bin16: binarized MNIST 16x16 (reference) | `fd_thresholded`, 450 | `logit_normal@mean=2` 39 |" in md
     assert "| `infonoise` | +10.3% (tf-bin16) | 1 |" in md and f"| `{transfer.ORACLE}` | +0.0% | 5 |" in md
+
+
+def test_the_summary_adds_the_tiers_regret_part_where_a_race_has_a_sweep():
+    """The transfer tier's summary (its regret against the sweep's best point) comes from the tier object: the summary
+    holds it for races with a sweep, and no part where ``--only`` leaves only races without one."""
+    from benchmarks.race import summary
+
+    race = _race()
+    runs = [{**_run(a, 0, [90, 60, v]), "inference": {"scheduler": "EDMEulerScheduler"}}
+            for a, v in (("logit_normal", 40.0), ("infonoise", 44.0), ("logit_normal@mean=-2", 50.0))]  # fmt: skip
+    hooks = tiers.get_tier("transfer").summaries
+    out = summary.summarize([race], runs, {}, hooks)
+    assert out["transfer"] == transfer.summarize_transfer([race], runs, out)
+    assert out["transfer"]["tasks"]["tf-bin16"]["arms"]["infonoise"]["regret"] == pytest.approx(44 / 40 - 1)
+    plain = dataclasses.replace(race, sweep=())
+    assert set(summary.summarize([plain], runs, {}, hooks)) == {"tf-bin16"}
+    # a tier without the hook adds no part, sweep or not
+    assert set(summary.summarize([race], runs, {}, tiers.get_tier("tracking").summaries)) == {"tf-bin16"}
 
 
 def test_steps_to_the_strongest_fixed_arm_by_hand():

@@ -12,12 +12,13 @@ import os
 import pytest
 import torch
 
+from benchmarks.tiny_pipelines import RESOLUTION, save_tiny_flux_pipeline
+
 from helpers import ROOT
 from helpers.launch import accelerate_launch, refreshes_in_log
 from helpers.scripts import load_training_script
 from helpers.text_to_image import FAST as SHARED_FAST
 from helpers.text_to_image import INFONOISE
-from helpers.tiny_pipelines import RESOLUTION, save_tiny_flux_pipeline
 
 flux_script = load_training_script("train_text_to_image_flux")
 

@@ -1,6 +1,6 @@
 """End-to-end tests of training_scripts/train_text_to_image_sd3.py (SD3, rectified flow), offline: diffusers'
 ``--weighting_scheme`` and ``--precondition_outputs``, ``--logit_mean`` in diffusers' meaning, full and LoRA
-fine-tuning with the learned schedule saved and reloaded. Tiny random pipelines (tests/helpers/tiny_pipelines.py);
+fine-tuning with the learned schedule saved and reloaded. Tiny random pipelines (benchmarks/tiny_pipelines.py);
 every value compared against is computed independently (diffusers' own SD3 weighting functions, the
 scheduler config on disk, stock diffusers pipelines loading the outputs)."""
 
@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline
+
 from helpers.scripts import load_training_script
 from helpers.text_to_image import (
     FAST,
@@ -21,7 +23,6 @@ from helpers.text_to_image import (
     front_matter_tags,
     tensorboard_tags,
 )
-from helpers.tiny_pipelines import RESOLUTION, save_tiny_sd3_pipeline
 
 sd3_script = load_training_script("train_text_to_image_sd3")
 

@@ -10,10 +10,11 @@ import os
 import pytest
 import torch
 
+from benchmarks.tiny_pipelines import RESOLUTION, save_tiny_sdxl_pipeline, write_captioned_image_folder
+
 from helpers.scripts import load_training_script
 from helpers.text_to_image import FAST as SHARED_FAST
 from helpers.text_to_image import INFONOISE
-from helpers.tiny_pipelines import RESOLUTION, save_tiny_sdxl_pipeline, write_captioned_image_folder
 
 sdxl_script = load_training_script("train_text_to_image_sdxl")
 

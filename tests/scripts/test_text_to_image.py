@@ -1,6 +1,6 @@
 """End-to-end tests of training_scripts/train_text_to_image.py (SD, VP), offline (SD3: test_sd3.py).
 
-Tiny random pipelines (tests/helpers/tiny_pipelines.py) are built once per session and saved to a
+Tiny random pipelines (benchmarks/tiny_pipelines.py) are built once per session and saved to a
 temporary folder that serves as ``--pretrained_model_name_or_path``; the scripts run in-process
 through ``main(argv)`` for a few optimizer steps on 16x16 images. Every value compared against is
 computed independently: diffusers' own Min-SNR and SD3 weighting functions, the scheduler config
@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.tiny_pipelines import RESOLUTION, save_tiny_sd_pipeline, write_captioned_image_folder
+
 from helpers import ROOT
 from helpers.launch import accelerate_launch, refreshes_in_log
 from helpers.scripts import assert_option_error, load_training_script
@@ -31,7 +33,6 @@ from helpers.text_to_image import (
     scheduler_config_and_payload,
     tensorboard_tags,
 )
-from helpers.tiny_pipelines import RESOLUTION, save_tiny_sd_pipeline, write_captioned_image_folder
 
 sd_script = load_training_script("train_text_to_image")
 

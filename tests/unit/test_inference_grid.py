@@ -17,10 +17,9 @@ from diffusers import (
     FlowMatchEulerDiscreteScheduler,
 )
 
+from benchmarks.tiny_pipelines import tiny_unet2d
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 from diffusers_infonoise.inference_grid import entropic_time_sigmas, infogrid, scheduler_grid_kwargs, set_infogrid
-
-from helpers.tiny_pipelines import tiny_unet2d
 
 F64 = torch.float64
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
+from benchmarks.tiny_pipelines import tiny_unet2d
 from diffusers_infonoise import densities, make_sampler
 from diffusers_infonoise.cli import main
 from diffusers_infonoise.diagnostics import (
@@ -40,7 +41,6 @@ from diffusers_infonoise.paths import FlowPath, path_from_scheduler
 from diffusers_infonoise.schedule_io import read_schedule
 
 from helpers.cli import assert_one_line_error, run
-from helpers.tiny_pipelines import tiny_unet2d
 
 
 def location_tol(h):
@@ -312,7 +312,7 @@ def test_unknown_or_unsupported_trainer_is_one_clear_error():
 
 @pytest.fixture(scope="module")
 def pipes(saved):  # helpers.cli's fixture
-    """A tiny pipeline (helpers.tiny_pipelines.tiny_unet2d) whose EDM scheduler stores helpers.cli's schedule of Gaussian
+    """A tiny pipeline (benchmarks.tiny_pipelines.tiny_unet2d) whose EDM scheduler stores helpers.cli's schedule of Gaussian
     data's exact x0 MMSE, and the same pipeline with a plain scheduler."""
     root = saved["root"] / "recommend"
     unet = tiny_unet2d(8)

@@ -22,12 +22,12 @@ from diffusers import (
     FlowMatchEulerDiscreteScheduler,
 )
 
+from benchmarks.tiny_pipelines import tiny_unet2d
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, read_schedule
 from diffusers_infonoise.schedule_io import CONFIG_KEY, VERSION
 
 from helpers import DATA
 from helpers.reference import gauss_mmse
-from helpers.tiny_pipelines import tiny_unet2d
 
 F64 = torch.float64
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler
 
+from benchmarks.tiny_pipelines import tiny_unet2d
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler, ScheduleError, make_sampler, read_schedule
 from diffusers_infonoise.sampler import apply_start, choose_start, start_from_model, stratified_levels
 from diffusers_infonoise.schedule_io import CONFIG_KEY, ScheduleSourceError, read_schedule_from
 
 from helpers.reference import gauss_mmse, total_variation
-from helpers.tiny_pipelines import tiny_unet2d
 
 S = 0.5  # data scale: x0 ~ N(0, S²) per dimension
 
