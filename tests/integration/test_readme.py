@@ -199,3 +199,11 @@ def test_readme_names_every_script_option_of_the_newest_changelog_section():
     options = set(re.findall(r"--infonoise_\w+", newest))
     readme = (ROOT / "README.md").read_text()
     assert options and not {o for o in options if not re.search(rf"{o}\b", readme)}, sorted(options)
+
+
+def test_the_readme_stays_a_readme():
+    # a user reads it top to bottom: at most 300 lines, and no table cell a screen wide (details go to docs/results.md)
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300, len(lines)
+    cells = [(n, len(c)) for n, line in enumerate(lines, 1) if line.startswith("|") for c in line.split("|")]
+    assert cells and max(width for _, width in cells) <= 400, [c for c in cells if c[1] > 400]
