@@ -24,6 +24,8 @@ __all__ = [
     "finite_float",
     "positive_float",
     "nonnegative_float",
+    "unit_interval_arg",
+    "seed_arg",
     "gate_arg",
     "mmse_cap_arg",
     "warmup_arg",
@@ -102,6 +104,30 @@ def nonnegative_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}") from None
     if not (math.isfinite(v) and v >= 0):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}")
+    return v
+
+
+def unit_interval_arg(value: str) -> float:
+    """argparse type: a float in [0, 1) (Adam's betas; torch refused the others when the optimizer was built, after
+    the data and the model were loaded)."""
+    try:
+        v = float(value)
+    except ValueError:
+        v = math.nan
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {value!r}")
+    return v
+
+
+#: the seeds every generator a run seeds takes (numpy's legacy ``np.random.seed``: 0 .. 2**32 - 1)
+MAX_SEED = 2**32 - 1
+
+
+def seed_arg(value: str) -> int:
+    """argparse type of ``--seed``: an int in [0, 2**32 - 1] (numpy refused the others when the run was seeded)."""
+    v = _int_at_least(value, 0)
+    if v > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_SEED}], got {v}")
     return v
 
 
@@ -203,12 +229,19 @@ def output_file_arg(value: str) -> str:
 
 
 def output_dir_arg(value: str) -> str:
-    """``--output_dir``: a folder, created when missing; an empty name or an existing file is refused (``os.makedirs``
-    failed on them after the data and the model were loaded)."""
+    """``--output_dir``: a folder, created when missing; an empty name, an existing file, a folder under a file or
+    one that cannot be created (its nearest existing folder is not writable) is refused (``os.makedirs`` failed on
+    them after the data and the model were loaded). Nothing is created here."""
     if not value:
         raise argparse.ArgumentTypeError("expected a folder (created when missing), got ''")
-    if Path(value).exists() and not Path(value).is_dir():
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value!r} exists and is not a folder: give a folder (created when missing)")
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} cannot be created: {str(existing)!r} is a file, not a folder")
+    if existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{value!r} cannot be created: {str(existing)!r} is not writable")
     return value
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "InferenceGrid",
     "entropic_time_sigmas",
     "infogrid",
+    "infogrid_caveat",
     "scheduler_grid_kwargs",
     "set_infogrid",
     "scheduler_sigmas_as_ve",
@@ -83,6 +84,19 @@ def entropic_time_sigmas(
     return torch.exp(e[idx - 1] + frac * (e[idx] - e[idx - 1]))
 
 
+def infogrid_caveat(sampler) -> str | None:
+    """Why the InfoGrid of ``sampler``'s learned schedule is not the grid to sample with, or None when it is: the one
+    decision behind :func:`infogrid`'s warning and the model card's advice. A schedule whose m̂ is capped at the data's
+    variance (an ε/v loss, METHOD.md §5.4) hides the model's own error at large σ."""
+    if sampler.estimator.mmse_cap is None:
+        return None
+    return (
+        "this schedule's m̂ is capped at the data's variance (an epsilon/v loss, METHOD.md §5.4), which hides the model's "
+        "own error at large sigma; measured on DDPM-epsilon, its grid sampled worse than trailing spacing. Prefer the "
+        "model's offline profile (diagnostics.profile_from_model) for the grid of an epsilon/v model (METHOD.md §8)"
+    )
+
+
 def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(log σ, g, edges) of a sampler, an offline Profile, or a scheduler/pipeline with a stored schedule."""
     from .diagnostics.grid import Profile
@@ -96,17 +110,11 @@ def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, t
     else:
         if source.estimator.num_filled < 2:
             raise ValueError("source: the sampler has no estimate yet (fewer than two bins filled); train it first")
-        if source.estimator.mmse_cap is not None:
+        caveat = infogrid_caveat(source)
+        if caveat is not None:
             import warnings
 
-            warnings.warn(
-                "infogrid: this schedule's m̂ is capped at the data's variance (an epsilon/v loss, METHOD.md "
-                "§5.4), which hides the model's own error at large sigma; measured on DDPM-epsilon, its grid "
-                "sampled worse than trailing spacing. Prefer the model's offline profile "
-                "(diagnostics.profile_from_model) for the grid of an epsilon/v model (METHOD.md §8)",
-                UserWarning,
-                stacklevel=3,
-            )
+            warnings.warn(f"infogrid: {caveat}", UserWarning, stacklevel=3)
         p = source.profile()
         x, q, rho, edges, path = p["log_sigma"], p["q"], p["rho_hat"], source.edges, source.path
     g = {"rho": rho, "q": q, "q_sigma": q * torch.exp(x)}[density]

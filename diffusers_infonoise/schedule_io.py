@@ -35,6 +35,8 @@ __all__ = [
     "clear_schedule",
     "read_schedule",
     "validate_payload",
+    "check_float_range",
+    "check_number_list",
     "ScheduleError",
     "ScheduleSourceError",
     "local_or_hub",
@@ -62,6 +64,7 @@ def validate_payload(payload: Any) -> dict:
     """
     if not isinstance(payload, dict):
         raise ScheduleError(f"{CONFIG_KEY}: expected a JSON object, got {type(payload).__name__}")
+    check_float_range(payload, CONFIG_KEY)
     if payload.get("format") != FORMAT:
         raise ScheduleError(f"{CONFIG_KEY}: format {payload.get('format')!r} is not {FORMAT!r}")
     if type(payload.get("version")) is not int or payload.get("version") != VERSION:  # not True, not 1.0
@@ -70,13 +73,12 @@ def validate_payload(payload: Any) -> dict:
     missing = [k for k in required if k not in payload]
     if missing:
         raise ScheduleError(f"{CONFIG_KEY}: missing field(s) {missing}")
+    for key in ("prediction_type", "loss_weighting"):
+        if not isinstance(payload[key], str):
+            raise ScheduleError(f"{CONFIG_KEY}: {key} must be a name (a string), got {_short(payload[key])}")
     edges, pi, m_hat = payload["edges"], payload["pi"], payload["m_hat"]
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
     for name, values, nulls in (("edges", edges, False), ("pi", pi, False), ("m_hat", m_hat, True)):
-        if not isinstance(values, list) or not all(number(v) or (nulls and v is None) for v in values):
-            raise ScheduleError(
-                f"{CONFIG_KEY}: {name} must be a flat list of numbers" + (" (null where a bin never filled)" if nulls else "")
-            )
+        check_number_list(values, f"{CONFIG_KEY}: {name}", nulls=nulls, error=ScheduleError)
     k = len(pi)
     if len(edges) != k + 1 or len(m_hat) != k:
         raise ScheduleError(f"{CONFIG_KEY}: need len(edges) == len(pi) + 1 == len(m_hat) + 1, got {len(edges)}, {k}, {len(m_hat)}")
@@ -89,12 +91,19 @@ def validate_payload(payload: Any) -> dict:
         raise ScheduleError(f"{CONFIG_KEY}: edges must be finite and strictly increasing")
     if not bool(torch.isfinite(p).all()) or bool((p < 0).any()) or abs(float(p.sum()) - 1.0) > 1e-6:
         raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
-    filled = m[~torch.isnan(m)]
-    if bool((filled < 0).any()) or not bool(torch.isfinite(filled).all()) or bool((filled > MAX_M_HAT).any()):
+    bad = [i for i, v in enumerate(m.tolist()) if not math.isnan(v) and not 0 <= v <= MAX_M_HAT]
+    if bad:  # the first offending bin, by its value and σ (not the largest value, which may be a good one)
+        i = bad[0]
         raise ScheduleError(
-            f"{CONFIG_KEY}: m_hat must hold finite x0-space errors in [0, {MAX_M_HAT:g}] (null where a bin "
-            f"never filled), got a largest value of {float(filled.max()) if filled.numel() else 0:g}"
+            f"{CONFIG_KEY}: m_hat must hold finite x0-space errors in [0, {MAX_M_HAT:g}] (null where a bin never filled), "
+            f"got m_hat[{i}] = {float(m[i]):g} in the bin at VE sigma {math.exp(float(e[i] + e[i + 1]) / 2):.4g}"
+            + (f" ({len(bad)} such bins)" if len(bad) > 1 else "")
         )
+    rho = payload.get("rho_hat")
+    if rho is not None:
+        check_number_list(rho, f"{CONFIG_KEY}: rho_hat", nulls=True, error=ScheduleError)
+        if len(rho) != k:
+            raise ScheduleError(f"{CONFIG_KEY}: rho_hat must be null or hold one value a bin ({k}), got {len(rho)}")
     if not isinstance(payload["hyperparameters"], dict):
         raise ScheduleError(f"{CONFIG_KEY}: hyperparameters must be an object, got {type(payload['hyperparameters']).__name__}")
     gate = payload["hyperparameters"].get("gate", "auto")
@@ -118,6 +127,46 @@ def validate_payload(payload: Any) -> dict:
     return payload
 
 
+def check_float_range(value: Any, name: str, error: type[ValueError] = ScheduleError) -> None:
+    """Refuse an integer no float holds anywhere in a stored JSON value (JSON reads ``1e400`` as inf, but
+    ``10**400`` as an exact int, on which every later ``float()`` overflows), naming its field.
+
+    Raises:
+        ScheduleError (or ``error``): ``"{name}.field[i]: an integer of about N digits, ..."``.
+    """
+    if isinstance(value, dict):
+        for key, v in value.items():
+            check_float_range(v, f"{name}.{key}", error)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_float_range(v, f"{name}[{i}]", error)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        digits = int(value.bit_length() * math.log10(2)) + 1  # str() of a huge int may itself raise
+        raise error(f"{name}: an integer of about {digits} digits, too large for a number here (at most {_FLOAT_MAX:.4g})")
+
+
+_FLOAT_MAX = 1.7976931348623157e308
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_number_list(values: Any, name: str, *, nulls: bool = False, error: type[ValueError] = ScheduleError) -> None:
+    """Refuse anything but a flat list of numbers (JSON ``null`` too where ``nulls``), naming the first offending entry.
+
+    Raises:
+        ScheduleError (or ``error``): ``"{name}: must be a flat list of numbers ..., got ..."``.
+    """
+    what = "a flat list of numbers" + (" (null where a bin never filled)" if nulls else "")
+    if not isinstance(values, list):
+        raise error(f"{name} must be {what}, got {type(values).__name__} {_short(values)}")
+    for i, v in enumerate(values):
+        if not ((isinstance(v, (int, float)) and not isinstance(v, bool)) or (nulls and v is None)):
+            raise error(f"{name} must be {what}, got {name.split(': ')[-1]}[{i}] = {_short(v)}")
+
+
 MIN_BINS = 4  # the smallest grid a sampler takes (num_bins >= 4)
 #: an x0-space error is of the order of the data's variance; far above it a payload is corrupted
 #: (and m̂/σ² would overflow on the grid)
@@ -129,17 +178,17 @@ def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
     around them (they reach half a step beyond the table's first and last σ)."""
     from .paths import PATH_CLASSES
 
-    if not isinstance(path, dict) or path.get("kind") not in PATH_CLASSES:
+    if not isinstance(path, dict) or not isinstance(path.get("kind"), str) or path["kind"] not in PATH_CLASSES:
         raise ScheduleError(f"{CONFIG_KEY}: path must be an object with kind {' or '.join(map(repr, PATH_CLASSES))}, got {path!r}")
-    try:
-        lo, hi = math.log(float(path["sigma_min"])), math.log(float(path["sigma_max"]))
-    except (KeyError, TypeError, ValueError):
-        raise ScheduleError(f"{CONFIG_KEY}: path needs sigma_min and sigma_max > 0, got {path!r}") from None
+    ends = [path.get(key) for key in ("sigma_min", "sigma_max")]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in ends):
+        raise ScheduleError(f"{CONFIG_KEY}: path needs sigma_min and sigma_max, finite numbers > 0, got {path!r}")
+    lo, hi = math.log(ends[0]), math.log(ends[1])
     first, last = float(edges[0]), float(edges[-1])
     if not PATH_CLASSES[path["kind"]].grid_spans(first, last, lo, hi):
         raise ScheduleError(
             f"{CONFIG_KEY}: edges span log sigma [{first:.6g}, {last:.6g}], but its {path['kind']} path's "
-            f"sigma range [{path['sigma_min']:.6g}, {path['sigma_max']:.6g}] is log sigma [{lo:.6g}, "
+            f"sigma range [{ends[0]:.6g}, {ends[1]:.6g}] is log sigma [{lo:.6g}, "
             f"{hi:.6g}]; the payload is inconsistent (edited or corrupted)"
         )
 
@@ -448,10 +497,15 @@ def save_sampler_state(sampler, directory) -> None:
 
 
 def load_sampler_state(sampler, directory) -> bool:
-    """Restore a state written by :func:`save_sampler_state`; returns False when ``directory`` has none.
+    """Restore a state written by :func:`save_sampler_state`; returns False when ``directory`` has neither file.
+
+    The state is validated as strictly as a stored payload: finite counts, π that follows from its own m̂
+    (:meth:`~diffusers_infonoise.sampler.adaptive._AdaptiveSampler.load_state_dict`).
 
     Raises:
-        ScheduleError: for an unreadable or foreign state file. ValueError: state of another sampler/grid.
+        ScheduleError: one of the two files without the other (naming ``directory`` and the missing one), an
+            unreadable or foreign state file, or an invalid state (another sampler or grid, non-finite counts, a π
+            that does not follow from its m̂).
     """
     import json
     import os
@@ -459,8 +513,12 @@ def load_sampler_state(sampler, directory) -> bool:
     from safetensors.torch import load_file
 
     tpath, jpath = os.path.join(directory, SAMPLER_STATE_TENSORS), os.path.join(directory, SAMPLER_STATE_JSON)
-    if not (os.path.exists(tpath) and os.path.exists(jpath)):
+    present = [os.path.exists(p) for p in (tpath, jpath)]
+    if not any(present):
         return False
+    if not all(present):  # half a state: resuming from the base density would lose the run's schedule without a word
+        missing = SAMPLER_STATE_JSON if present[0] else SAMPLER_STATE_TENSORS
+        raise ScheduleError(f"{directory}: the sampler state is incomplete: {missing} is missing (the folder holds the other file only)")
     try:
         with open(jpath) as f:
             meta = json.load(f)

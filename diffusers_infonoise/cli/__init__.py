@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         "dataset-profile",
         help="optimal-empirical-denoiser profile of a data set (no network)",
         description="The entropy-rate profile of the optimal empirical denoiser of a finite data set (METHOD.md "
-        "section 2). Pixels are scaled to [-1, 1]; a column of float arrays (datasets Array2D/Array3D: latents, rescaled "
-        "data) is taken as stored, as train_unconditional.py trains on it. For small data sets it describes memorisation.",
+        "section 2). Pixels are scaled to [-1, 1] (8-bit by 255, 16-bit by 65535; uint8/uint16 arrays alike); a column of "
+        "float arrays (datasets Array2D/Array3D: latents, rescaled data) is taken as stored, as train_unconditional.py "
+        "trains on it. For small data sets it describes memorisation.",
     )
     p.add_argument("--dataset", required=True, metavar="NAME_OR_PATH", help="built-in data set name or a datasets.save_to_disk directory")
     p.add_argument("--split", default="train", help="data split (default: train)")

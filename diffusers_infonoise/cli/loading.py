@@ -115,12 +115,14 @@ def _objective(args, scheduler):
 
 
 def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int, image_column: str = "image"):
-    """(N, C, H, W) float32 x0 and (N,) int64 labels (or None), as ``train_unconditional.py`` reads them: pixels
-    scaled to [−1, 1]; a column of float arrays (``datasets.Array2D``/``Array3D``: latents, rescaled data) as stored,
-    in the model's units (``training.datasets.is_array_column``).
+    """(N, C, H, W) float32 x0 and (N,) int64 labels (or None), as ``train_unconditional.py`` reads them (the same
+    conversion, :mod:`~diffusers_infonoise.training.datasets`): pixels scaled to [−1, 1] (8-bit by 255, 16-bit by
+    65535); a column of float arrays (``datasets.Array2D``/``Array3D``: latents, rescaled data) as stored, in the
+    model's units, one of uint8/uint16 arrays as pixels.
 
     Raises:
-        CLIError: naming ``--dataset``, ``--split`` or ``--image-column``; arrays holding a non-finite value."""
+        CLIError: naming ``--dataset``, ``--split`` or ``--image-column``: no examples, a column of no images or arrays,
+            float images, arrays of another integer dtype, arrays holding a non-finite value."""
     import numpy as np
     import torch
 
@@ -141,6 +143,8 @@ def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int
         raise CLIError("--dataset: reading a local data set needs the 'datasets' package (pip install datasets)") from None
     try:
         ds = datasets.load_from_disk(str(p))
+    except IndexError:  # datasets' own reading of a saved data set of no rows
+        raise CLIError(f"--dataset: {p} holds no examples") from None
     except (FileNotFoundError, ValueError) as err:
         raise CLIError(f"--dataset: {p} is not a data set saved with datasets' save_to_disk ({_one_line(err)})") from None
     if isinstance(ds, datasets.DatasetDict):
@@ -149,30 +153,31 @@ def _load_images(dataset: str, *, split: str, max_samples: int | None, seed: int
         ds = ds[split]
     if image_column not in ds.column_names:
         raise CLIError(f"--image-column: {image_column!r} is not a column of {p}; columns: {', '.join(ds.column_names)}")
-    from ..training.datasets import is_array_column
+    from ..training.datasets import array_pixel_scale, array_x0, check_image_column, image_x0, is_array_column
 
-    as_stored = is_array_column(ds, image_column)  # x0 in model units: a pixel mapping would silently change the data
+    if len(ds) == 0:
+        raise CLIError(f"--dataset: {p} holds no examples (split {split!r})")
     n = len(ds)
     if max_samples is not None and max_samples < n:
         idx = np.sort(np.random.default_rng(seed).permutation(n)[:max_samples])
         ds = ds.select(idx.tolist())
-    arrays = []
-    for item in ds[image_column]:
-        a = np.asarray(item, dtype=np.float32)
-        if a.ndim == 2:
-            a = a[None]
-        elif a.ndim == 3 and a.shape[-1] in (1, 3, 4) and a.shape[0] not in (1, 3):
-            a = np.moveaxis(a, -1, 0)
-        arrays.append(a)
+    # one reading of pixels with training (training.datasets): 8-bit by 255, 16-bit by 65535, float arrays as stored
+    flag = lambda err: str(err).replace("--image_column", "--image-column", 1)  # noqa: E731
+    try:
+        check_image_column(ds, image_column)
+        if is_array_column(ds, image_column):
+            scale = array_pixel_scale(ds, image_column)
+            arrays = [a[None] if a.ndim == 2 else a for a in (array_x0(v, scale) for v in ds.with_format("numpy")[image_column])]
+        else:
+            arrays = [image_x0(item) for item in ds[image_column]]
+    except ValueError as err:
+        raise CLIError(f"{flag(err)} ({p})") from None
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
         raise CLIError(f"--dataset: images of different shapes {sorted(shapes)[:3]}...; resize them to one size first")
     x = torch.from_numpy(np.stack(arrays))
-    if as_stored:
-        if not bool(torch.isfinite(x).all()):
-            raise CLIError(f"--image-column {image_column!r}: the arrays of {p} hold a non-finite value")
-    elif float(x.max()) > 1.5:  # uint8-like pixels
-        x = x / 127.5 - 1.0
+    if not bool(torch.isfinite(x).all()):
+        raise CLIError(f"--image-column {image_column!r}: the arrays of {p} hold a non-finite value")
     labels = None
     if "label" in ds.column_names:
         labels = torch.as_tensor(ds["label"], dtype=torch.int64)

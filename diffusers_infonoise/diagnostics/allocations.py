@@ -17,7 +17,7 @@ from ..sampler import (
     make_sampler,
 )
 from ..schedule_io import read_schedule
-from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, log_sigma_grid, normalize_density
+from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, log_sigma_grid, normalize_density, profile_arrays
 from .profiles import _stored_mu, load_learned_sampler
 
 __all__ = [
@@ -208,15 +208,10 @@ def schedule_fit(sampler, profile) -> dict:
         log σ at the profile's points, zero outside its grid.
 
     Raises:
-        ValueError: a sampler without an estimate, or a profile without ``log_sigma`` and ``rho_hat``.
+        ValueError: a sampler without an estimate, or a profile without valid ``log_sigma`` and ``rho_hat``
+            (:func:`~.grid.profile_arrays`).
     """
-    if isinstance(profile, dict):
-        if "log_sigma" not in profile or "rho_hat" not in profile:
-            raise ValueError("profile: expected a Profile or its to_dict() with 'log_sigma' and 'rho_hat'")
-        x = _as_grid(profile["log_sigma"])
-        rho = torch.as_tensor(profile["rho_hat"], dtype=_F64)
-    else:
-        x, rho = profile.log_sigma, profile.rho_hat
+    x, rho, _ = profile_arrays(profile)
     if not sampler.estimator.is_ready:
         raise ValueError("sampler: holds no estimate (fewer than two bins filled)")
     p = sampler.profile()

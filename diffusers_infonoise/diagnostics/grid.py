@@ -20,6 +20,7 @@ __all__ = [
     "log_sigma_grid",
     "normalize_density",
     "Profile",
+    "profile_arrays",
     "Allocation",
 ]
 
@@ -194,6 +195,52 @@ class Profile:
                 "meta": self.meta,
             }
         )
+
+
+def profile_arrays(profile) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """``(log_sigma, rho_hat, meta)`` of a :class:`Profile`, or of its ``to_dict()`` (also wrapped as the ``"profile"``
+    of ``infonoise profile``'s JSON), validated: the one reader of a stored profile.
+
+    Raises:
+        ValueError: no ``log_sigma``/``rho_hat``, an entry that is not a number (or an integer no float holds), a grid
+            that is not finite and increasing, lengths that differ, a negative or non-finite ``rho_hat`` (naming its
+            index and VE σ), or a ``meta`` that is not an object; each naming the field.
+        TypeError: neither a Profile nor a dict.
+    """
+    from ..schedule_io import check_float_range, check_number_list
+
+    if isinstance(profile, Profile):
+        return profile.log_sigma, profile.rho_hat, profile.meta
+    if not isinstance(profile, dict):
+        raise TypeError(f"profile: expected a Profile or a dict, got {type(profile).__name__}")
+    data = profile.get("profile", profile)
+    if not isinstance(data, dict) or "log_sigma" not in data or "rho_hat" not in data:
+        raise ValueError("profile: expected a Profile or its to_dict() with 'log_sigma' and 'rho_hat'")
+    check_float_range(data, "profile", error=ValueError)
+    for key in ("log_sigma", "rho_hat"):
+        check_number_list(data[key], f"profile: {key}", error=ValueError)
+    x, rho = _as_grid(data["log_sigma"]), torch.tensor(data["rho_hat"], dtype=_F64)
+    if rho.numel() != x.numel():
+        raise ValueError(f"profile: rho_hat holds {rho.numel()} values, log_sigma {x.numel()}: one a grid point")
+    bad = [i for i, v in enumerate(rho.tolist()) if not (math.isfinite(v) and v >= 0)]
+    if bad:
+        i = bad[0]
+        raise ValueError(
+            f"profile: rho_hat must be finite and >= 0, got rho_hat[{i}] = {float(rho[i]):g} at VE sigma {math.exp(float(x[i])):.4g}"
+        )
+    meta = data.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"profile: meta must be an object, got {type(meta).__name__}")
+    for key in ("prediction_type", "loss_weighting"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise ValueError(f"profile: meta.{key} must be a name (a string), got {meta[key]!r}")
+    path = meta.get("path")
+    if isinstance(path, dict):  # its numbers build the training's scheduler (recommend)
+        for key in ("sigma_min", "sigma_max", "sigma_data", "shift"):
+            v = path.get(key)
+            if key in path and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise ValueError(f"profile: meta.path.{key} must be a finite number > 0, got {v!r}")
+    return x, rho, meta
 
 
 @dataclass

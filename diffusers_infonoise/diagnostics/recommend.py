@@ -30,7 +30,7 @@ import torch
 from .. import densities
 from ..objective import Objective, default_objective
 from ..paths import PATH_CLASSES, NoisePath, path_from_scheduler
-from .grid import _F64, Allocation, Profile, _as_grid, _widths, grid_edges, normalize_density
+from .grid import _F64, Allocation, _widths, grid_edges, normalize_density, profile_arrays
 
 __all__ = [
     "FAMILIES",
@@ -96,12 +96,15 @@ def _training_scheduler(noise_scheduler, path_config: dict | None, what: str):
     """The training's scheduler: the given one, else the one a recorded path config determines."""
     if noise_scheduler is not None:
         return noise_scheduler
-    if not isinstance(path_config, dict) or path_config.get("kind") not in PATH_CLASSES:
+    if not isinstance(path_config, dict) or not isinstance(path_config.get("kind"), str) or path_config["kind"] not in PATH_CLASSES:
         raise ValueError(f"noise_scheduler: {what} does not record its path; pass the scheduler of the training you will run")
     try:
         return PATH_CLASSES[path_config["kind"]].scheduler_from_config(path_config)
-    except ValueError as err:
-        raise ValueError(f"noise_scheduler: {err}") from None
+    except (TypeError, ValueError) as err:  # a recorded value of the wrong type (null, a string) names nothing by itself
+        raise ValueError(
+            f"noise_scheduler: {what}'s recorded path {path_config} does not build a scheduler ({err}); pass the scheduler of "
+            "the training you will run"
+        ) from None
 
 
 def target_from_schedule(
@@ -182,20 +185,11 @@ def target_from_profile(
         source: a description for the output.
 
     Raises:
-        ValueError: a profile without ``log_sigma``/``rho_hat``, one that does not record its path and no scheduler,
-            or a weight ``w`` that is not finite and > 0 on the grid.
+        ValueError: a profile without valid ``log_sigma``/``rho_hat`` (:func:`~.grid.profile_arrays`), one that does not
+            record its path and no scheduler, or a weight ``w`` that is not finite and > 0 on the grid.
+        TypeError: a profile that is neither a Profile nor a dict.
     """
-    if isinstance(profile, Profile):
-        x, rho, meta = profile.log_sigma, profile.rho_hat, profile.meta
-    elif isinstance(profile, dict):
-        data = profile.get("profile", profile)
-        if not isinstance(data, dict) or "log_sigma" not in data or "rho_hat" not in data:
-            raise ValueError("profile: expected a Profile or its to_dict() with 'log_sigma' and 'rho_hat'")
-        if any(v is None for v in data["rho_hat"]):
-            raise ValueError("profile: rho_hat holds null values")
-        x, rho, meta = _as_grid(data["log_sigma"]), torch.as_tensor(data["rho_hat"], dtype=_F64), data.get("meta") or {}
-    else:
-        raise TypeError(f"profile: expected a Profile or a dict, got {type(profile).__name__}")
+    x, rho, meta = profile_arrays(profile)
     scheduler = _training_scheduler(noise_scheduler, meta.get("path"), "the profile")
     path = path_from_scheduler(scheduler, mu=mu)
     same = Objective.recorded(meta) if (meta.get("path") or {}).get("kind") == path.kind else None

@@ -17,7 +17,7 @@ from ..logs import get_logger
 from ..paths import NoisePath
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, _check_global_step_arg
 from .fixed import _resolve_base
-from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int, _plain_number
+from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int, _plain_number, _real
 
 logger = get_logger(__name__)
 
@@ -32,6 +32,10 @@ PROFILE_SHARE = 0.05
 
 #: the starts (METHOD.md §5.9) that bring an adapted estimate when given by name to :meth:`_AdaptiveSampler.plan_run`
 _ESTIMATE_STARTS = {"base": False, "stored": True, "profile": True}
+
+
+#: the total variation a stored π may differ from the one its own m̂ and settings give (float round-off)
+PI_TOLERANCE = 1e-6
 
 
 class _AdaptiveSampler(TrainingTimestepSampler):
@@ -506,6 +510,8 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 # what decides π and how the statistics are collected, to name what a resume command changes
                 "settings": {k: getattr(self.settings, k) for k in InfoNoiseSettings.names("pi", "statistics")},
                 "samples_trained": self.samples_trained,
+                # the loss π was built for: a resume of another loss rebuilds π at its next refresh, not checked against it
+                "objective": self.objective.record(),
                 "data": {
                     **self.data.state_dict(),
                     "mmse_cap": self.estimator.mmse_cap,
@@ -541,6 +547,9 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 or abs(float(p.sum()) - 1.0) > 1e-6
             ):
                 raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses summing to 1")
+        trained = state.get("samples_trained")
+        if trained is not None and not (_real(trained) and trained >= 0):
+            raise ValueError(f"state_dict['samples_trained']: expected a finite number >= 0, got {trained!r}")
         self._load_base_state(state)
         self.estimator.load_state_dict(state["estimator"])  # the same on every rank (already summed over them)
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
@@ -555,7 +564,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         start = state.get("start")
         self.start_record = dict(start) if isinstance(start, dict) else None
         # states written before the discounted mean (§5.10) have no count of training samples: every sample then
-        self.samples_trained = float(state.get("samples_trained", float(self.estimator.total_counts.sum())))
+        self.samples_trained = float(trained if trained is not None else self.estimator.total_counts.sum())
         data = state.get("data")
         if isinstance(data, dict):  # states written before the data statistics have none
             self.data.load_state_dict(data)
@@ -579,6 +588,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 if v != getattr(self.settings, k, v) and k not in self.unread_settings
             ]
         self._warn_changed_settings(changed, state)
+        objective = self.objective.record()
+        if self.probs is not None and isinstance(saved, dict) and not changed and state.get("objective") == objective:
+            # π of the same loss and settings is a function of the restored m̂: checked like a stored payload's
+            self.check_probs_follow_estimate(self.probs, "state_dict['probs']")
 
     def resume_record(self) -> dict:
         """:meth:`~.base.TrainingTimestepSampler.resume_record` with the base density, the grid and every setting of π
@@ -587,6 +600,24 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         given = self._given_settings
         settings = {k: getattr(given, k) for k in InfoNoiseSettings.names("pi", "statistics") if k not in self.unread_settings}
         return {**super().resume_record(), "base": self.base_description, **settings}
+
+    def check_probs_follow_estimate(self, probs: torch.Tensor, what: str) -> None:
+        """Refuse bin masses ``probs`` that do not follow from the current m̂ and settings (one refresh's
+        arithmetic, :meth:`_build_probs`): an edited or corrupted π would bypass the floor and the estimate.
+        ``what`` names its source in the error. A custom callable weighting is not checked (it is not recorded).
+
+        Raises:
+            ScheduleError: (a ``ValueError``) naming ``what`` and the total variation from the π the estimate gives.
+        """
+        from ..schedule_io import ScheduleError
+
+        if self.objective.record()["loss_weighting"] == "custom":
+            return
+        tv = 0.5 * float((self._build_probs() - probs).abs().sum())
+        if tv > PI_TOLERANCE:
+            raise ScheduleError(
+                f"{what}: its pi does not follow from its own m_hat and settings (TV {tv:.3g} from the pi they give): edited or corrupted"
+            )
 
     def describe(self):
         return {

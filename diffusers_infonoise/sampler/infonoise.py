@@ -411,13 +411,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         if not interpolated and same_path and mine == _stored_pi_settings(payload):
             # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
             # floor or the estimate (one refresh's arithmetic)
-            rebuilt = self._build_probs()
-            tv = 0.5 * float((rebuilt - stored_pi).abs().sum())
-            if mine["loss_weighting"] != "custom" and tv > 1e-6:
-                raise ScheduleError(
-                    f"_infonoise_schedule: its pi does not follow from its own m_hat and settings (TV "
-                    f"{tv:.3g} from the pi they give): the payload was edited or corrupted"
-                )
+            self.check_probs_follow_estimate(stored_pi, "_infonoise_schedule")
             probs = stored_pi
         else:
             if not interpolated:

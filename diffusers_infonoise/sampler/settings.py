@@ -53,7 +53,13 @@ def _plain_number(x):
 
 
 def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float (not a bool); an int too large for a float (``10**400``) is not one."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _setting(default, role: str, before=_NOT_BEFORE):
@@ -153,7 +159,7 @@ class InfoNoiseSettings:
                 "memory",
                 self.memory,
                 self.memory == "auto" or (_real(self.memory) and self.memory > 0),
-                "'auto' (sized to the run, docs/METHOD.md 5.10) or a finite number of optimizer steps > 0",
+                "'auto' (sized to the run, docs/METHOD.md 5.10) or a number of optimizer steps in (0, 1.8e308) (a finite float)",
             ),
             (
                 "temperature",

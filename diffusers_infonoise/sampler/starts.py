@@ -81,6 +81,10 @@ class SamplerStart:
         return self.choice == "profile" or (self.choice == "stored" and (self.payload or {}).get("adapted") is not False)
 
 
+#: the log's source of a stored start given without ``source=``
+UNNAMED_SOURCE = "the stored= schedule given to choose_start (source= names where it was read from)"
+
+
 def choose_start(
     init: str, sampler: TrainingTimestepSampler, *, stored: dict | None = None, source: str | None = None, pretrained_model: bool = False
 ) -> SamplerStart:
@@ -165,7 +169,9 @@ def apply_start(
     """
     if start.choice == "stored":
         sampler.load_schedule(start.payload, source=start.source)
-        info = {"start": "stored", "source": start.source, "adapted": sampler.is_adapted}
+        # a payload handed to choose_start without source= (diffusers' scripts: read_schedule(noise_scheduler)) is named by
+        # what it is, not "None"
+        info = {"start": "stored", "source": start.source or UNNAMED_SOURCE, "adapted": sampler.is_adapted}
     elif start.choice == "profile":
         if loss_fn is None or batches is None:
             raise ValueError("loss_fn, batches: a 'profile' start measures the model on training batches; give both")

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+from pathlib import Path
 
 from ..argtypes import (
     auto_arg,
@@ -26,6 +27,8 @@ from ..argtypes import (
     plot_steps_arg,
     positive_float,
     positive_int,
+    seed_arg,
+    unit_interval_arg,
     warmup_arg,
 )
 from ..densities import DensityRangeError
@@ -64,6 +67,8 @@ __all__ = [
     "unread_infonoise_flags",
     "sampler_start",
     "check_sources",
+    "hub_unreadable",
+    "check_mixed_precision_device",
     "option_errors",
     "script_command",
     "script_epilog",
@@ -256,7 +261,7 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a = parser.add_argument
     a("--output_dir", type=output_dir_arg, default=d.get("output_dir", "infonoise-model"))
     a("--cache_dir", type=str, default=None, help="Where downloaded datasets and models are cached.")
-    a("--seed", type=int, default=None, help="A seed for reproducible training.")
+    a("--seed", type=seed_arg, default=None, help="A seed for reproducible training, in [0, 2**32 - 1].")
     a("--train_batch_size", type=positive_int, default=d["train_batch_size"], help="Batch size per device.")
     a("--max_train_steps", type=positive_int, default=d.get("max_train_steps"), help="Total optimizer steps; overrides the epoch count.")
     a("--gradient_accumulation_steps", type=positive_int, default=1)
@@ -268,10 +273,10 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
         help='One of "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup".',
     )
     a("--lr_warmup_steps", type=nonnegative_int, default=d["lr_warmup_steps"])
-    a("--adam_beta1", type=float, default=0.95 if d.get("unconditional") else 0.9)
-    a("--adam_beta2", type=float, default=0.999)
-    a("--adam_weight_decay", type=float, default=1e-6 if d.get("unconditional") else 1e-2)
-    a("--adam_epsilon", type=float, default=1e-08)
+    a("--adam_beta1", type=unit_interval_arg, default=0.95 if d.get("unconditional") else 0.9, help="In [0, 1).")
+    a("--adam_beta2", type=unit_interval_arg, default=0.999, help="In [0, 1).")
+    a("--adam_weight_decay", type=nonnegative_float, default=1e-6 if d.get("unconditional") else 1e-2, help=">= 0.")
+    a("--adam_epsilon", type=nonnegative_float, default=1e-08, help=">= 0.")
     a("--max_grad_norm", type=nonnegative_float, default=1.0, help="Gradient clipping norm (0: no clipping).")
     a("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
     a("--dataloader_num_workers", type=nonnegative_int, default=0)
@@ -505,17 +510,85 @@ def script_epilog(module: str) -> str:
 def check_sources(parser: argparse.ArgumentParser, args, *flags: str) -> None:
     """``parser.error`` (one line, exit status 2) for a source option naming a local path that is not there, a link
     loop or a device: ``--pretrained_model_name_or_path runs/zA`` beside a folder ``runs`` is a mistyped run folder,
-    not the Hub repo ``runs/zA`` (:func:`~diffusers_infonoise.schedule_io.local_or_hub`). Runs at parse time, before
-    diffusers would spend a minute retrying the Hub offline; reads nothing from the network."""
+    not the Hub repo ``runs/zA`` (:func:`~diffusers_infonoise.schedule_io.local_or_hub`); and for an ``owner/name``
+    that the Hub would be asked for while it cannot answer (:func:`hub_unreadable`). Runs at parse time, before
+    diffusers or datasets would spend most of a minute retrying the Hub offline; reads nothing from the network but
+    a connection attempt of a few seconds at most (none with ``HF_HUB_OFFLINE`` set or the repo in the cache)."""
     from ..schedule_io import ScheduleSourceError, local_or_hub
 
     for flag in flags:
         spec = getattr(args, flag.lstrip("-"), None)
         if spec:
             try:
-                local_or_hub(spec)
+                where = local_or_hub(spec)
             except ScheduleSourceError as err:
                 parser.error(f"{flag}: {err}")
+            hub_id = where if isinstance(where, str) and "/" in where else None  # owner/name: a mistyped path, maybe
+            why = hub_id and hub_unreadable(hub_id, dataset=flag == "--dataset_name", cache_dir=args.cache_dir)
+            if why:
+                parser.error(
+                    f"{flag}: {spec}: no such local folder (./{spec.split('/')[0]} does not exist either), and as a Hub repo id it "
+                    f"cannot be read: {why}; a mistyped local path?"
+                )
+
+
+def check_mixed_precision_device(parser: argparse.ArgumentParser, args) -> None:
+    """``parser.error`` for ``--mixed_precision fp16`` where the run would train on the CPU (no CUDA, MPS or XPU device,
+    or ``ACCELERATE_USE_CPU``): the text-to-image scripts' frozen parts in float16 there failed at step 1, after the
+    models and the data were loaded."""
+    import torch
+
+    if args.mixed_precision != "fp16":
+        return
+    gpu = any(getattr(torch, kind, None) is not None and getattr(torch, kind).is_available() for kind in ("cuda", "xpu"))
+    gpu = gpu or torch.backends.mps.is_available()
+    if _env_true("ACCELERATE_USE_CPU") or not gpu:
+        parser.error("--mixed_precision fp16: needs a GPU, and this run trains on the CPU; accepted here: no or bf16")
+
+
+#: seconds a connection to the Hub may take before it counts as unreachable (huggingface_hub then retries for most of
+#: a minute before its own error)
+HUB_CONNECT_TIMEOUT = 3.0
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading
+
+
+def hub_unreadable(repo_id: str, *, dataset: bool = False, cache_dir: str | None = None) -> str | None:
+    """Why the Hub repo ``repo_id`` (a data set's with ``dataset``) cannot be read here, or None when it can be: it is
+    in a local cache (``cache_dir``, the Hub's, and for a data set ``datasets``'), or the Hub answers a connection
+    within :data:`HUB_CONNECT_TIMEOUT` seconds. Offline (``HF_HUB_OFFLINE``, and ``HF_DATASETS_OFFLINE`` for a data
+    set) no connection is attempted. Never raises."""
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    kind = "datasets" if dataset else "models"
+    caches = [Path(d) / f"{kind}--{repo_id.replace('/', '--')}" for d in (cache_dir, constants.HF_HUB_CACHE) if d]
+    if dataset:
+        from datasets import config
+
+        caches += [Path(d) / repo_id.replace("/", "___") for d in (cache_dir, config.HF_DATASETS_CACHE) if d]
+    if any(c.is_dir() for c in caches):
+        return None
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE" if dataset else "") if name and _env_true(name)]
+    if offline:
+        return f"{offline[0]} is set and it is not in the Hub cache"
+    host = urlsplit(constants.ENDPOINT).hostname
+    try:
+        _ask_hub(constants.ENDPOINT, HUB_CONNECT_TIMEOUT)
+    except Exception as err:  # httpx's or requests' connection errors, by huggingface_hub version: any is "unreachable"
+        return f"the Hub ({host}) cannot be reached ({getattr(err, 'strerror', None) or err}) and it is not in the Hub cache"
+    return None
+
+
+def _ask_hub(endpoint: str, timeout: float) -> None:
+    """One HEAD request to the Hub through huggingface_hub's own HTTP session (its proxies and certificates: a bare
+    socket would miss a proxy and refuse a Hub that answers); raises when nothing answers within ``timeout`` seconds."""
+    from huggingface_hub.utils import get_session
+
+    get_session().head(endpoint, timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ __all__ = [
     "DataConfig",
     "load_image_dataset",
     "image_transform",
+    "image_x0",
+    "image_channels",
     "binary_data",
     "DEFAULT_CAPTIONED_DATASET",
     "load_captioned_dataset",
@@ -64,6 +66,7 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
     Raises:
         ValueError: both or a bad name; ``--train_data_dir`` that holds no image ``datasets`` reads, or that it
             cannot read (the message led by the option).
+        ValueError: a data set of no examples, led by its option.
         FileNotFoundError: a missing built-in asset (with the install command); ``--train_data_dir`` that is not a
             folder; ``--dataset_name`` that is neither built in, a ``save_to_disk`` folder nor a data set the Hub
             serves (offline: not in the cache), led by the option.
@@ -95,9 +98,9 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
         ds = load_builtin_dataset(name or data.default_dataset, split, max_samples=max_samples, seed=data.seed)
         max_samples = None
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_info.json")):
-        ds = datasets.load_from_disk(name)
+        ds = _load_from_disk(name)
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_dict.json")):
-        splits = datasets.load_from_disk(name)
+        splits = _load_from_disk(name)
         if split not in splits:
             raise ValueError(f"--dataset_name: {name} has the splits {sorted(splits)}, not {split!r}")
         ds = splits[split]
@@ -109,9 +112,77 @@ def load_image_dataset(data: DataConfig, *, split: str = "train"):
                 f"--dataset_name: {name!r} is not a built-in data set ({', '.join(BUILTIN_DATASETS)}), a save_to_disk "
                 f"folder, nor a data set the Hub serves here: {' '.join(str(err).split())}"
             ) from err
+    if len(ds) == 0:  # the first example's columns were read later, in an IndexError
+        flag, source = ("--train_data_dir", data_dir) if data_dir else ("--dataset_name", name)
+        raise ValueError(f"{flag}: {source} holds no examples (split {split!r}); give a data set with at least a batch of them")
     if max_samples is not None:
         ds = ds.shuffle(seed=data.seed).select(range(min(max_samples, len(ds))))
     return ds
+
+
+#: PIL modes of more than 8 bits a pixel and the value that maps to 1: read at their full depth (converting them to 8 bits
+#: clips every value above 255), 16-bit pixels scaled by 65535 as 8-bit ones are by 255
+DEEP_IMAGE_SCALES = {"I;16": 65535.0, "I;16L": 65535.0, "I;16B": 65535.0, "I;16N": 65535.0, "I": 65535.0}
+#: integer array dtypes taken as pixels (mapped to [−1, 1] as images of that depth) and the value that maps to 1; float
+#: arrays are x0 as stored
+PIXEL_ARRAY_SCALES = {"uint8": 255.0, "uint16": 65535.0}
+
+
+def image_channels(image) -> int:
+    """The channels an image trains with: 1 for the grey-scale modes (8-bit, 1-bit, 16- and 32-bit), else 3."""
+    return 1 if image.mode in ("L", "1") or image.mode in DEEP_IMAGE_SCALES else 3
+
+
+def pixel_image(image, channels: int):
+    """``(image, scale)``: a PIL image in the mode its pixels are resized in and the pixel value that maps to 1.
+
+    8-bit data (any mode but those below) as mode ``"L"`` (1 channel) or ``"RGB"`` (3), scale 255; 16-bit grey-scale
+    (``I;16``) and 32-bit integer (``I``) images as mode ``"F"`` holding their values unclipped, scale 65535 (their
+    channel repeated for 3). The one conversion training (:func:`image_transform`) and the profiles of ``infonoise``
+    (:func:`image_x0`) read pixels through.
+
+    Raises:
+        ValueError: a float image (mode ``"F"``: no pixel range to map onto [−1, 1]), or an ``"I"`` image with values
+            outside 0..65535.
+    """
+    if image.mode == "F":
+        raise ValueError(
+            "a float image (PIL mode 'F') has no pixel range to map onto [-1, 1]; store its values as a datasets "
+            "Array2D/Array3D column of floats instead, which is trained on as stored"
+        )
+    if image.mode in DEEP_IMAGE_SCALES:
+        scale = DEEP_IMAGE_SCALES[image.mode]
+        low, high = image.getextrema()
+        if low < 0 or high > scale:
+            raise ValueError(f"a 32-bit integer image (PIL mode 'I') with values in [{low}, {high}]; pixels are read in 0..{scale:.0f}")
+        return image.convert("F"), scale
+    return image.convert({1: "L", 3: "RGB"}[channels]), 255.0
+
+
+def pixels_x0(pixels: np.ndarray, scale: float, channels: int) -> np.ndarray:
+    """(channels, H, W) float32 x0 in [−1, 1] of a (H, W) or (H, W, C) pixel array of :func:`pixel_image`."""
+    arr = np.asarray(pixels, dtype=np.float32) / np.float32(scale / 2) - 1.0
+    arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    if arr.shape[0] != channels:  # a grey-scale image of a 3-channel run
+        arr = np.repeat(arr, channels, axis=0)
+    return np.ascontiguousarray(arr)
+
+
+def image_x0(image, channels: int | None = None) -> np.ndarray:
+    """(C, H, W) float32 x0 in [−1, 1] of a PIL image, as training reads it (:func:`pixel_image`) before its resize;
+    C = ``channels``, else :func:`image_channels`. Raises what :func:`pixel_image` raises."""
+    channels = channels or image_channels(image)
+    image, scale = pixel_image(image, channels)
+    return pixels_x0(np.asarray(image), scale, channels)
+
+
+def _load_from_disk(name: str):
+    import datasets
+
+    try:
+        return datasets.load_from_disk(name)
+    except IndexError:  # datasets' own reading of a saved data set of no rows (no table to concatenate)
+        raise ValueError(f"--dataset_name: {name} holds no examples; give a data set with at least a batch of them") from None
 
 
 def image_transform(
@@ -119,8 +190,9 @@ def image_transform(
 ) -> Callable:
     """PIL image → float32 tensor (channels, resolution, resolution) in [−1, 1] (no torchvision).
 
-    Resize (bilinear, shorter side to ``resolution``), crop (center or random), optional horizontal
-    flip; mode ``"L"`` for 1 channel, ``"RGB"`` for 3. ``binary``: data of two pixel values (0 and 255,
+    Pixels are read by :func:`pixel_image` (8-bit data scaled by 255, 16-bit by 65535; float images refused); resize
+    (bilinear, shorter side to ``resolution``), crop (center or random), optional horizontal
+    flip; 1 channel or 3. ``binary``: data of two pixel values (0 and 255,
     :func:`~diffusers_infonoise.data.is_binary_dataset`) is thresholded at the midpoint after the resize,
     so that every value is −1 or 1 at any resolution (bilinear resampling alone leaves intermediate
     values, which the clean-end gate would read as a finer value grid). ``transform(image, rng, geometry=True)`` also
@@ -129,17 +201,16 @@ def image_transform(
     """
     from PIL import Image
 
-    mode = {1: "L", 3: "RGB"}.get(channels)
-    if mode is None:
+    if channels not in (1, 3):
         raise ValueError(f"channels: accepted values are 1 and 3, got {channels}")
 
     def transform(image, rng: np.random.Generator | None = None, *, geometry: bool = False):
         rng = rng or np.random.default_rng()
-        image = image.convert(mode)
+        image, scale = pixel_image(image, channels)
         w, h = image.size
         original = (h, w)
-        scale = resolution / min(w, h)
-        image = image.resize((max(resolution, round(w * scale)), max(resolution, round(h * scale))), Image.BILINEAR)
+        factor = resolution / min(w, h)
+        image = image.resize((max(resolution, round(w * factor)), max(resolution, round(h * factor))), Image.BILINEAR)
         if binary:
             image = image.point(lambda v: 255 if v >= 128 else 0)
         w, h = image.size
@@ -151,9 +222,7 @@ def image_transform(
         if random_flip and rng.random() < 0.5:
             image = image.transpose(Image.FLIP_LEFT_RIGHT)
             left = w - left - resolution  # the crop's corner in the mirrored image
-        arr = np.asarray(image, dtype=np.float32) / 127.5 - 1.0
-        arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-        out = torch.from_numpy(np.ascontiguousarray(arr))
+        out = torch.from_numpy(pixels_x0(np.asarray(image), scale, channels))
         return (out, original, (top, left)) if geometry else out
 
     return transform
@@ -172,11 +241,13 @@ DEFAULT_CAPTIONED_DATASET = "fashion_mnist"
 
 def load_captioned_dataset(data: DataConfig):
     """The training ``datasets.Dataset`` of :func:`load_image_dataset`, checked for the image and
-    caption columns (``ValueError`` naming the columns there are)."""
+    caption columns (``ValueError`` naming the columns there are, or an image column of no images:
+    :func:`check_image_column`)."""
     ds = load_image_dataset(data)
     for flag, col in (("--image_column", data.image_column), ("--caption_column", data.caption_column)):
         if col not in ds.column_names:
             raise ValueError(f"{flag}: {col!r} is not a column of the data set; its columns are {ds.column_names}")
+    check_image_column(ds, data.image_column, arrays=False)
     return ds
 
 
@@ -363,12 +434,14 @@ def unconditional_dataset(
     Images: (C, R, R) float32 in [−1, 1] (:class:`AugmentedImageDataset`; C = 1 for grey-scale modes,
     else 3), ``length`` None. Arrays (an image column of ``datasets.Array2D`` (R, R) or ``Array3D`` (C, R, R)
     floats, e.g. latents, dequantized or rescaled data): float32 x0 as stored, in the model's own units (no
-    mapping to [−1, 1], no resize, crop or flip), ``length`` None. Sequences (``sequence_column``): one-hot
+    mapping to [−1, 1], no resize, crop or flip); uint8/uint16 arrays are pixels, mapped to [−1, 1] as images
+    of that depth (:func:`array_pixel_scale`); ``length`` None. Sequences (``sequence_column``): one-hot
     (len(alphabet), L) in {−1, 1} (:func:`diffusers_infonoise.data.one_hot_sequences`), ``length`` = L.
 
     Raises:
-        ValueError: the column is not in the data set (naming the columns there are); arrays whose size is
-            not ``--resolution``, that hold a non-finite value, or with ``--random_flip``.
+        ValueError: the column is not in the data set (naming the columns there are) or holds neither images
+            nor arrays (:func:`check_image_column`); arrays whose size is not ``--resolution``, of another integer
+            dtype than uint8/uint16, that hold a non-finite value, or with ``--random_flip``.
     """
 
     from ..data import one_hot_sequences
@@ -381,10 +454,11 @@ def unconditional_dataset(
         # one-hot once (a few MB for tens of thousands of short sequences); batches index into it
         encoded = one_hot_sequences(dataset[sequence_column], alphabet)
         return torch.utils.data.TensorDataset(encoded), _stack_first, encoded.shape[1], encoded.shape[2]
+    check_image_column(dataset, column)
     if is_array_column(dataset, column):
-        arrays = _x0_arrays(dataset.with_format("numpy")[column], data)
+        arrays = _x0_arrays(dataset.with_format("numpy")[column], data, scale=array_pixel_scale(dataset, column))
         return torch.utils.data.TensorDataset(arrays), _stack_first, arrays.shape[1], None
-    channels = 1 if dataset[0][column].mode in ("L", "1", "I", "F") else 3
+    channels = image_channels(dataset[0][column])
     images = AugmentedImageDataset(
         dataset,
         image_column=column,
@@ -407,9 +481,60 @@ def is_array_column(dataset, column: str) -> bool:
     return isinstance(dataset.features.get(column), (datasets.Array2D, datasets.Array3D))
 
 
-def _x0_arrays(values, data: DataConfig) -> torch.Tensor:
-    """(N, C, R, R) float32 training x0 from an array column, checked against the run's flags."""
-    x = torch.from_numpy(np.ascontiguousarray(np.asarray(values, dtype=np.float32)))
+def array_pixel_scale(dataset, column: str) -> float | None:
+    """The value that maps to 1 of an array column (:func:`is_array_column`) of pixels (uint8: 255, uint16: 65535,
+    as images of that depth: x0 = value / (scale / 2) − 1), or None for float arrays, x0 as stored.
+
+    Raises:
+        ValueError: arrays of another dtype (other integers, bool), led by ``--image_column``.
+    """
+    dtype = str(dataset.features[column].dtype)
+    if dtype in PIXEL_ARRAY_SCALES:
+        return PIXEL_ARRAY_SCALES[dtype]
+    if dtype.startswith("float"):
+        return None
+    raise ValueError(
+        f"--image_column {column!r}: arrays of {dtype}; accepted: float arrays (x0 as stored, in the model's units) or "
+        f"{'/'.join(PIXEL_ARRAY_SCALES)} pixels (mapped to [-1, 1]); cast the column to one of them"
+    )
+
+
+def array_x0(values, scale: float | None) -> np.ndarray:
+    """float32 x0 of arrays: as stored (``scale`` None) or pixels mapped to [−1, 1] (:func:`array_pixel_scale`)."""
+    x = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
+    return x if scale is None else x / np.float32(scale / 2) - 1.0
+
+
+def check_image_column(dataset, column: str, *, arrays: bool = True) -> None:
+    """``column`` of a (non-empty) ``datasets.Dataset`` holds images (a ``datasets.Image`` feature, or PIL images), or
+    with ``arrays`` x0 arrays (:func:`is_array_column`); its first image is one training reads (:func:`pixel_image`).
+
+    Raises:
+        ValueError: anything else (strings, numbers: file paths need ``dataset.cast_column(column, datasets.Image())``),
+            or an image :func:`pixel_image` refuses, led by ``--image_column``.
+    """
+    import datasets
+    from PIL import Image
+
+    if arrays and is_array_column(dataset, column):
+        return
+    first = dataset[0][column]
+    if not isinstance(dataset.features.get(column), datasets.Image) and not isinstance(first, Image.Image):
+        holds = f"{type(first).__name__} values such as {str(first)[:40]!r}"
+        raise ValueError(
+            f"--image_column {column!r}: holds {holds}, not images (a datasets Image column; a column of file paths: cast it "
+            f"with dataset.cast_column({column!r}, datasets.Image()))" + (" or Array2D/Array3D arrays" if arrays else "")
+        )
+    try:
+        pixel_image(first, image_channels(first))
+    except ValueError as err:
+        raise ValueError(f"--image_column {column!r}: example 0: {err}") from None
+
+
+def _x0_arrays(values, data: DataConfig, *, scale: float | None = None) -> torch.Tensor:
+    """(N, C, R, R) float32 training x0 from an array column, checked against the run's flags; ``scale``: pixels
+    (:func:`array_pixel_scale`) mapped to [−1, 1]."""
+    x = torch.from_numpy(array_x0(values, scale))
     x = x[:, None] if x.ndim == 3 else x
     if x.ndim != 4 or tuple(x.shape[-2:]) != (data.resolution, data.resolution):
         raise ValueError(

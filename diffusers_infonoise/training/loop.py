@@ -246,8 +246,9 @@ class NonFiniteSteps:
                 f"step {step}: {self.in_a_row} optimizer steps in a row had a non-finite loss or gradient and none was "
                 "applied; the weights are those of the last finite step. Likely causes: a loss weight that is infinite "
                 "at some noise level, a (pretrained) model whose output is not finite at some noise levels (a profile start "
-                "warns where), --sigma_data <= 0, an fp16 overflow (try --mixed_precision bf16 or no), or a "
-                "learning rate that is too high"
+                "warns where), --sigma_data <= 0, an fp16 overflow (try --mixed_precision bf16 or no), training data of a scale "
+                "whose squares overflow float32 (values beyond about 1e18: array columns are trained as stored; rescale them), "
+                "or a learning rate that is too high"
             )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "save_unconditional_outputs",
     "save_image_grid",
     "render_model_card",
+    "hub_model_id",
     "model_card_templates",
     "push_output_dir",
     "recorded_start",
@@ -65,10 +66,27 @@ def model_card_templates() -> str:
     return folder
 
 
+def hub_model_id(name) -> str | None:
+    """``name`` when it is a Hub repo id, None when it is a local folder (:func:`~diffusers_infonoise.schedule_io.local_or_hub`,
+    decided without the network): the Hub links a card's ``base_model`` metadata to a repo, and a local path there
+    points nowhere."""
+    from ..schedule_io import ScheduleSourceError, local_or_hub
+
+    try:
+        where = local_or_hub(str(name))
+    except ScheduleSourceError:  # a local path that is not there (any more): not a Hub id either
+        return None
+    return where if isinstance(where, str) else None
+
+
 def render_model_card(template: str, output_path: str, **context) -> str:
     """Render the model-card template ``template`` (Jinja2, :func:`model_card_templates`) with ``context`` into
-    ``output_path``; returns the text."""
+    ``output_path``; returns the text. A ``base_model`` in ``context`` also gives ``base_model_hub``: it, when it is a
+    Hub repo id (:func:`hub_model_id`), else None (a local folder, kept out of the card's metadata)."""
     import jinja2
+
+    if "base_model" in context:
+        context["base_model_hub"] = hub_model_id(context["base_model"]) if context["base_model"] else None
 
     loader = jinja2.FileSystemLoader(model_card_templates())
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -206,6 +224,7 @@ def save_unconditional_outputs(
     (``card``: its run-specific fields) and, with ``hub.push``, the Hub upload."""
     from ..diagnostics import plot_schedule
     from ..generation import generate_images
+    from ..inference_grid import infogrid_caveat
     from .loop import ema_weights
 
     save_unconditional_pipeline(unet, ema, noise_scheduler, sampler, output_dir)
@@ -223,6 +242,8 @@ def save_unconditional_outputs(
     save_samples(images, os.path.join(output_dir, "samples"), alphabet=alphabet)
     desc = sampler.describe()
     repo_id = hub.repo_id or os.path.basename(os.path.abspath(output_dir))
+    # the card suggests pipe(infogrid=True) only where infogrid itself would not warn against it
+    caveat = infogrid_caveat(sampler) if sampler.name == "infonoise" else None
     # how the run began, as the sampler recorded it at step 0 (kept through resumes), not a resume command's start
     start, start_text = recorded_start(sampler)
     card = {**card, "start": start, "start_text": start_text}
@@ -236,6 +257,7 @@ def save_unconditional_outputs(
         scheduler_class=type(noise_scheduler).__name__,
         loss_weighting=desc["loss_weighting"],
         sampler_name=sampler.name,
+        infogrid_caveat=caveat,
         hyperparameters=desc.get("hyperparameters", {}),
         global_step=global_step,
         allocation=desc.get("last_refresh"),

@@ -16,6 +16,7 @@ from .args import (
     add_common_training_args,
     add_noise_sampler_args,
     build_noise_sampler,
+    check_mixed_precision_device,
     check_sources,
     script_configs,
 )
@@ -121,7 +122,8 @@ def add_text_to_image_args(parser: argparse.ArgumentParser, *, defaults: dict | 
 
 
 def check_text_to_image_args(parser: argparse.ArgumentParser, args) -> None:
-    """Cross-argument checks shared by the text-to-image scripts (``parser.error`` on a conflict)."""
+    """Cross-argument checks shared by the text-to-image scripts (``parser.error`` on a conflict, on
+    ``--mixed_precision fp16`` on the CPU, on a source that is not there: :func:`check_sources`)."""
     if args.dataset_name and args.train_data_dir:
         parser.error("--dataset_name and --train_data_dir: give one of them")
     if args.use_lora and args.use_ema:
@@ -131,7 +133,8 @@ def check_text_to_image_args(parser: argparse.ArgumentParser, args) -> None:
     for name in ("validation_epochs", "checkpointing_steps", "gradient_accumulation_steps", "train_batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    check_sources(parser, args, "--pretrained_model_name_or_path", "--infonoise_schedule_from")
+    check_mixed_precision_device(parser, args)
+    check_sources(parser, args, "--pretrained_model_name_or_path", "--dataset_name", "--infonoise_schedule_from")
 
 
 def text_to_image_config(args) -> TextToImageConfig:

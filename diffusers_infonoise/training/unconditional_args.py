@@ -134,7 +134,7 @@ def check_unconditional_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error("--dataset_name and --train_data_dir: give one of them")
     if args.sequence_column and not args.dataset_name:
         parser.error("--sequence_column needs --dataset_name (a Hub data set or save_to_disk folder with that column)")
-    check_sources(parser, args, "--pretrained_model_name_or_path", "--infonoise_schedule_from")
+    check_sources(parser, args, "--pretrained_model_name_or_path", "--dataset_name", "--infonoise_schedule_from")
 
 
 def unconditional_config(args) -> UnconditionalConfig:

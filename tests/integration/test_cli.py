@@ -253,6 +253,43 @@ def test_compare_a_stored_schedule_with_a_profile_of_your_data(capsys, saved, tm
     assert_one_line_error(rc, err, "give --samplers, --profile or both")
 
 
+def test_a_damaged_stored_number_is_one_line_naming_its_field(capsys, saved, tmp_path):
+    """An integer no float holds (JSON's exact 10**400), text or null where a number belongs, or a negative value, in a
+    stored schedule or a profile JSON: one line naming the field (and a negative value with its index and sigma), never
+    an OverflowError traceback or Python's own "must be real number, not str"."""
+    from diffusers_infonoise.diagnostics import profile_from_errors
+
+    config = json.loads((saved["learned"] / "scheduler_config.json").read_text())
+    for field, value, fragment in (
+        ("gate", 10**400, "_infonoise_schedule.hyperparameters.gate: an integer of about 401 digits"),
+        ("m_hat", -2.0, "got m_hat[3] = -2 in the bin at VE sigma"),
+    ):
+        bad = json.loads(json.dumps(config))
+        if field == "gate":
+            bad[CONFIG_KEY]["hyperparameters"]["gate"] = value
+        else:
+            bad[CONFIG_KEY]["m_hat"][3] = value
+        (tmp_path / "scheduler_config.json").write_text(json.dumps(bad))
+        for argv in (["show"], ["recommend"], ["grid", "--steps", "4"]):
+            rc, _, err = run(capsys, *argv, tmp_path / "scheduler_config.json")
+            assert_one_line_error(rc, err, fragment)
+    sig = torch.exp(torch.linspace(math.log(0.002), math.log(80.0), 12, dtype=torch.float64))
+    good = {"profile": profile_from_errors(sig, sig**2 * 0.25 / (sig**2 + 0.25), loss_weighting="edm").to_dict()}
+    for key, index, value, fragment in (
+        ("log_sigma", 2, 10**400, "profile.log_sigma[2]: an integer of about 401 digits"),
+        ("rho_hat", 4, "0.1", "profile: rho_hat must be a flat list of numbers, got rho_hat[4] = '0.1'"),
+        ("log_sigma", 1, None, "profile: log_sigma must be a flat list of numbers, got log_sigma[1] = None"),
+        ("rho_hat", 4, -0.5, "profile: rho_hat must be finite and >= 0, got rho_hat[4] = -0.5 at VE sigma 0.0"),
+    ):
+        bad = json.loads(json.dumps(good))
+        bad["profile"][key][index] = value
+        (tmp_path / "profile.json").write_text(json.dumps(bad))
+        rc, _, err = run(capsys, "recommend", tmp_path / "profile.json")
+        assert_one_line_error(rc, err, fragment)
+        rc, _, err = run(capsys, "compare", "--scheduler", saved["learned"], "--profile", tmp_path / "profile.json")
+        assert_one_line_error(rc, err, fragment)
+
+
 def test_show_validates_the_payload_once(capsys, saved, tmp_path, monkeypatch):
     """Issue 29: ``infonoise show`` validated one payload three times (the config, the scheduler built from it, the
     sampler built from that). It reads it once, from a scheduler config and from a bare payload alike."""

@@ -529,3 +529,12 @@ def test_flux_fine_tuning_snippets_start_from_the_models_profile_and_skip_it_on_
     resumed["global_step"] = 40  # as after load_state: the start is not applied again
     exec(code["flow/apply"], resumed)
     assert resumed["transformer"].calls == 0 and not resumed["sampler"].is_adapted
+
+
+def test_the_resumes_that_are_not_exact_include_sd3_dreambooth_mid_epoch_on_one_process():
+    """The page named only multi-process resumes as inexact; diffusers' SD3 DreamBooth script restarts the resumed
+    epoch at its first batch (no batch is skipped), so a mid-epoch resume differs on one process too."""
+    text = " ".join((ROOT / "docs" / "integration.md").read_text().split())
+    section = text[text.index("**Which resumes are exact.**") : text.index("## What was run")]
+    assert "`train_dreambooth_lora_sd3.py` is not exact on one process either" in section
+    assert "skipping none of the batches" in section and "skip_first_batches" in section

@@ -90,7 +90,7 @@ def test_the_training_scripts_are_commands_and_modules_of_the_installed_package(
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["tool"]["setuptools"]["package-dir"]["diffusers_infonoise.training_scripts"] == "training_scripts"
-    assert "diffusers_infonoise.training_scripts" in pyproject["tool"]["setuptools"]["packages"]
+    assert set(_setup_py_mapped_packages()) == set(pyproject["tool"]["setuptools"]["package-dir"])
     assert sorted(training_scripts.SCRIPTS) == sorted(p.stem for p in (ROOT / "training_scripts").glob("train_*.py"))
     commands = {k: v for k, v in pyproject["project"]["scripts"].items() if k != "infonoise"}
     entry = {script_command(m): f"diffusers_infonoise.training_scripts:{m.removeprefix('train_')}" for m in training_scripts.SCRIPTS}
@@ -122,3 +122,23 @@ def test_the_training_scripts_are_commands_and_modules_of_the_installed_package(
     except SystemExit as done:
         assert done.code == 0
     assert "--pretrained_model_name_or_path" in capsys.readouterr().out
+
+
+def test_every_folder_of_the_package_is_a_package_the_build_finds():
+    # setup.py derives the wheel's package list with find_packages: a folder of modules without an __init__.py would be
+    # left out of the wheel (CI's scripts/wheel_smoke.sh checks the built wheel itself against the source tree)
+    from setuptools import find_packages
+
+    found = set(find_packages(str(ROOT), include=["diffusers_infonoise", "diffusers_infonoise.*"]))
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "diffusers_infonoise").rglob("*.py")}
+    assert "diffusers_infonoise.sampler" in folders and folders == found
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "packages" not in pyproject["tool"]["setuptools"], "the package list is derived in setup.py, not written by hand"
+
+
+def _setup_py_mapped_packages() -> list[str]:
+    """setup.py's ``MAPPED``: the packages the build maps from top-level folders (read, not run: running it builds)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "MAPPED")

@@ -21,7 +21,10 @@ def _quickstart() -> str:
 
 
 def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
-    from diffusers import DDPMPipeline
+    from diffusers import DDPMPipeline, DDPMScheduler
+
+    names = re.search(r"\(`unet`, (.*?) as in diffusers'", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    assert "pipeline" not in names  # the snippet builds the pipeline it saves
 
     monkeypatch.chdir(tmp_path)
     gen = torch.Generator().manual_seed(0)
@@ -38,11 +41,9 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
         "accelerator": Accelerator(cpu=True),
     }
 
-    class Pipeline:  # the user's pipeline, holding the scheduler the snippet trains with
-        def save_pretrained(self, path):
-            DDPMPipeline(unet=ns["unet"], scheduler=ns["noise_scheduler"]).save_pretrained(path)
-
-    ns["pipeline"] = Pipeline()
+    # only the stand-ins the text names; a pipeline the user built elsewhere holds a scheduler of its own, without the
+    # schedule: the snippet must save the one it stored the schedule in
+    ns["pipeline"] = DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000))
     exec(compile(_quickstart(), "README.md quickstart", "exec"), ns)
     payload = json.loads((tmp_path / "out" / "scheduler" / "scheduler_config.json").read_text())["_infonoise_schedule"]
     assert payload["adapted"] and payload["optimizer_steps"] == 120

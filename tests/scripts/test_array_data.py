@@ -92,3 +92,77 @@ def test_the_infonoise_command_reads_arrays_as_training_does(tmp_path, capsys):
         assert prof["meta"]["value_range"] == ([-4.0, 4.0] if name == "x4" else [-1.0, 1.0])
     assert modes["x4"] == modes["x1"] + 4
     assert "values in [-4, 4]" in capsys.readouterr().out
+
+
+def _save_images(images: list, folder) -> str:
+    datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": datasets.Image()})).save_to_disk(str(folder))
+    return str(folder)
+
+
+def test_pixels_of_every_depth_are_read_alike_by_training_and_the_profiles(tmp_path):
+    """One conversion of pixels to x0 for training and `infonoise dataset-profile`: a uint8 array column was trained at
+    0..255 as stored; 16-bit images were clipped to 8 bits in training (variance 0.004) and read unclipped, at up to
+    512.95, by the profile. Now uint8 arrays are scaled as 8-bit images, 16-bit images by 65535, both readers alike."""
+    from diffusers_infonoise.cli.loading import _load_images
+
+    rng = np.random.default_rng(0)
+    u8 = rng.integers(0, 256, (8, 1, 8, 8)).astype(np.uint8)
+    u8[0, 0, 0, :2] = (0, 255)
+    feature = datasets.Array3D(shape=(1, 8, 8), dtype="uint8")
+    u8_folder = tmp_path / "u8"
+    datasets.Dataset.from_dict({"image": list(u8)}, features=datasets.Features({"image": feature})).save_to_disk(str(u8_folder))
+    deep = rng.integers(0, 65536, (8, 8, 8)).astype(np.uint16)
+    deep[0, 0, :2] = (0, 65535)
+    from PIL import Image
+
+    cases = {
+        str(u8_folder): u8.astype(np.float64) / 127.5 - 1.0,
+        _save_images([Image.fromarray(a) for a in deep], tmp_path / "i16"): deep[:, None].astype(np.float64) / 32767.5 - 1.0,
+    }
+    for folder, want in cases.items():
+        training, collate, channels, _ = unconditional_dataset(DataConfig(dataset_name=folder, resolution=8, center_crop=True))
+        trained = collate([training[i] for i in range(8)]) if collate else torch.stack([training[i] for i in range(8)])
+        profiled, _ = _load_images(folder, split="train", max_samples=None, seed=0, image_column="image")
+        assert channels == 1 and (float(trained.min()), float(trained.max())) == (-1.0, 1.0)
+        np.testing.assert_allclose(trained.double().numpy(), want, rtol=0, atol=1e-6)
+        torch.testing.assert_close(profiled, trained, rtol=0, atol=0)
+        assert float(trained.var()) > 0.25  # uniform pixels: 1/3 in [-1, 1] (clipped 16-bit data had 0.004)
+
+
+def test_data_training_cannot_read_is_refused_naming_the_option(tmp_path):
+    """Float images (no pixel range), arrays of other integers, an image column of strings and an empty data set: a
+    clear ValueError led by the option (the scripts make it one line), not an AttributeError, IndexError or data
+    silently clipped to 8 bits (float images in [0, 1] trained as all -1)."""
+    from PIL import Image
+
+    from diffusers_infonoise.cli.loading import CLIError, _load_images
+
+    floats = _save_images([Image.fromarray(np.full((8, 8), 0.5, np.float32))] * 4, tmp_path / "f")
+    ints = tmp_path / "i32"
+    features = datasets.Features({"image": datasets.Array2D(shape=(8, 8), dtype="int32")})
+    datasets.Dataset.from_dict({"image": [np.zeros((8, 8), np.int32)] * 4}, features=features).save_to_disk(str(ints))
+    strings = tmp_path / "s"
+    datasets.Dataset.from_dict({"image": ["a.png"] * 4}).save_to_disk(str(strings))
+    empty = _save_images([], tmp_path / "empty")
+    cases = {
+        floats: r"^--image_column 'image': example 0: a float image \(PIL mode 'F'\) has no pixel range",
+        str(ints): r"^--image_column 'image': arrays of int32; accepted: float arrays .* or uint8/uint16 pixels",
+        str(strings): r"^--image_column 'image': holds str values such as 'a.png', not images .*cast_column",
+        empty: r"^--dataset_name: .*empty holds no examples",
+    }
+    for folder, says in cases.items():
+        with pytest.raises(ValueError, match=says):
+            unconditional_dataset(DataConfig(dataset_name=folder, resolution=8))
+        with pytest.raises(CLIError, match=says.replace("--image_column", "--image-column").replace("--dataset_name", "--dataset")):
+            _load_images(folder, split="train", max_samples=None, seed=0, image_column="image")
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_data_too_large_for_float32_stops_the_run_naming_its_scale(script, unet_config, tmp_path):
+    """Arrays of magnitude 1e30 (trained as stored) overflow the loss: the run stops, and the causes it names include
+    the data's scale."""
+    folder = _save_arrays(_binary_times_four(16) * np.float32(2.5e29), tmp_path / "huge")
+    argv = base_args(unet_config, tmp_path / "run", "--dataset_name", folder, "--diffusion", "edm", "--noise_sampler", "edm_lognormal",
+                     "--max_train_steps", "4", "--max_train_samples", "16")  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"in a row had a non-finite loss.*training data of a scale whose squares overflow float32"):
+        script.main(argv)

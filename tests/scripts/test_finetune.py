@@ -60,7 +60,9 @@ def test_auto_takes_the_stored_schedule_and_the_ema_starts_from_the_pretrained_w
     b = UNet2DModel.from_pretrained(str(out), subfolder="unet").state_dict()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
     card = (out / "README.md").read_text()
-    assert f"base_model: {pretrained / 'infonoise'}" in card and "start `stored`" in card
+    # a local folder is no Hub repo: kept out of the metadata (the Hub would link it), named as local in the table
+    assert "base_model:" not in card and "start `stored`" in card
+    assert f"| fine-tuned from | `{pretrained / 'infonoise'}` (a local folder, not a Hub repo) |" in card
 
 
 def test_show_noise_schedule_shows_the_profile_start_the_run_takes(script, pretrained, tmp_path, capsys):

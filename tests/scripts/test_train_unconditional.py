@@ -37,8 +37,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("diffusion", ["ddpm", "edm", "flow"])
-def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
+def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion, monkeypatch):
+    from diffusers_infonoise.training import outputs
+
     out = tmp_path / diffusion
+    cards = []
+    render = outputs.render_model_card
+    monkeypatch.setattr(outputs, "render_model_card", lambda *a, **kw: cards.append((a, dict(kw))) or render(*a, **kw))
     script.main(base_args(unet_config, out, "--diffusion", diffusion, "--max_train_steps", 3))
 
     payload = scheduler_payload(out)
@@ -65,6 +70,17 @@ def test_infonoise_end_to_end(script, unet_config, tmp_path, diffusion):
     images = pipe(batch_size=1, num_inference_steps=2, output_type="np").images
     assert images.shape == (1, 8, 8, 1)
     assert bool(torch.isfinite(torch.as_tensor(images)).all())
+    card = (out / "README.md").read_text()
+    if diffusion == "ddpm":
+        # an epsilon schedule's m_hat is capped: infogrid warns against its grid, and the card does not suggest it
+        assert "infogrid=True`): this schedule's m̂ is capped" in card and "infogrid=True)" not in card
+        assert "trailing spacing" in card
+    # the card's base_model metadata: a Hub repo id, never a local folder (the same card context, rendered again)
+    (template, _), context = cards[0]
+    for base, meta in (("google/ddpm-cifar10-32", "\nbase_model: google/ddpm-cifar10-32"), (str(tmp_path), None)):
+        text = render(template, str(tmp_path / "card.md"), **{**context, "base_model": base})
+        front = text.split("\n---\n")[0]
+        assert (meta in front) if meta else ("base_model" not in front and f"`{base}` (a local folder, not a Hub repo)" in text)
     if diffusion == "edm":
         from diffusers_infonoise.generation import generate_images
 
@@ -443,6 +459,71 @@ def test_bad_script_arguments_are_refused_naming_the_option(script, argv, match,
     with pytest.raises(SystemExit):
         script.parse_args(argv)
     assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["train_unconditional", "train_text_to_image"])
+def test_options_a_library_would_refuse_later_are_refused_at_parse_time(name, script, tmp_path, capsys, monkeypatch):
+    """A seed numpy cannot take, Adam settings torch refuses, an --output_dir under a file: each reached the library
+    after the data and the model were loaded (a traceback); now one line, exit 2, naming the option and its range, in
+    both parsers (the shared options of training.args)."""
+    from helpers.scripts import load_training_script
+
+    main = script.parse_args if name == "train_unconditional" else load_training_script(name, f"{name}_parse").parse_args
+    model = [] if name == "train_unconditional" else ["--pretrained_model_name_or_path", str(tmp_path)]
+    (tmp_path / "file").write_text("")
+    cases = {
+        ("--seed", "-1"): r"--seed: expected an integer >= 0, got -1",
+        ("--seed", str(2**32)): r"--seed: expected an integer in \[0, 4294967295\]",
+        ("--adam_beta1", "2"): r"--adam_beta1: expected a number in \[0, 1\), got '2'",
+        ("--adam_beta2", "1"): r"--adam_beta2: expected a number in \[0, 1\), got '1'",
+        ("--adam_epsilon=-1e-8",): r"--adam_epsilon: expected a finite number >= 0",
+        ("--adam_weight_decay", "nan"): r"--adam_weight_decay: expected a finite number >= 0",
+        ("--output_dir", str(tmp_path / "file" / "run")): r"--output_dir: .*run' cannot be created: .*file' is a file, not a folder",
+    }
+    for argv, says in cases.items():
+        assert_option_error(capsys, says, main, [*model, *argv])
+    args = main([*model, "--seed", str(2**32 - 1), "--adam_beta1", "0", "--output_dir", str(tmp_path / "new" / "run")])
+    assert (args.seed, args.adam_beta1, args.output_dir) == (2**32 - 1, 0.0, str(tmp_path / "new" / "run"))
+    assert not (tmp_path / "new").exists()  # nothing is created at parse time
+    if name == "train_text_to_image":  # fp16 on the CPU failed at step 1 (Half != float); bf16 is not refused
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        says = r"--mixed_precision fp16: needs a GPU.*accepted here: no or bf16"
+        assert_option_error(capsys, says, main, [*model, "--mixed_precision", "fp16"])
+        assert main([*model, "--mixed_precision", "bf16"]).mixed_precision == "bf16"
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        assert main([*model, "--mixed_precision", "fp16"]).mixed_precision == "fp16"
+
+
+@pytest.mark.parametrize("flag", ["--pretrained_model_name_or_path", "--dataset_name"])
+def test_a_mistyped_owner_name_path_is_refused_without_waiting_for_the_hub(flag, script, tmp_path, capsys, monkeypatch):
+    """`rnus/zA` (no ./rnus here) is a Hub repo id; offline, diffusers and datasets retried the Hub for about 40 s
+    before their error. Now the parser asks no network with HF_HUB_OFFLINE set, tries one short connection otherwise,
+    and reads a repo in the cache as before."""
+    import huggingface_hub
+
+    from diffusers_infonoise.training import args as training_args
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    connections = []
+
+    def connect(endpoint, timeout):
+        connections.append((endpoint, timeout))
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(training_args, "_ask_hub", connect)
+    argv = [flag, "rnus/zA", "--output_dir", str(tmp_path / "out")]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    says = rf"{flag}: rnus/zA: no such local folder \(\./rnus does not exist either\).*HF_HUB_OFFLINE is set and it is not in the Hub cache"
+    assert_option_error(capsys, says, script.parse_args, argv)
+    assert connections == []  # offline: nothing asked of the network
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    says = rf"{flag}: rnus/zA: .*the Hub \(huggingface\.co\) cannot be reached \(Network is unreachable\)"
+    assert_option_error(capsys, says, script.parse_args, argv)
+    assert len(connections) == 1 and connections[0][1] <= 5  # one attempt, of a few seconds at most
+    kind = "datasets" if flag == "--dataset_name" else "models"
+    (tmp_path / "hub" / f"{kind}--rnus--zA").mkdir(parents=True)  # in the cache: read from it as before
+    assert getattr(script.parse_args(argv), flag[2:]) == "rnus/zA" and len(connections) == 1
 
 
 def test_a_model_config_that_does_not_fit_the_data_is_refused(script, unet_config, tmp_path, capsys):

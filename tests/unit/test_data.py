@@ -203,6 +203,31 @@ def test_a_data_source_that_cannot_be_read_is_named_by_its_option(tmp_path, monk
         load(dataset_name="nosuch/dataset")
 
 
+def test_a_captioned_data_set_of_no_images_or_no_examples_is_named_by_its_option(tmp_path):
+    """The text-to-image scripts read the image column at the first batch: a column of strings ended in an
+    AttributeError inside the DataLoader, a data set of no rows in datasets' IndexError. Both are refused when the data
+    is loaded, led by the option; a 16-bit image is read at its depth (the 8-bit conversion clipped it to white)."""
+    import datasets
+
+    from diffusers_infonoise.training.datasets import CaptionedImageDataset, DataConfig, load_captioned_dataset
+
+    def load(name, **columns):
+        datasets.Dataset.from_dict(columns).save_to_disk(str(tmp_path / name))
+        return load_captioned_dataset(DataConfig(dataset_name=str(tmp_path / name), caption_column="text"))
+
+    with pytest.raises(ValueError, match=r"^--image_column 'image': holds str values such as 'x\.png', not images"):
+        load("strings", image=["x.png"] * 2, text=["a", "b"])
+    with pytest.raises(ValueError, match=r"^--dataset_name: .*/empty holds no examples"):
+        load("empty", image=[], text=[])
+    deep = Image.fromarray(np.full((4, 4), 1000, dtype=np.uint16))
+    datasets.Dataset.from_dict({"image": [deep], "text": ["a"]}, features=datasets.Features(
+        {"image": datasets.Image(), "text": datasets.Value("string")})).save_to_disk(str(tmp_path / "deep"))  # fmt: skip
+    ds = load_captioned_dataset(DataConfig(dataset_name=str(tmp_path / "deep"), caption_column="text"))
+    pixels = CaptionedImageDataset(ds, image_column="image", caption_column="text", resolution=4)[0]["pixel_values"]
+    assert pixels.shape == (3, 4, 4)
+    np.testing.assert_allclose(pixels.numpy(), 1000 / 32767.5 - 1.0, rtol=0, atol=1e-6)
+
+
 def test_arrays_are_fresh_copies():
     a, la = D.load_builtin_arrays("digits", "test")
     a[:] = 7

@@ -360,8 +360,9 @@ def test_state_dict_round_trip_exact(name, kind, tmp_path):
     state = a.state_dict()
     for key, value in _walk(state):
         # strings only where a name is the value: the sampler's, the run's start and warm-up setting (issue 28), and the
-        # settings' named values ('auto', 'phi') and the run's path, loss and base recorded to name what a resume command changes
-        named = key in ("name", "warmup_setting") or key.startswith(("start.", "settings.", "resume_record."))
+        # settings' named values ('auto', 'phi') and the run's path, loss and base recorded to name what a resume command
+        # changes, and the loss pi was built for
+        named = key in ("name", "warmup_setting") or key.startswith(("start.", "settings.", "resume_record.", "objective."))
         assert value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float)) or (named and isinstance(value, str)), key
     assert isinstance(state["name"], str)
     json.dumps({k: (v.tolist() if torch.is_tensor(v) else v) for k, v in _walk(state)})  # JSON-friendly
@@ -580,6 +581,9 @@ def test_numpy_scalars_are_settings_as_the_python_numbers_they_hold_and_bools_ar
         got = getattr(settings, name)
         assert got == value and type(got) is (int if isinstance(value, np.integer) else float), (name, got)
     assert json.loads(json.dumps(settings.stored())) == settings.stored()
+    for bad in (10**400, "200"):  # an int no float holds: a clear error naming the range, no OverflowError
+        with pytest.raises(ValueError, match=r"memory: must be 'auto' .* or a number of optimizer steps in \(0, 1\.8e308\)"):
+            InfoNoiseSettings(memory=bad)
     for bad in (True, np.bool_(True)):
         with pytest.raises(ValueError, match="memory: must be 'auto'"):
             InfoNoiseSettings(memory=bad)

@@ -269,6 +269,19 @@ def _corrupt(payload, how):
         p["edges"], p["pi"], p["m_hat"] = p["edges"][:4], [0.2, 0.5, 0.3], p["m_hat"][:3]
     elif how == "edges_shifted":  # issue 20: reported as "16 bins, this sampler 16"
         p["edges"] = [v + 0.5 for v in p["edges"]]
+    elif how == "huge_gate":  # JSON's exact 10**400: float() of it overflowed deep inside
+        p["hyperparameters"]["gate"] = 10**400
+    elif how == "huge_m_hat":
+        p["m_hat"][5] = 10**400
+    elif how == "huge_sigma":
+        p["path"]["sigma_min"] = 10**400
+    elif how == "m_hat_text":
+        p["m_hat"][5] = "0.3"
+    elif how == "sigma_text_shifted":  # the error's own formatting of the text raised
+        p["path"]["sigma_min"] = str(p["path"]["sigma_min"])
+        p["edges"] = [v + 0.5 for v in p["edges"]]
+    elif how == "prediction_type_list":
+        p["prediction_type"] = ["epsilon"]
     return p
 
 
@@ -283,7 +296,7 @@ def _corrupt(payload, how):
         ("length", "len"),
         ("text", "edges must be a flat list of numbers"),
         ("edges_order", "edges"),
-        ("m_hat_negative", "m_hat"),
+        ("m_hat_negative", r"m_hat must hold .*, got m_hat\[5\] = -1 in the bin at VE sigma [0-9.]+$"),
         ("not_a_dict", "JSON object"),
         ("m_hat_infinity", "m_hat"),
         ("hyper_null", "hyperparameters"),
@@ -296,6 +309,12 @@ def _corrupt(payload, how):
         ("m_hat_huge", r"m_hat must hold finite x0-space errors in \[0, 1e\+30\].*1e\+308"),
         ("three_bins", "the stored schedule has 3 bins; a schedule has at least 4"),
         ("edges_shifted", r"edges span log sigma \[.*\], but its vp path's sigma range .*\(edited or corrupted\)"),
+        ("huge_gate", r"_infonoise_schedule\.hyperparameters\.gate: an integer of about 401 digits, too large for a number"),
+        ("huge_m_hat", r"_infonoise_schedule\.m_hat\[5\]: an integer of about 401 digits"),
+        ("huge_sigma", r"_infonoise_schedule\.path\.sigma_min: an integer of about 401 digits"),
+        ("m_hat_text", r"m_hat must be a flat list of numbers \(null where a bin never filled\), got m_hat\[5\] = '0\.3'"),
+        ("sigma_text_shifted", r"path needs sigma_min and sigma_max, finite numbers > 0, got .*'sigma_min': '0\.01"),
+        ("prediction_type_list", r"prediction_type must be a name \(a string\), got \['epsilon'\]"),
     ],
 )
 def test_corrupted_payload_rejected(how, pattern, tmp_path):
@@ -390,6 +409,8 @@ def test_schedule_saved_during_warmup_keeps_base_and_warmup():
         ("truncated_json", "unreadable"),
         ("truncated_tensors", "unreadable"),
         ("negative_draws", "num_draws"),
+        ("nan_samples_trained", "samples_trained"),
+        ("pi_top_bin", r"state_dict\['probs'\]: its pi does not follow from its own m_hat and settings \(TV 0\.9"),
     ],
 )
 def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
@@ -412,6 +433,11 @@ def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
         meta["values"]["optimizer_step"] = -1
     elif how == "negative_draws":
         meta["values"]["num_draws"] = -2
+    elif how == "nan_samples_trained":
+        meta["values"]["samples_trained"] = math.nan
+    elif how == "pi_top_bin":
+        tensors["probs"] = torch.zeros_like(tensors["probs"])
+        tensors["probs"][-1] = 1.0
     save_file(tensors, tpath)
     jpath.write_text(json.dumps(meta))
     if how == "truncated_json":
@@ -422,6 +448,34 @@ def test_bad_checkpoint_sampler_state_is_a_clear_error(how, pattern, tmp_path):
     with pytest.raises(ScheduleError, match=pattern) as info:
         load_sampler_state(b, tmp_path)
     assert str(tmp_path) in str(info.value)  # the error names the file or folder
+
+
+@pytest.mark.parametrize("kept", ["tensors", "json"])
+def test_half_a_checkpoint_sampler_state_is_a_clear_error(kept, tmp_path):
+    """One of the two state files alone is not "no state": resuming from the base density would lose the schedule."""
+    from diffusers_infonoise.schedule_io import SAMPLER_STATE_JSON, SAMPLER_STATE_TENSORS, load_sampler_state, save_sampler_state
+
+    save_sampler_state(_adapted(DDPMScheduler()), tmp_path)
+    missing = SAMPLER_STATE_JSON if kept == "tensors" else SAMPLER_STATE_TENSORS
+    (tmp_path / missing).unlink()
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1)
+    with pytest.raises(ScheduleError, match=f"{tmp_path}: the sampler state is incomplete: {missing} is missing"):
+        load_sampler_state(b, tmp_path)
+    assert not b.is_adapted and b.optimizer_step == 0
+    (tmp_path / (SAMPLER_STATE_TENSORS if kept == "tensors" else SAMPLER_STATE_JSON)).unlink()
+    assert load_sampler_state(b, tmp_path) is False  # neither file: no state, the sampler starts afresh
+
+
+def test_a_resumed_state_keeps_its_pi_unchanged(tmp_path):
+    """The π check accepts the state a sampler wrote (also after further refreshes), bit for bit."""
+    from diffusers_infonoise.schedule_io import load_sampler_state, save_sampler_state
+
+    a = _adapted(DDPMScheduler())
+    save_sampler_state(a, tmp_path)
+    b = InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1)
+    assert load_sampler_state(b, tmp_path)
+    torch.testing.assert_close(b.probs, a.probs, rtol=0, atol=0)
+    assert b.samples_trained == a.samples_trained > 0
 
 
 def test_schedules_written_by_0_2_0_load_bit_for_bit():

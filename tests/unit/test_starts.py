@@ -4,6 +4,7 @@ the analytic MMSE of Gaussian data, hand interpolation, and the stored schedule'
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import numpy as np
@@ -130,7 +131,7 @@ def test_an_explicit_warmup_is_honoured_after_a_start():
     assert s.is_adapted and s.describe()["warmup_steps_resolved"] == 6
 
 
-def test_choose_start_auto_and_its_errors():
+def test_choose_start_auto_and_its_errors(caplog):
     sched = EDMEulerScheduler()
     trained = make_sampler("infonoise", sched, num_bins=16)
     start_from_model(trained, _bayes_loss(trained), _batches(), progress=False)
@@ -163,8 +164,13 @@ def test_choose_start_auto_and_its_errors():
     with pytest.raises(ValueError, match="fixed density"):
         choose_start("stored", make_sampler("uniform", sched), stored=stored)
     # apply_start of a stored start is load_schedule: the stored π, no warm-up
-    apply_start(s, choose_start("stored", s, stored=stored))
+    with caplog.at_level(logging.INFO):
+        info = apply_start(s, choose_start("stored", s, stored=stored))
     assert torch.equal(s.probs, trained.probs) and s.warmup_steps == 0
+    # its log line names what the start is, not "source None" (diffusers' scripts pass stored= alone)
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("noise sampler start"))
+    assert info["source"] == "the stored= schedule given to choose_start (source= names where it was read from)"
+    assert "None" not in line and f"source {info['source']}, adapted True" in line, line
 
 
 def test_a_start_for_a_fixed_density_names_only_the_flags_given():
