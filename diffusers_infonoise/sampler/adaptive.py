@@ -60,6 +60,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         InfoNoiseSettings.check_keywords(settings, type(self).__name__, error=TypeError)
         #: the settings as they stand (replaced when the run fixes one: its length, a skipped warm-up, the "auto" cap)
         self.settings = InfoNoiseSettings(**settings)
+        self._given_settings = self.settings  # as given, what a resume compares (resume_record)
         lo, hi = path.log_sigma_range
         edges = torch.linspace(lo, hi, self.settings.num_bins + 1, dtype=torch.float64)
         self.estimator = ProfileEstimator(edges, **self.settings.estimator_keywords())
@@ -533,6 +534,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             raise ValueError(f"state_dict: missing key(s) {missing}")
         if state["name"] != self.name:
             raise ValueError(f"state_dict: saved by a {state['name']!r} sampler, this is a {self.name!r} sampler")
+        changed = self.check_resume_record(state)  # before the grid's own check: it names the options
         edges = torch.as_tensor(state["edges"], dtype=torch.float64)
         if edges.shape != self.edges.shape or not torch.allclose(edges, self.edges, rtol=0, atol=1e-12):
             raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
@@ -548,7 +550,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         trained = state.get("samples_trained")
         if trained is not None and not (_real(trained) and trained >= 0):
             raise ValueError(f"state_dict['samples_trained']: expected a finite number >= 0, got {trained!r}")
-        super().load_state_dict(state)
+        self._load_base_state(state)
         self.estimator.load_state_dict(state["estimator"])  # the same on every rank (already summed over them)
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
@@ -570,29 +572,34 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             cap = data.get("mmse_cap")
             if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
                 raise ValueError(f"state_dict['data']['mmse_cap']: must be None or a finite number > 0, got {cap!r}")
-            self.estimator.mmse_cap = cap
-            self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
-        saved = state.get("settings")  # states written before the settings were recorded have none
-        changed = []
-        if isinstance(saved, dict):
+            given = self._given_settings.mmse_cap
+            if any(c.startswith("--infonoise_mmse_cap:") for c in changed):  # this run's cap, as for every other setting
+                self.estimator.mmse_cap = None if given == "auto" else given
+                self.settings = self.settings.replace(mmse_cap=given)
+                self._apply_data_statistics()  # "auto": the measured V, if the checkpoint's run measured it
+            else:
+                self.estimator.mmse_cap = cap
+                self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
+        saved = state.get("settings")  # states written before the resume record: their settings as they stood
+        if "resume_record" not in state and isinstance(saved, dict):
             changed = [
-                f"{k}: {v!r} -> {getattr(self.settings, k)!r}"
+                f"--infonoise_{k}: {v!r} -> {getattr(self.settings, k)!r}"
                 for k, v in saved.items()
                 if v != getattr(self.settings, k, v) and k not in self.unread_settings
             ]
-            if changed:  # the resume command's settings are used, as they were before; the user should know
-                warnings.warn(
-                    f"noise sampler: resumed at step {self.optimizer_step} with settings that differ from the checkpoint's run "
-                    f"(checkpoint -> this run's): {'; '.join(changed)}; the schedule continues under this run's, not the one the "
-                    "run would have reached (give the run's own options to continue it exactly)",
-                    UserWarning,
-                    stacklevel=2,
-                )
-
+        self._warn_changed_settings(changed, state)
         objective = self.objective.record()
         if self.probs is not None and isinstance(saved, dict) and not changed and state.get("objective") == objective:
             # π of the same loss and settings is a function of the restored m̂: checked like a stored payload's
             self.check_probs_follow_estimate(self.probs, "state_dict['probs']")
+
+    def resume_record(self) -> dict:
+        """:meth:`~.base.TrainingTimestepSampler.resume_record` with the base density, the grid and every setting of π
+        and of the statistics as given (not those the run fixed since: the measured cap), but this sampler's
+        :attr:`unread_settings`."""
+        given = self._given_settings
+        settings = {k: getattr(given, k) for k in InfoNoiseSettings.names("pi", "statistics") if k not in self.unread_settings}
+        return {**super().resume_record(), "base": self.base_description, **settings}
 
     def check_probs_follow_estimate(self, probs: torch.Tensor, what: str) -> None:
         """Refuse bin masses ``probs`` that do not follow from the current m̂ and settings (one refresh's

@@ -20,6 +20,18 @@ from ..weighting import LOSS_WEIGHTINGS, validate_prediction_type, x0_error_fact
 
 logger = get_logger(__name__)
 
+#: what a resume refuses to change (:meth:`TrainingTimestepSampler.check_resume_record`), key of the record -> the
+#: option that sets it: each changes what the stored statistics and π mean. Every other recorded setting is warned of.
+RESUME_SETTINGS = {
+    "diffusion": "--diffusion (the path)",
+    "sigma_min": "the path's sigma range (sigma_min)",
+    "sigma_max": "the path's sigma range (sigma_max)",
+    "sigma_data": "--sigma_data",
+    "prediction_type": "--prediction_type",
+    "base": "--infonoise_base (the base density)",
+    "num_bins": "--infonoise_num_bins (the grid)",
+}
+
 __all__ = [
     "NoiseLevels",
     "RunPlan",
@@ -483,17 +495,69 @@ class TrainingTimestepSampler:
     def state_dict(self) -> dict:
         """Tensors, numbers, strings and None for an exact resume; written without pickle by
         :func:`~diffusers_infonoise.schedule_io.save_sampler_state` (safetensors + JSON)."""
-        return {"name": self.name, "optimizer_step": self.optimizer_step, "seed": self.seed, "num_draws": self.num_draws}
+        return {
+            "name": self.name,
+            "optimizer_step": self.optimizer_step,
+            "seed": self.seed,
+            "num_draws": self.num_draws,
+            "resume_record": self.resume_record(),
+        }
+
+    def resume_record(self) -> dict:
+        """The run's settings that a resume compares (:data:`RESUME_SETTINGS`), as plain values: the path, its σ
+        range, ``sigma_data`` and the prediction type (adaptive samplers add the grid, the base density and their
+        settings as given)."""
+        return {
+            "diffusion": self.path.kind,
+            "sigma_min": float(self.path.sigma_min),
+            "sigma_max": float(self.path.sigma_max),
+            "sigma_data": float(self.sigma_data),
+            "prediction_type": self.prediction_type,
+        }
+
+    def check_resume_record(self, state: dict) -> list[str]:
+        """Compare a state's :meth:`resume_record` with this sampler's, by :data:`RESUME_SETTINGS`; returns the other
+        settings that differ (``"--infonoise_gate: 'auto' -> 0.3"``), which a resume takes from this run and logs in
+        one warning. States written before the record have none: nothing is compared.
+
+        Raises:
+            ValueError: a setting that changes what the stored state means differs, naming every such option.
+        """
+        saved, mine = state.get("resume_record"), self.resume_record()
+        if not isinstance(saved, dict):
+            return []
+        differ = {k: f"{saved[k]!r} -> {mine[k]!r}" for k in mine if k in saved and saved[k] != mine[k]}
+        refused = [f"{RESUME_SETTINGS.get(k, k)}: {d}" for k, d in differ.items() if k in RESUME_SETTINGS]
+        if refused:
+            raise ValueError(
+                f"state_dict: saved by a run whose state means something else here (checkpoint -> this run's): {'; '.join(refused)}; "
+                "a resume takes these as the run was started"
+            )
+        return [f"--infonoise_{k}: {d}" for k, d in differ.items()]
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` output; also what ``accelerator.register_for_checkpointing(sampler)``
-        calls on ``load_state``.
+        calls on ``load_state``. Settings that differ from the checkpoint's run (:meth:`check_resume_record`) are
+        named in a logged warning; this run's are used.
 
         Raises:
-            ValueError: a state of another sampler, or a step, seed or draw count that is not an int >= 0.
+            ValueError: a state of another sampler, of a run whose state means something else here (path, σ range,
+                ``sigma_data``, prediction type, grid, base density), or a step, seed or draw count that is not an int >= 0.
         """
         if state.get("name") != self.name:
             raise ValueError(f"state_dict: saved by a {state.get('name')!r} sampler, this is a {self.name!r} sampler")
+        self._warn_changed_settings(self.check_resume_record(state), state)
+        self._load_base_state(state)
+
+    def _warn_changed_settings(self, changed: list[str], state: dict) -> None:
+        if changed:
+            logger.warning(
+                f"noise sampler: resumed at step {state.get('optimizer_step')} with settings that differ from the checkpoint's run "
+                f"(checkpoint -> this run's): {'; '.join(changed)}; the schedule continues under this run's, not the one the "
+                "run would have reached (give the run's own options to continue it exactly)"
+            )
+
+    def _load_base_state(self, state: dict) -> None:
         for key in ("optimizer_step", "seed", "num_draws"):
             value = state.get(key, 0 if key != "optimizer_step" else None)  # states before the own stream lack two
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -281,7 +281,12 @@ def add_common_training_args(parser: argparse.ArgumentParser, *, defaults: dict 
     a("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
     a("--dataloader_num_workers", type=nonnegative_int, default=0)
     a("--checkpointing_steps", type=positive_int, default=500, help="Save an accelerate checkpoint every X optimizer steps.")
-    a("--checkpoints_total_limit", type=positive_int, default=None, help="Max number of checkpoints to keep.")
+    a(
+        "--checkpoints_total_limit",
+        type=positive_int,
+        default=None,
+        help="Max number of checkpoints to keep (only this package's own are counted and deleted).",
+    )
     a("--resume_from_checkpoint", type=str, default=None, help='A checkpoint-* folder or "latest".')
     a("--logging_dir", type=str, default="logs", help="Tensorboard log directory, relative to output_dir.")
     a("--push_to_hub", action="store_true")

@@ -22,7 +22,9 @@ __all__ = [
     "is_complete_checkpoint",
     "SAMPLER_SUBDIR",
     "register_sampler_checkpointing",
+    "checkpoint_step",
     "resolve_resume_checkpoint",
+    "check_no_foreign_checkpoints",
     "optimizer_steps_per_epoch",
     "resume_checkpoint",
     "resume_training_state",
@@ -59,8 +61,8 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
         except ValueError as err:  # most often another path, sampler or grid; also a damaged state file
             raise ValueError(
                 f"--resume_from_checkpoint: {input_dir}: its noise-sampler state does not load ({' '.join(str(err).split())}); "
-                "a checkpoint of other options resumes only with the options it was saved with (--diffusion, "
-                "--noise_sampler, --infonoise_num_bins), or train into another --output_dir"
+                "a checkpoint of other options resumes only with the options it was saved with (--diffusion, --noise_sampler, "
+                "--sigma_data, --prediction_type, --infonoise_base, --infonoise_num_bins), or train into another --output_dir"
             ) from None
 
     def load_hook(models, input_dir):
@@ -88,20 +90,53 @@ def is_complete_checkpoint(path: str) -> bool:
     return os.path.isfile(os.path.join(path, COMPLETE_MARKER))
 
 
-def _checkpoints(output_dir: str) -> list[str]:
-    """``checkpoint-N`` folder names in ``output_dir``, oldest first."""
+def _checkpoints(output_dir: str, *, ours: bool | None = None) -> list[str]:
+    """``checkpoint-N`` folder names in ``output_dir``, oldest first: all of them, or (``ours``) only those with or
+    without :data:`COMPLETE_MARKER`."""
     if not os.path.isdir(output_dir):
         return []
     found = [d for d in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", d)]
+    if ours is not None:
+        found = [d for d in found if is_complete_checkpoint(os.path.join(output_dir, d)) == ours]
     return sorted(found, key=lambda d: int(d.split("-")[1]))
 
 
-def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | None) -> str | None:
-    """The checkpoint folder ``--resume_from_checkpoint`` names (``"latest"``: the newest complete
-    ``checkpoint-N`` in ``output_dir``, skipping incomplete ones with a warning), or None when there is none.
+def _foreign(path: str) -> str:
+    """Why ``path``, a ``checkpoint-N`` folder without :data:`COMPLETE_MARKER`, is left alone, and what to do."""
+    return (
+        f"{path} has no {COMPLETE_MARKER}, so this package did not write it (this package's interrupted saves "
+        "leave .checkpoint-N.tmp): diffusers' own training script, an older version of this package, or a copy that "
+        "lost the file; it is never resumed, pruned or overwritten: move it out of --output_dir, or train into another --output_dir"
+    )
+
+
+def checkpoint_step(path: str) -> int:
+    """The optimizer step of the checkpoint folder ``path``, ``checkpoint-<step>``.
 
     Raises:
-        ValueError: a named folder that does not exist or is not a complete checkpoint.
+        ValueError: a folder of another name (``ck``, ``checkpoint-4.bak``), naming ``--resume_from_checkpoint``.
+    """
+    match = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(path)))
+    if match is None:
+        try:
+            with open(os.path.join(path, COMPLETE_MARKER)) as f:
+                saved = f" (its {COMPLETE_MARKER} says step {json.load(f)['step']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            saved = ""
+        raise ValueError(
+            f"--resume_from_checkpoint: {path}: a checkpoint folder is named checkpoint-<step>, the optimizer step it was "
+            f"saved at, which the run continues from{saved}; rename it so, or name a checkpoint-<step> folder"
+        )
+    return int(match.group(1))
+
+
+def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | None) -> str | None:
+    """The checkpoint folder ``--resume_from_checkpoint`` names (``"latest"``: the newest ``checkpoint-N`` in
+    ``output_dir``), or None when there is none.
+
+    Raises:
+        ValueError: a named folder that does not exist or is not a complete checkpoint of this package, or (``"latest"``)
+            a newest ``checkpoint-N`` without :data:`COMPLETE_MARKER` (written by another program: it is left as it is).
     """
     if not resume_from_checkpoint:
         return None
@@ -112,15 +147,31 @@ def resolve_resume_checkpoint(output_dir: str, resume_from_checkpoint: str | Non
         if not is_complete_checkpoint(path):
             raise ValueError(
                 f"--resume_from_checkpoint: {path} is not a complete checkpoint of this package (no "
-                f"{COMPLETE_MARKER}: its save was interrupted, or it is another kind of folder)"
+                f"{COMPLETE_MARKER}: diffusers' own training script, an older version of this package, a copy that "
+                "lost the file, or another kind of folder); name a checkpoint-N folder this package saved"
             )
+        checkpoint_step(path)
         return path
-    for name in reversed(_checkpoints(output_dir)):
-        path = os.path.join(output_dir, name)
-        if is_complete_checkpoint(path):
-            return path
-        logger.warning(f"--resume_from_checkpoint latest: skipping {path}, an incomplete checkpoint (interrupted save)")
-    return None
+    found = _checkpoints(output_dir)
+    if not found:
+        return None
+    path = os.path.join(output_dir, found[-1])
+    if not is_complete_checkpoint(path):  # refused rather than skipped: "latest" would go back, or start afresh and prune it
+        raise ValueError(f"--resume_from_checkpoint latest: the newest checkpoint {_foreign(path)}")
+    return path
+
+
+def check_no_foreign_checkpoints(run, first_step: int, max_steps: int) -> None:
+    """Before the first step: no ``checkpoint-N`` this run would save (``first_step < N <= max_steps``, every
+    ``--checkpointing_steps``) may already exist without :data:`COMPLETE_MARKER`, since its save replaces the folder.
+
+    Raises:
+        ValueError: such a folder, naming it.
+    """
+    for name in _checkpoints(run.output_dir, ours=False):
+        step = int(name.split("-")[1])
+        if first_step < step <= max_steps and step % run.checkpointing_steps == 0:
+            raise ValueError(f"--output_dir: this run saves checkpoint-{step}, and {_foreign(os.path.join(run.output_dir, name))}")
 
 
 def optimizer_steps_per_epoch(gradient_accumulation_steps: int, dataloader) -> int:
@@ -148,24 +199,64 @@ def resume_training_state(accelerator, run, sampler: TrainingTimestepSampler, da
     ``checkpoint-N``, and a sampler the checkpoint held no state for counts its steps from there.
     Epochs are counted in optimizer steps (:func:`optimizer_steps_per_epoch` of the *prepared*
     ``dataloader``): the run continues in epoch ``first_epoch`` after the ``skip_batches``
-    micro-batches of the updates that epoch had finished.
+    micro-batches of the updates that epoch had finished. A checkpoint saved on another number of processes warns
+    (the data order and the per-process random streams differ: a valid continuation, not an exact one).
+
+    Raises:
+        ValueError: a folder not named ``checkpoint-<step>``, or a checkpoint that does not load into this run (another
+            model size or kind, no EMA or LoRA where the run has one, a damaged file, a sampler state of other
+            options), naming ``--resume_from_checkpoint`` and the folder.
     """
     if not resume_dir:
         return 0, 0, 0
+    global_step = checkpoint_step(resume_dir)
     accelerator.print(f"Resuming from {resume_dir}")
-    accelerator.load_state(resume_dir)
-    global_step = int(os.path.basename(resume_dir.rstrip("/")).split("-")[1])
+    try:
+        accelerator.load_state(resume_dir)
+    except Exception as err:  # a model of another size or kind, a damaged or truncated file: torch's or pickle's error
+        if isinstance(err, ValueError) and str(err).startswith("--resume_from_checkpoint"):  # the hooks' own: one line already
+            raise
+        raise _does_not_load(resume_dir, err) from None
+    _warn_if_process_count_changed(accelerator, resume_dir)
     if sampler.optimizer_step != global_step:
         sampler.optimizer_step = global_step  # a checkpoint without sampler state: count from here
     first_epoch, updates_done = divmod(global_step, optimizer_steps_per_epoch(run.gradient_accumulation_steps, dataloader))
     return global_step, first_epoch, updates_done * run.gradient_accumulation_steps
 
 
+def _does_not_load(resume_dir: str, err: Exception) -> ValueError:
+    first = " ".join(str(err).split())[:240] or type(err).__name__  # torch's size mismatch is on its second line
+    return ValueError(
+        f"--resume_from_checkpoint: {resume_dir} does not load into this run ({type(err).__name__}: {first}); a "
+        "checkpoint resumes only with the model (size, --use_lora, --use_ema) it was saved with, and a damaged one not at "
+        "all: resume with the run's own options, from an earlier checkpoint-N, or train into another --output_dir"
+    )
+
+
+def _warn_if_process_count_changed(accelerator, resume_dir: str) -> None:
+    try:
+        with open(os.path.join(resume_dir, COMPLETE_MARKER)) as f:
+            saved = json.load(f).get("num_processes")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(saved, int) and saved != accelerator.num_processes:
+        logger.warning(
+            f"--resume_from_checkpoint: {resume_dir} was saved by a run on {saved} process(es), this one runs on "
+            f"{accelerator.num_processes}: the data order and the per-process random streams differ from the "
+            "uninterrupted run's, so the resumed run is a valid continuation but not an exact one"
+        )
+
+
 def maybe_save_checkpoint(accelerator, run, global_step: int) -> None:
     """Every ``--checkpointing_steps`` optimizer steps, a checkpoint that a kill at any moment cannot
     spoil: ``accelerator.save_state`` (all processes) writes ``output_dir/.checkpoint-<step>.tmp``, the
     main process adds :data:`COMPLETE_MARKER` and renames it to ``checkpoint-<step>`` (complete before
-    visible), and only then prunes to ``--checkpoints_total_limit``."""
+    visible), and only then prunes to ``--checkpoints_total_limit``. A ``checkpoint-<step>`` of another program (no
+    marker) is never replaced (:func:`check_no_foreign_checkpoints` refuses such a run before its first step).
+
+    Raises:
+        FileExistsError: such a folder appeared during the run; the save stays in ``.checkpoint-<step>.tmp``.
+    """
     if global_step % run.checkpointing_steps:
         return
     final = os.path.join(run.output_dir, f"checkpoint-{global_step}")
@@ -178,7 +269,9 @@ def maybe_save_checkpoint(accelerator, run, global_step: int) -> None:
     if accelerator.is_main_process:
         with open(os.path.join(tmp, COMPLETE_MARKER), "w") as f:
             json.dump({"step": global_step, "num_processes": accelerator.num_processes}, f)
-        if os.path.isdir(final):  # a resumed run saving the same step again
+        if os.path.isdir(final):  # a resumed run saving the same step again; another program's folder is never replaced
+            if not is_complete_checkpoint(final):
+                raise FileExistsError(f"--output_dir: the save of checkpoint-{global_step} is left in {tmp}: {_foreign(final)}")
             shutil.rmtree(final)
         os.replace(tmp, final)
         prune_checkpoints(run.output_dir, run.checkpoints_total_limit)
@@ -186,13 +279,17 @@ def maybe_save_checkpoint(accelerator, run, global_step: int) -> None:
 
 
 def prune_checkpoints(output_dir: str, total_limit: int | None) -> None:
-    """Delete the oldest ``checkpoint-N`` folders so that at most ``total_limit`` remain (after a save)."""
+    """Delete the oldest ``checkpoint-N`` folders of this package (:data:`COMPLETE_MARKER`) so that at most
+    ``total_limit`` of them remain (after a save); folders without the marker are neither counted nor deleted."""
     if not total_limit:
         return
-    found = _checkpoints(output_dir)
+    found = _checkpoints(output_dir, ours=True)
     for d in found[: max(0, len(found) - total_limit)]:
         shutil.rmtree(os.path.join(output_dir, d))
 
+
+#: the adapter file of a LoRA checkpoint (diffusers' save_lora_weights)
+LORA_WEIGHTS = "pytorch_lora_weights.safetensors"
 
 #: what diffusers' EMAModel.save_pretrained writes into the model config besides the weights
 _EMA_STATE = ("decay", "min_decay", "optimization_step", "update_after_step", "use_ema_warmup", "inv_gamma", "power")
@@ -228,7 +325,20 @@ def register_model_checkpointing(
         while weights:  # saved above, in diffusers format
             weights.pop()
 
+    def require(input_dir: str, name: str, why: str) -> None:
+        # checked here: a missing folder reaches diffusers as a Hub id (a connection error) or a missing config
+        if not os.path.exists(os.path.join(input_dir, name)):
+            raise ValueError(f"--resume_from_checkpoint: {input_dir} has no {name}: {why}")
+
     def load_hook(models, input_dir):
+        if lora_pipeline_cls is not None:
+            why = f"it is not a LoRA checkpoint (a full fine-tune's has {subfolder}/); resume it without --use_lora"
+            require(input_dir, LORA_WEIGHTS, why)
+        else:
+            lora = " (a LoRA checkpoint: pass --use_lora)" if os.path.isfile(os.path.join(input_dir, LORA_WEIGHTS)) else ""
+            require(input_dir, subfolder, f"it holds no full {subfolder} weights{lora}; resume with the options it was saved with")
+        if ema is not None:
+            require(input_dir, f"{subfolder}_ema", "it was saved without --use_ema; resume it without --use_ema")
         while models:
             m = unwrap(models.pop())
             if lora_pipeline_cls is not None:

@@ -14,8 +14,14 @@ import torch
 from ..logs import get_logger
 from ..sampler import NoiseLevels, SamplerStart, TrainingTimestepSampler, apply_start, batch_size_of
 from ..weighting import per_sample_mse
-from .checkpoints import maybe_save_checkpoint, optimizer_steps_per_epoch, resume_checkpoint, resume_training_state
-from .monitor import ScheduleMonitor, show_noise_schedule
+from .checkpoints import (
+    check_no_foreign_checkpoints,
+    maybe_save_checkpoint,
+    optimizer_steps_per_epoch,
+    resume_checkpoint,
+    resume_training_state,
+)
+from .monitor import ScheduleMonitor, show_noise_schedule, truncate_history
 
 logger = get_logger(__name__)
 
@@ -366,6 +372,7 @@ def run_training_loop(
                 f"{max_steps} (--max_train_steps / --num_train_epochs); a resume never trains past the run's end "
                 "and cannot go back: raise --max_train_steps, or resume from an earlier checkpoint-N"
             )
+        check_no_foreign_checkpoints(run, global_step, max_steps)
     if global_step == max_steps and max_steps > 0 and run.resume_from_checkpoint:
         # a requeued job, or a kill during the final save: the checkpoint already is the end of the run
         logger.warning(
@@ -375,6 +382,8 @@ def run_training_loop(
         )
         return {"global_step": global_step, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps}
 
+    if resume_dir and accelerator.is_main_process:
+        truncate_history(run.output_dir, global_step)
     monitor = ScheduleMonitor(sampler, run.output_dir, plot_every=run.schedule_plot_steps or None)
     if start is not None and global_step > 0:
         logger.info(f"noise sampler: resumed at step {global_step} with the checkpoint's schedule ({start.choice} start not repeated)")

@@ -20,6 +20,7 @@ __all__ = [
     "shown_schedule",
     "show_noise_schedule",
     "ScheduleMonitor",
+    "truncate_history",
 ]
 
 
@@ -97,6 +98,29 @@ def show_noise_schedule(
     fig.savefig(path, dpi=100)
     print(f"plot: {path}")
     return path
+
+
+def truncate_history(output_dir: str | None, step: int) -> None:
+    """Drop the lines of ``schedule/history.jsonl`` after optimizer ``step``: a run resumed from ``checkpoint-<step>``
+    writes those steps again, so its history is the uninterrupted run's (a kill after a later refresh left them)."""
+    path = os.path.join(output_dir or "", "schedule", "history.jsonl")
+    if not output_dir or not os.path.isfile(path):
+        return
+    with open(path) as f:
+        lines = f.readlines()
+    kept = [line for line in lines if _history_step(line) <= step]
+    if len(kept) != len(lines):
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)  # a kill while rewriting leaves the old history, not half of it
+
+
+def _history_step(line: str) -> float:
+    try:
+        return float(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return math.inf  # a line cut by a kill (not JSON): dropped with the later ones
 
 
 class ScheduleMonitor:

@@ -293,6 +293,30 @@ def test_sd_resume_from_checkpoint_is_exact(sd_model, tmp_path):
 
 
 @pytest.mark.slow
+def test_sd_resume_of_the_wrong_kind_ends_in_one_line(sd_model, tmp_path, capsys):
+    """--use_ema on a checkpoint saved without EMA, or a LoRA checkpoint resumed without --use_lora, ended in
+    diffusers' Hub-connection or missing-config messages (the missing folder was taken for a Hub id); --use_lora on
+    a full fine-tune's checkpoint in peft's. Each is one line naming --resume_from_checkpoint, the folder and the option."""
+    common = ["--pretrained_model_name_or_path", sd_model, "--max_train_samples", "4", "--checkpointing_steps", "1", "--report_to", "none"]
+    common += [*FAST, *INFONOISE]
+    full, lora = tmp_path / "full", tmp_path / "lora"
+    sd_script.main([*common, "--output_dir", str(full), "--max_train_steps", "1"])
+    sd_script.main([*common, "--output_dir", str(lora), "--max_train_steps", "1", "--use_lora"])
+    for folder, extra, says in (
+        (full, ["--use_ema"], r"--resume_from_checkpoint: \S*full/checkpoint-1 has no unet_ema: it was saved without --use_ema"),
+        (full, ["--use_lora"], r"\S*full/checkpoint-1 has no pytorch_lora_weights.safetensors: it is not a LoRA checkpoint .*--use_lora"),
+        (lora, [], r"--resume_from_checkpoint: \S*lora/checkpoint-1 has no unet: .*\(a LoRA checkpoint: pass --use_lora\)"),
+    ):  # fmt: skip
+        argv = [*common, "--output_dir", str(folder), "--max_train_steps", "2", "--resume_from_checkpoint", "latest", *extra]
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            sd_script.main(argv)
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if ": error: " in line]  # after the models' loading bars
+        assert info.value.code == 2 and "Traceback" not in err and len(errors) == 1 and re.search(says, errors[0]), err
+
+
+@pytest.mark.slow
 def test_sd_two_processes_share_pi(sd_model, tmp_path):
     """``accelerate launch`` with two CPU processes (LoRA): both ranks hold the same π after every
     refresh, each draws from its own stream, and only the main process writes the outputs."""

@@ -277,11 +277,10 @@ def test_an_interrupted_checkpoint_save_leaves_the_last_complete_one(script, une
     script.main(args + ["--max_train_steps", "6", "--resume_from_checkpoint", "latest"])
     assert scheduler_payload(out)["optimizer_steps"] == 6
     assert sorted(p.name for p in out.glob("*checkpoint-*")) == ["checkpoint-6"]  # pruned after the save, tmp gone
-    # an old-style folder without the marker (a save interrupted before this scheme) is skipped
+    # a folder without the marker was not written by this package (its interrupted saves leave .checkpoint-N.tmp): refused
     (out / "checkpoint-8").mkdir()
-    with caplog.at_level(logging.WARNING):
-        assert C.resolve_resume_checkpoint(str(out), "latest") == str(out / "checkpoint-6")
-    assert any("skipping" in r.getMessage() and "checkpoint-8" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match=r"latest: the newest checkpoint \S*checkpoint-8 has no infonoise_checkpoint.json"):
+        C.resolve_resume_checkpoint(str(out), "latest")
     with pytest.raises(ValueError, match="not a complete checkpoint"):
         C.resolve_resume_checkpoint(str(out), str(out / "checkpoint-8"))
 
@@ -410,16 +409,123 @@ def test_resuming_a_finished_run_trains_nothing_and_says_so(script, unet_config,
     # a checkpoint of other options (another grid, another sampler, a name that is no checkpoint) is one line naming the
     # option, as argparse's errors, before any step; these ended in a traceback from accelerate's load_state
     for extra, cause in (
-        (["--infonoise_num_bins", 32], "its log-sigma grid differs"),
+        (["--infonoise_num_bins", 32], "--infonoise_num_bins (the grid): 16 -> 32"),
         (["--noise_sampler", "logit_normal"], "saved by a 'infonoise' sampler"),
     ):
         argv = base_args(unet_config, out, *common, *extra, "--resume_from_checkpoint", "latest")
         line = assert_option_error(
             capsys, r"--resume_from_checkpoint: \S*checkpoint-4: its noise-sampler state does not load", script.main, argv
         )
-        assert cause in line and "(--diffusion, --noise_sampler, --infonoise_num_bins)" in line, line
+        named = "(--diffusion, --noise_sampler, --sigma_data, --prediction_type, --infonoise_base, --infonoise_num_bins)"
+        assert cause in line and named in line, line
         assert line.endswith("or train into another --output_dir"), line
     argv = base_args(unet_config, out, *common, "--resume_from_checkpoint", "checkpoint-99")
     assert_option_error(capsys, "--resume_from_checkpoint: 'checkpoint-99' is neither 'latest' nor a checkpoint folder", script.main, argv)
     assert load_file(str(weights)).keys() == before.keys() and all(torch.equal(before[k], load_file(str(weights))[k]) for k in before)
     assert scheduler_payload(out) == payload and sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoints this package did not write, and resumes that do not fit
+# ----------------------------------------------------------------------------------------------
+
+
+def _diffusers_checkpoint(folder: Path) -> None:
+    """A ``checkpoint-N`` as diffusers' own ``train_unconditional.py`` writes it: ``accelerator.save_state`` (with the
+    UNet in ``unet/``, as its hook saves it), and no completion marker of this package."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+    from diffusers import UNet2DModel
+
+    from helpers.unconditional import TINY_UNET
+
+    accelerator = Accelerator(cpu=True)
+    model = UNet2DModel(**{k: v for k, v in TINY_UNET.items() if k != "_class_name"})
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    accelerator.save_state(str(folder))
+    model.save_pretrained(str(folder / "unet"))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_checkpoints_of_another_program_are_never_deleted(script, unet_config, tmp_path, capsys):
+    """A ``checkpoint-N`` without this package's marker (diffusers' own script, an older version, a copy that lost the
+    file) was called an interrupted save: ``latest`` skipped it and started afresh, and the pruning of
+    --checkpoints_total_limit or the rename of a save over the same name deleted it. Now ``latest`` refuses it in one
+    line, a save that would replace one is refused before any step, and the pruning counts and deletes only this
+    package's checkpoints."""
+    from diffusers_infonoise.training.checkpoints import COMPLETE_MARKER
+
+    out = tmp_path / "shared"
+    for step in (1, 2, 6):
+        _diffusers_checkpoint(out / f"checkpoint-{step}")
+    before = {step: _tree(out / f"checkpoint-{step}") for step in (1, 2, 6)}
+    args = base_args(unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 2, "--checkpoints_total_limit", 1)
+    args += ["--max_train_steps", "4"]
+    says = r"--output_dir: this run saves checkpoint-2, and \S*checkpoint-2 has no infonoise_checkpoint.json, so this package did not"
+    line = assert_option_error(capsys, says, script.main, args)
+    assert "move it out of --output_dir, or train into another --output_dir" in line, line
+    (out / "checkpoint-2").rename(out / "checkpoint-3")  # no longer where this run saves
+    before[3] = before.pop(2)
+    script.main(args)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-3", "checkpoint-4", "checkpoint-6"]
+    assert (out / "checkpoint-4" / COMPLETE_MARKER).is_file()  # this run's own, pruned to one
+    says = r"--resume_from_checkpoint latest: the newest checkpoint \S*checkpoint-6 has no infonoise_checkpoint.json"
+    assert_option_error(capsys, says, script.main, args + ["--max_train_steps", "8", "--resume_from_checkpoint", "latest"])
+    says = r"--resume_from_checkpoint: \S*checkpoint-6 is not a complete checkpoint of this package .*diffusers' own training script"
+    assert_option_error(capsys, says, script.main, args + ["--max_train_steps", "8", "--resume_from_checkpoint", str(out / "checkpoint-6")])
+    assert {step: _tree(out / f"checkpoint-{step}") for step in (1, 3, 6)} == before
+
+
+def test_a_resume_that_does_not_fit_ends_in_one_line(script, unet_config, tmp_path, capsys, caplog):
+    """A killed and resumed run's schedule/history.jsonl repeated the refreshes logged after its checkpoint; a resume
+    on another process count said nothing; a checkpoint of another model size, without the EMA it is asked for, with a
+    damaged optimizer.bin, or in a folder not named checkpoint-<step> ended in a traceback (IndexError, "invalid
+    literal for int()", torch's size mismatch or zip error). Each is one line naming --resume_from_checkpoint and the
+    folder, or a warning, and the history is the uninterrupted run's."""
+    import json
+    import shutil
+
+    from diffusers_infonoise.training.checkpoints import COMPLETE_MARKER
+
+    out = tmp_path / "run"
+    args = base_args(unet_config, out, "--diffusion", "edm", "--checkpointing_steps", 2, "--max_train_steps", 4)
+    script.main(args)
+
+    def history_steps():
+        return [json.loads(line)["step"] for line in (out / "schedule" / "history.jsonl").read_text().splitlines()]
+
+    straight = history_steps()
+    assert straight == [2, 4]
+    # the kill came after step 4's refresh and before checkpoint-4; the checkpoint says 2 processes saved it
+    shutil.rmtree(out / "checkpoint-4")
+    marker = out / "checkpoint-2" / COMPLETE_MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "num_processes": 2}))
+    with caplog.at_level(logging.WARNING, logger="diffusers_infonoise"):
+        script.main(args + ["--resume_from_checkpoint", "latest"])
+    assert history_steps() == straight
+    assert any(
+        "saved by a run on 2 process(es), this one runs on 1" in r.getMessage() and "not an exact one" in r.getMessage()
+        for r in caplog.records
+    ), caplog.text
+
+    bigger = tmp_path / "bigger.json"
+    bigger.write_text(json.dumps({**json.loads(Path(unet_config).read_text()), "block_out_channels": [8, 32]}))
+    for name in ("ck", "checkpoint-4.bak", "checkpoint-3"):
+        shutil.copytree(out / "checkpoint-2", out / name)
+    (out / "checkpoint-3" / "optimizer.bin").write_bytes((out / "checkpoint-2" / "optimizer.bin").read_bytes()[:100])
+    named = r"--resume_from_checkpoint: \S*{}: a checkpoint folder is named checkpoint-<step>.* says step 2"
+    does_not_load = r"--resume_from_checkpoint: \S*{} does not load into this run \({}"
+    size_mismatch = does_not_load.format("checkpoint-2", "RuntimeError: .*size mismatch")
+    for extra, says in (
+        (["--resume_from_checkpoint", "ck"], named.format("ck")),
+        (["--resume_from_checkpoint", "checkpoint-4.bak"], named.format(r"checkpoint-4\.bak")),
+        (["--resume_from_checkpoint", "checkpoint-3"], does_not_load.format("checkpoint-3", "RuntimeError: PytorchStreamReader")),
+        (["--resume_from_checkpoint", "checkpoint-2", "--model_config_name_or_path", bigger], size_mismatch),
+        (["--resume_from_checkpoint", "checkpoint-2", "--use_ema"], r"\S*checkpoint-2 has no unet_ema: it was saved without --use_ema"),
+    ):  # fmt: skip
+        assert_option_error(capsys, says, script.main, args + ["--max_train_steps", "6", *map(str, extra)])

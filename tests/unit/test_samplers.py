@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -358,8 +360,9 @@ def test_state_dict_round_trip_exact(name, kind, tmp_path):
     state = a.state_dict()
     for key, value in _walk(state):
         # strings only where a name is the value: the sampler's, the run's start and warm-up setting (issue 28), and the
-        # settings' named values ('auto', 'phi') recorded to name what a resume command changes, and the loss pi was built for
-        named = key in ("name", "warmup_setting") or key.startswith(("start.", "settings.", "objective."))
+        # settings' named values ('auto', 'phi') and the run's path, loss and base recorded to name what a resume command
+        # changes, and the loss pi was built for
+        named = key in ("name", "warmup_setting") or key.startswith(("start.", "settings.", "resume_record.", "objective."))
         assert value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float)) or (named and isinstance(value, str)), key
     assert isinstance(state["name"], str)
     json.dumps({k: (v.tolist() if torch.is_tensor(v) else v) for k, v in _walk(state)})  # JSON-friendly
@@ -619,31 +622,67 @@ def test_memory_with_ema_decay_is_refused_not_ignored():
     assert InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50, ema_decay=None).memory_steps() == 50.0
 
 
-def test_a_resume_with_other_settings_says_which():
+def _resume_warnings(caplog, sampler, state) -> list[str]:
+    """The warnings ``sampler.load_state_dict(state)`` logs."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="diffusers_infonoise"):
+        sampler.load_state_dict(copy.deepcopy(state))
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_resume_with_other_settings_says_which(caplog):
     """A checkpoint resumed by a command with another --infonoise_memory (or any setting that decides π or how the
     statistics are collected) continued under the command's setting with no word; the schedule then differs from the
-    run's. It still continues under the command's, and the warning names each setting, checkpoint -> this run's."""
-    import warnings
-
+    run's. It still continues under the command's, and one logged warning names each setting, checkpoint -> this
+    run's. ``mmse_cap`` was silently replaced by the checkpoint's (the warning named only the gate): it is named, and
+    the command's cap is used as every other setting is."""
     run = _gaussian_trained(make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, memory=7), steps=12)
     state = run.state_dict()
     resumed = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, floor=0.1)
-    with pytest.warns(UserWarning, match=r"resumed at step 12 .*memory: 7 -> 'auto'; floor: 0.05 -> 0.1; the schedule"):
-        resumed.load_state_dict(copy.deepcopy(state))
+    (line,) = _resume_warnings(caplog, resumed, state)
+    assert re.search(r"resumed at step 12 .*--infonoise_memory: 7 -> 'auto'; --infonoise_floor: 0.05 -> 0.1; the schedule", line), line
     assert resumed.memory_steps() == 500.0 and resumed.settings.floor == 0.1  # the command's, as before
     for same, saved in ((make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, memory=7), state),
-                        (resumed, {k: v for k, v in state.items() if k != "settings"})):  # fmt: skip
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            same.load_state_dict(copy.deepcopy(saved))
-    # a baseline's settings that its π does not read (a checkpoint of Kingma & Gao with a temperature, from before it
-    # refused one) are not compared: re-passing them could not change the run
+                        (resumed, {k: v for k, v in state.items() if k not in ("settings", "resume_record")})):  # fmt: skip
+        assert _resume_warnings(caplog, same, saved) == []
+    # the m̂ cap: an explicit one, changed on resume, is named with the gate and the command's is the one used
+    capped = _gaussian_trained(make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, mmse_cap=0.5), steps=12)
+    other = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, mmse_cap=1.0, gate=0.3)
+    (line,) = _resume_warnings(caplog, other, capped.state_dict())
+    assert "--infonoise_gate: 'auto' -> 0.3; --infonoise_mmse_cap: 0.5 -> 1.0;" in line, line
+    assert other.estimator.mmse_cap == 1.0 and other.settings.mmse_cap == 1.0
+    same = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, mmse_cap=0.5)
+    assert _resume_warnings(caplog, same, capped.state_dict()) == [] and same.estimator.mmse_cap == 0.5
+    # a baseline's settings that its π does not read are not compared: re-passing them could not change the run
     kg = _gaussian_trained(make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5), steps=12)
     state = kg.state_dict()
-    state["settings"] = {**state["settings"], "temperature": 0.5, "gate": 0.2}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5).load_state_dict(copy.deepcopy(state))
-    with pytest.warns(UserWarning, match=r"\(checkpoint -> this run's\): floor: 0.05 -> 0.1; the schedule") as caught:
-        make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, floor=0.1).load_state_dict(state)
-    assert not any("temperature" in str(w.message) or "gate" in str(w.message) for w in caught)
+    again = make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, temperature=1.0)
+    assert _resume_warnings(caplog, again, state) == []
+    (line,) = _resume_warnings(caplog, make_sampler("kingma_gao", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, floor=0.1), state)
+    assert re.search(r"\(checkpoint -> this run's\): --infonoise_floor: 0.05 -> 0.1; the schedule", line), line
+
+
+@pytest.mark.parametrize(
+    "changed, option",
+    [
+        ({"sigma_data": 1.0}, "--sigma_data: 0.5 -> 1.0"),
+        ({"prediction_type": "epsilon"}, "--prediction_type: 'sample' -> 'epsilon'"),
+        ({"base": "uniform"}, "--infonoise_base (the base density): "),
+        ({"num_bins": 32}, "--infonoise_num_bins (the grid): 64 -> 32"),
+        ({"kind": "vp", "prediction_type": "epsilon"}, "--diffusion (the path): 've' -> 'vp'"),
+        ({"sigma_max": 40.0}, "the path's sigma range (sigma_max): 80.0 -> 40.0"),
+    ],
+)
+def test_a_resume_refuses_what_changes_the_meaning_of_the_state(changed, option):
+    """Another path, σ range, sigma_data, prediction type, base density or grid makes the stored statistics and π mean
+    something else: a resume refuses, naming the option (the grid and the path were caught by the grid's own check,
+    naming neither option; sigma_data, the prediction type and the base density were taken silently)."""
+
+    def make(kind="ve", sigma_data=0.5, sigma_max=80.0, prediction_type="sample", **kw):
+        sched = EDMEulerScheduler(sigma_data=sigma_data, sigma_max=sigma_max) if kind == "ve" else DDPMScheduler()
+        return make_sampler("infonoise", sched, prediction_type=prediction_type, **kw)
+
+    state = make().state_dict()
+    with pytest.raises(ValueError, match=re.escape(option)):
+        make(**changed).load_state_dict(copy.deepcopy(state))
+    make().load_state_dict(copy.deepcopy(state))  # the same options: no error
