@@ -104,8 +104,13 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
         snr = compute_snr(sched, t).double()
         expected = torch.minimum(snr, torch.full_like(snr, 5.0)) / divisor(snr)
         sigmas = sampler.path.sigmas_table[t]
-        torch.testing.assert_close(sampler.loss_weight(sigmas), expected, rtol=1e-5, atol=0)
-        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), torch.minimum(snr, torch.full_like(snr, 5.0)), rtol=1e-5, atol=0)
+        torch.testing.assert_close(sampler.objective.loss_weight(sigmas, sigma_data=sampler.sigma_data), expected, rtol=1e-5, atol=0)
+        torch.testing.assert_close(
+            sampler.objective.x0_loss_weight(sigmas, sigma_data=sampler.sigma_data),
+            torch.minimum(snr, torch.full_like(snr, 5.0)),
+            rtol=1e-5,
+            atol=0,
+        )
 
 
 def test_sd_show_noise_schedule(sd_model, tmp_path, capsys):
@@ -449,7 +454,7 @@ def test_sd_lora_at_batch_one_adapts_from_the_base_density(sd_model, tmp_path):
     assert sampler.warmup_steps == 50 and sampler.is_adapted
     assert float(sampler.estimator.total_counts.sum()) == 200
     _, payload = scheduler_config_and_payload(str(out))
-    assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data_variance)
+    assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data.variance)
     assert payload["tv_phi_rho"] <= 0.05 + 1e-6
 
 
