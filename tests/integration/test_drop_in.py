@@ -130,7 +130,7 @@ def test_infonoise_sampler_sizes_seeds_and_registers():
     args = argparse.Namespace(snr_gamma=5.0, seed=11, max_train_steps=2000, prediction_type=None)
     sampler = infonoise_sampler(DDPMScheduler(), args, accelerator=accelerator, floor=0.1)
     assert sampler.warmup_steps == 200 and sampler.seed == 11 and sampler.settings.floor == 0.1
-    assert sampler.loss_weighting == "min_snr" and sampler in accelerator._custom_objects
+    assert sampler.objective.loss_weighting == "min_snr" and sampler in accelerator._custom_objects
     # Flux's scheduler refuses to guess the shift, and says which mu the training scripts use
     flux = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True)
     with pytest.raises(ValueError, match="mu=0.0"):

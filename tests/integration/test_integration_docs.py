@@ -103,7 +103,7 @@ def test_ddpm_unconditional_snippets(tmp_path):
     }
     exec(code["ddpm/setup"], ns)
     sampler = ns["sampler"]
-    assert sampler.warmup_steps == 50 and sampler.prediction_type == "epsilon" and sampler.loss_weighting == "none"
+    assert sampler.warmup_steps == 50 and sampler.prediction_type == "epsilon" and sampler.objective.loss_weighting == "none"
     logged = []
     ns["accelerator"].log = lambda values, step: logged.append((step, values))
     run_ddpm(ns, code, range(STEPS))
@@ -272,7 +272,7 @@ def test_sd3_dreambooth_snippets_each_weighting_scheme(weighting_scheme, precond
     exec(code["sd3/setup"], ns)
     sampler = ns["sampler"]
     assert sampler.prediction_type == ("sample" if precondition_outputs else "flow")
-    assert sampler.loss_weighting == (weighting_scheme if weighting_scheme in ("sigma_sqrt", "cosmap") else "none")
+    assert sampler.objective.loss_weighting == (weighting_scheme if weighting_scheme in ("sigma_sqrt", "cosmap") else "none")
     assert sampler.describe()["base"]["name"] == (weighting_scheme if weighting_scheme in ("logit_normal", "mode") else "uniform")
     run_flow(ns, code, "sd3", precondition=bool(precondition_outputs))
     exec(code["flow/save"], ns)

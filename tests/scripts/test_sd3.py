@@ -94,7 +94,7 @@ def test_sd3_noise_sampler_and_weighting_scheme_together(sd3_model):
     sampler = build("--noise_sampler", "infonoise", "--weighting_scheme", "mode", "--mode_scale", "0.5")
     assert sampler.base_description == {"name": "mode", "scale": 0.5}
     sampler = build("--noise_sampler", "infonoise", "--weighting_scheme", "cosmap", "--precondition_outputs", "0")
-    assert sampler.base_description == {"name": "uniform"} and sampler.loss_weighting == "cosmap"
+    assert sampler.base_description == {"name": "uniform"} and sampler.objective.loss_weighting == "cosmap"
     assert sampler.prediction_type == "flow"
     sampler = build("--noise_sampler", "infonoise", "--infonoise_base", "logit_normal", "--logit_mean", "0.5")
     assert sampler.base_description == {"name": "logit_normal", "mean": -0.5, "std": 1.0}  # diffusers' sign

@@ -87,7 +87,7 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
     args = sd_script.parse_args(["--pretrained_model_name_or_path", sd_model])
     sched = sd_script.load_noise_scheduler(args)
     sampler = sd_script.build_sampler(args, sched)
-    assert sampler.name == "uniform" and sampler.loss_weighting == "none"
+    assert sampler.name == "uniform" and sampler.objective.loss_weighting == "none"
     assert type(sched).__name__ == "DDPMScheduler" and sched.config.prediction_type == "epsilon"
     probs = sampler.timestep_probabilities()
     torch.testing.assert_close(probs, torch.full_like(probs, 1 / 1000))
@@ -98,7 +98,7 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
         )
         sched = sd_script.load_noise_scheduler(args)
         sampler = sd_script.build_sampler(args, sched)
-        assert sampler.name == "infonoise" and sampler.loss_weighting == "min_snr" and sampler.snr_gamma == 5
+        assert sampler.name == "infonoise" and sampler.objective.loss_weighting == "min_snr" and sampler.objective.snr_gamma == 5
         assert sampler.prediction_type == prediction_type == sched.config.prediction_type
         t = torch.tensor([0, 10, 100, 400, 999])
         snr = compute_snr(sched, t).double()

@@ -146,11 +146,11 @@ def test_the_readme_ddpm_quickstart_gets_the_cap_without_writing_anything():
 
 
 def test_defaults_follow_what_each_path_trains():
-    assert InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler()).loss_weighting == "edm"
-    assert make_sampler("infonoise", EDMEulerScheduler()).loss_weighting == "edm"
-    assert make_sampler("edm_lognormal", EDMEulerScheduler()).loss_weighting == "edm"
-    assert make_sampler("infonoise", EDMEulerScheduler(), prediction_type="edm_f").loss_weighting == "none"
-    assert make_sampler("infonoise", DDPMScheduler()).loss_weighting == "none"
+    assert InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler()).objective.loss_weighting == "edm"
+    assert make_sampler("infonoise", EDMEulerScheduler()).objective.loss_weighting == "edm"
+    assert make_sampler("edm_lognormal", EDMEulerScheduler()).objective.loss_weighting == "edm"
+    assert make_sampler("infonoise", EDMEulerScheduler(), prediction_type="edm_f").objective.loss_weighting == "none"
+    assert make_sampler("infonoise", DDPMScheduler()).objective.loss_weighting == "none"
     assert make_sampler("infonoise", DDPMScheduler()).settings.mmse_cap == "auto"
     assert make_sampler("infonoise", DDPMScheduler(prediction_type="v_prediction")).settings.mmse_cap == "auto"
     assert make_sampler("infonoise", EDMEulerScheduler()).settings.mmse_cap is None

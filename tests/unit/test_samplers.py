@@ -449,7 +449,7 @@ def test_stored_schedule_defaults_to_its_loss_and_is_rebuilt_for_another_weighti
     )
     trained.save_to_scheduler(sch)
     same = InfoNoiseTrainingTimestepSampler.from_scheduler(sch, floor=0.0)
-    assert same.loss_weighting == "edm" and same.prediction_type == "sample"
+    assert same.objective.loss_weighting == "edm" and same.prediction_type == "sample"
     assert torch.equal(same.probs, trained.probs)
     # Trained under EDM's λ(σ); continued with an unweighted x0 loss: φ = π·w must stay ∝ ρ̂, so
     # π_new ∝ π_old·λ(σ) on the bin centres (λ written out by hand, Karras et al. 2022).
@@ -548,7 +548,7 @@ def test_the_settings_are_defined_once():
     s = _adapt(_make("infonoise", "ve", num_bins=8, floor=0.1, gate=0.05, temperature=0.5, memory=40, base="log_uniform"))
     s.save_to_scheduler(sched)
     payload = read_schedule(sched)
-    assert list(payload["hyperparameters"]) == list(s.hyperparameters) == stored
+    assert list(payload["hyperparameters"]) == list(s.settings.stored()) == stored
     assert payload["hyperparameters"] == {k: getattr(s.settings, k) for k in stored}
     with pytest.raises(ValueError, match=re.escape(f"from_scheduler: unknown parameter(s) ['bogus']; accepted: {names}")):
         InfoNoiseTrainingTimestepSampler.from_scheduler(sched, bogus=1)

@@ -50,8 +50,8 @@ def _adapted(sched, s_d=0.5, **kw):
 
 
 def _same_pi(a, b):
-    x = 0.5 * (a.edges[1:] + a.edges[:-1])
-    torch.testing.assert_close(a.log_prob(torch.exp(x)), b.log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
+    x = 0.5 * (a.estimator.edges[1:] + a.estimator.edges[:-1])
+    torch.testing.assert_close(a._log_prob(torch.exp(x)), b._log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
     if a.path.kind == "vp":
         torch.testing.assert_close(a.timestep_probabilities(), b.timestep_probabilities(), rtol=1e-12, atol=1e-15)
 
@@ -190,8 +190,8 @@ def test_fine_tuning_continues_from_stored_schedule():
     b.update(lv, torch.from_numpy(gauss_mmse(lv.sigmas.double().numpy(), 0.5)))
     b.step()
     assert b.num_updates >= 2
-    x = 0.5 * (a.edges[1:] + a.edges[:-1])
-    assert float((a.log_prob(torch.exp(x)) - b.log_prob(torch.exp(x))).abs().max()) < 0.2
+    x = 0.5 * (a.estimator.edges[1:] + a.estimator.edges[:-1])
+    assert float((a._log_prob(torch.exp(x)) - b._log_prob(torch.exp(x))).abs().max()) < 0.2
 
 
 def test_write_schedule_rejects_other_path():
