@@ -316,7 +316,7 @@ class StoredSchedule:
     @property
     def centers(self) -> torch.Tensor:
         """(K,) log-σ bin centres (VE σ)."""
-        e = self.estimator.edges
+        e = self.edges
         return 0.5 * (e[1:] + e[:-1])
 
     @property
