@@ -10,7 +10,10 @@ prediction type, loss weighting, settings, optimizer steps and the package versi
 :data:`CONFIG_KEY`. The key starts with an underscore, which diffusers treats as a private attribute:
 ``save_pretrained`` writes it, ``from_pretrained``/``from_config`` (also into a compatible class) carry it along
 as a hidden config entry, and stock diffusers neither passes it to ``__init__`` nor warns about it.
-``read_schedule`` validates a payload and rejects a corrupted or unknown-version one with a clear error.
+``read_schedule`` validates a payload and rejects a corrupted or unknown-version one with a clear error;
+:class:`StoredSchedule` is a read-only view of a validated payload (grid, π, ρ̂, m̂, path) for inference and
+diagnostics, which builds no sampler. This module takes payloads, never a sampler: it imports nothing from
+:mod:`diffusers_infonoise.sampler`.
 """
 
 from __future__ import annotations
