@@ -80,7 +80,7 @@ def unread_settings(name: str) -> tuple[str, ...]:
         raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
     if name in FIXED_DENSITY_NAMES:
         return tuple(f.name for f in dataclasses.fields(InfoNoiseSettings))
-    return _ADAPTIVE_BASELINES[name].unread_settings if name in _ADAPTIVE_BASELINES else ()
+    return _ADAPTIVE_BASELINES[name]._unread_settings if name in _ADAPTIVE_BASELINES else ()
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:

@@ -30,7 +30,7 @@ class KingmaGaoSampler(_AdaptiveSampler):
 
     name = "kingma_gao"
     # its π is the base times E[u·L] (no gate, no ρ̂ to cap, temper or place; the floor mixed in π)
-    unread_settings = ("gate", "gate_fallback", "mmse_cap", "temperature", "target_space", "floor_space")
+    _unread_settings = ("gate", "gate_fallback", "mmse_cap", "temperature", "target_space", "floor_space")
 
     def __init__(self, path, **kwargs):
         kwargs.setdefault("gate", None)
@@ -43,13 +43,14 @@ class KingmaGaoSampler(_AdaptiveSampler):
 
     def _statistic(self, levels, errors):
         # u·L = w·e: the weighted loss the objective averages
-        return self.x0_loss_weight(levels.sigmas.detach().to(errors.device, errors.dtype)).to(errors.dtype) * errors
+        sigmas = levels.sigmas.detach().to(errors.device, errors.dtype)
+        return self.objective.x0_loss_weight(sigmas, sigma_data=self.sigma_data).to(errors.dtype) * errors
 
     def _build_probs(self):
         # the VDM++ proposal p ∝ base·E[u·L], mixed with the base in π-space (its objective is kept
         # by the importance weights, so φ is not what this sampler targets)
         masses = self.estimator.filled_m_hat() * self.base_masses
-        return (1 - self.floor) * masses / masses.sum() + self.floor * self.base_masses
+        return (1 - self.settings.floor) * masses / masses.sum() + self.settings.floor * self.base_masses
 
     def _importance_weights(self, sigmas, timesteps, levels):
         sig = sigmas.to(torch.float64)

@@ -62,7 +62,7 @@ class LossSlopeSampler(_AdaptiveSampler):
     Args:
         path: the corruption path. Keywords: those of InfoNoise but ``gate`` (there is none; only ``None`` is
             accepted), ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` and
-            ``floor_space`` are accepted and unused (:attr:`unread_settings`): the floor is always mixed in π.
+            ``floor_space`` are accepted and unused (``_unread_settings``): the floor is always mixed in π.
 
     Raises:
         ValueError: invalid arguments, each naming the argument and the accepted values.
@@ -70,7 +70,7 @@ class LossSlopeSampler(_AdaptiveSampler):
 
     name = "loss_slope"
     # no gate and no ρ̂ to temper or place; the floor always mixed in π
-    unread_settings = ("gate", "gate_fallback", "temperature", "target_space", "floor_space")
+    _unread_settings = ("gate", "gate_fallback", "temperature", "target_space", "floor_space")
 
     def __init__(self, path: NoisePath, *, prediction_type: str, mmse_cap="default", gate=None, floor_space: str = "pi", **kwargs):
         if floor_space not in ("phi", "pi"):
@@ -107,4 +107,4 @@ class LossSlopeSampler(_AdaptiveSampler):
         total = float(slope.sum())
         if not total > 0:
             return self.base_masses.clone()
-        return (1 - self.floor) * slope / total + self.floor * self.base_masses
+        return (1 - self.settings.floor) * slope / total + self.settings.floor * self.base_masses
