@@ -96,7 +96,7 @@ def load_pretrained_scheduler(cfg: UnconditionalConfig):
     if loaded is None:
         raise ValueError(f"--pretrained_model_name_or_path: {where} has an unknown scheduler {config.get('_class_name')!r}")
     kind = scheduler_kind(loaded.from_config(config))
-    if kind != cfg.path_kind:
+    if PATH_CLASSES[kind] is not path:
         raise ValueError(
             f"--pretrained_model_name_or_path: {where} has a {config['_class_name']} ({kind} path), but "
             f"--diffusion {path.diffusion} trains a {cfg.path_kind} path; pass --diffusion {PATH_CLASSES[kind].diffusion}"
