@@ -3,11 +3,12 @@ sampler update; the optimizer and learning-rate schedule; the EMA swap."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, ContextManager, Iterable
 
 import torch
 
@@ -309,6 +310,7 @@ def run_training_loop(
     validate: Callable | None = None,
     on_epoch_end: Callable | None = None,
     start: SamplerStart | None = None,
+    option_errors: Callable[[], ContextManager] = contextlib.nullcontext,
 ) -> dict:
     """The one training loop of every script, resume included.
 
@@ -329,6 +331,9 @@ def run_training_loop(
         start: where the sampler starts (METHOD.md §5.9; :func:`~diffusers_infonoise.training.args.sampler_start`):
             applied once, before step 1 of a run that does not resume (a resumed sampler's state is the
             checkpoint's), by :func:`start_sampler`.
+        option_errors: what the steps before step 1 that read the options' sources (the checkpoint a resume names,
+            the batches a start reads) run inside: the scripts' :func:`~.args.option_errors` ends a mistake there in
+            one line; by default it is raised.
 
     Returns:
         ``{"global_step", "step_times", "total_batch_size", "max_steps"}``; ``step_times`` holds
@@ -337,8 +342,6 @@ def run_training_loop(
     import time
 
     from tqdm.auto import tqdm
-
-    from .args import option_errors  # (args builds on this module)
 
     _, max_steps, num_epochs = training_length(run, dataloader)
     with option_errors():  # a checkpoint that does not fit the options: one line, as argparse's, before any step

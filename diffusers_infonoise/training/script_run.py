@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..sampler import SamplerStart, TrainingTimestepSampler, apply_start
+from .args import option_errors
 from .loop import run_training_loop, start_sampler, total_batch_size, training_length
 from .monitor import show_noise_schedule
 
@@ -72,6 +73,7 @@ class ScriptRun:
             params_to_clip=params_to_clip,
             ema=self.ema,
             start=self.start,
+            option_errors=option_errors,
             **callbacks,
         )
 

@@ -11,6 +11,7 @@ import torch
 
 from ..logs import get_logger
 from ..sampler import SamplerStart, TrainingTimestepSampler
+from .args import option_errors
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, captioned_dataloader
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig, make_optimizer_and_lr_scheduler, start_run, training_length
@@ -156,8 +157,6 @@ def prepare_text_to_image_training(
     prepared, ``epoch_setters`` the dataset and batch order for :func:`run_training_loop`.
     """
     from accelerate.utils import set_seed
-
-    from .args import option_errors  # (args builds on the loop this module uses)
 
     with option_errors():  # a data set that does not fit the options: one line, as argparse's, not a traceback
         dataloader, dataset, order = captioned_dataloader(cfg.data)
