@@ -38,7 +38,7 @@ from typing import Callable, Union
 
 import torch
 
-from .paths import FlowPath, VEPath, VPPath, path_class
+from .paths import FlowPath, VEPath, VPPath, path_class, scheduler_kind
 from .schedule_io import read_schedule
 from .weighting import loss_weight, validate_loss_weighting, validate_prediction_type, x0_loss_weight
 
@@ -147,7 +147,7 @@ class Objective:
             return cls._flow(prediction_type, snr_gamma, weighting_scheme, precondition_outputs)
         if weighting_scheme not in (None, "none"):
             raise ValueError(
-                f"weighting_scheme: {weighting_scheme!r} is a flow-matching option; this is a {path.kind} "
+                f"weighting_scheme: {weighting_scheme!r} is a flow-matching option; this is a {scheduler_kind(noise_scheduler)} "
                 "scheduler (use snr_gamma for Min-SNR on VP)"
             )
         if precondition_outputs:
