@@ -3,12 +3,10 @@
 The public names; see METHOD.md (shipped in the repository's docs) for the mathematics.
 """
 
-__version__ = "0.3.0"
-
-from .densities import Density  # noqa: E402
-from .integration import infonoise_sampler  # noqa: E402
-from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler  # noqa: E402
-from .sampler import (  # noqa: E402
+from .densities import Density
+from .integration import infonoise_sampler
+from .paths import FlowPath, NoisePath, VEPath, VPPath, path_from_scheduler
+from .sampler import (
     SAMPLER_NAMES,
     FixedDensitySampler,
     InfoNoiseSettings,
@@ -23,8 +21,9 @@ from .sampler import (  # noqa: E402
     make_sampler,
     start_from_model,
 )
-from .schedule_io import ScheduleError, StoredSchedule, read_schedule, read_schedule_from, write_schedule  # noqa: E402
-from .weighting import per_sample_mse, x0_error_factor, x0_loss_weight  # noqa: E402
+from .schedule_io import ScheduleError, StoredSchedule, read_schedule, read_schedule_from, write_schedule
+from .version import __version__
+from .weighting import per_sample_mse, x0_error_factor, x0_loss_weight
 
 #: public names whose modules import diffusers' pipelines or the diagnostics: loaded on first use
 #: (``import diffusers_infonoise`` stays light for spawned worker processes)

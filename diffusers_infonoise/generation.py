@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from .paths import scheduler_kind
+from .paths import path_class
 
 __all__ = ["EDM_TIMESTEP_SCALE", "model_timesteps", "call_model", "model_output", "generate_images", "is_1d_model"]
 
@@ -30,7 +30,7 @@ def model_timesteps(noise_scheduler, timesteps: torch.Tensor) -> torch.Tensor:
 
     EDM schedulers: ``EDM_TIMESTEP_SCALE · c_noise``; every other scheduler: unchanged.
     """
-    if scheduler_kind(noise_scheduler) == "ve":
+    if path_class(noise_scheduler).preconditioned:
         return timesteps * EDM_TIMESTEP_SCALE
     return timesteps
 
@@ -111,7 +111,7 @@ def model_output(
         out = call_model(model, x if pack is None else pack(x), t, model_kwargs)
         return _fits(out if unpack is None else unpack(out), noisy)
 
-    if scheduler_kind(noise_scheduler) != "ve":
+    if not path_class(noise_scheduler).preconditioned:
         return call(noisy, timesteps)
     if sigmas is None:
         raise ValueError("sigmas: required for EDM schedulers (the preconditioning depends on sigma)")

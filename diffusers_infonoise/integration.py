@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .objective import DENSITY_SCHEMES, LOSS_WEIGHTING_SCHEMES, Objective, diffusers_density_params
-from .paths import scheduler_kind
+from .paths import path_class
 from .sampler import InfoNoiseTrainingTimestepSampler
 from .weighting import per_sample_mse  # the snippets' per-sample loss (update() detaches it)
 
@@ -65,7 +65,7 @@ def sampler_settings(
         snr_weighted_sample=True,
     )
     base = None
-    if scheduler_kind(noise_scheduler) == "flow":  # the density diffusers draws with
+    if path_class(noise_scheduler).takes_weighting_scheme:  # the density diffusers draws with
         scheme = weighting_scheme or "none"
         params = diffusers_density_params(scheme, logit_mean=logit_mean, logit_std=logit_std, mode_scale=mode_scale)
         base = "uniform" if params is None else (scheme, params)

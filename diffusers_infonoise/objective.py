@@ -39,6 +39,7 @@ from typing import Callable, Union
 import torch
 
 from .paths import FlowPath, VEPath, VPPath, path_class, scheduler_kind
+from .schedule_io import read_schedule
 from .weighting import loss_weight, validate_loss_weighting, validate_prediction_type, x0_loss_weight
 
 __all__ = [
@@ -137,21 +138,21 @@ class Objective:
                 not a finite number > 0 (``True`` is not γ = 1), or options that contradict each other
                 (``prediction_type="sample"`` with ``precondition_outputs=0`` on flow).
         """
-        kind = scheduler_kind(noise_scheduler)
+        path = path_class(noise_scheduler)
         if snr_gamma is not None and not (
             isinstance(snr_gamma, (int, float)) and not isinstance(snr_gamma, bool) and math.isfinite(snr_gamma) and snr_gamma > 0
         ):
             raise ValueError(f"snr_gamma: must be a finite number > 0 (diffusers' --snr_gamma, e.g. 5.0) or None, got {snr_gamma!r}")
-        if kind == "flow":
+        if path.takes_weighting_scheme:
             return cls._flow(prediction_type, snr_gamma, weighting_scheme, precondition_outputs)
         if weighting_scheme not in (None, "none"):
             raise ValueError(
-                f"weighting_scheme: {weighting_scheme!r} is a flow-matching option; this is a {kind} "
+                f"weighting_scheme: {weighting_scheme!r} is a flow-matching option; this is a {scheduler_kind(noise_scheduler)} "
                 "scheduler (use snr_gamma for Min-SNR on VP)"
             )
         if precondition_outputs:
             raise ValueError("precondition_outputs: a flow-matching option (SD3); this scheduler is not a flow scheduler")
-        if kind == "ve":  # EDM: the loss on the denoiser D with EDM's weight, whatever the output sign
+        if path.preconditioned:  # EDM: the loss on the denoiser D with EDM's weight, whatever the output sign
             if snr_gamma is not None:
                 raise ValueError("snr_gamma: Min-SNR weighting is for VP (DDPM) models; EDM weights with lambda(sigma)")
             if prediction_type not in (None, *VEPath.scheduler_prediction_types, "sample"):
@@ -232,8 +233,6 @@ def default_objective(noise_scheduler) -> Objective:
     Raises:
         TypeError: unsupported scheduler. ScheduleError: a corrupted stored schedule.
     """
-    from .schedule_io import read_schedule
-
     return Objective.recorded(read_schedule(noise_scheduler)) or Objective.of_path(noise_scheduler)
 
 

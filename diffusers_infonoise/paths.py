@@ -88,6 +88,12 @@ class NoisePath:
             ``--prediction_type``), the default first: what the network outputs. VP: the loss parameterization;
             EDM: only the sign of c_out (the loss is on the denoiser D); flow: the velocity, ``"flow"`` (flow
             schedulers have no such option).
+        preconditioned: the network is called through EDM's preconditioning (``c_in`` on its input, ``c_noise`` as
+            its timestep) and read as the denoiser D = c_skip·x + c_out·F: the loss is on D whatever the sign of its
+            output (VE).
+        takes_weighting_scheme: diffusers' scripts on the path (SD3, Flux) take ``--weighting_scheme``, a density of
+            the training levels (and, for ``sigma_sqrt``/``cosmap``, a loss weight), instead of ``--snr_gamma`` and
+            ``--prediction_type`` (flow).
     """
 
     kind: str
@@ -103,6 +109,8 @@ class NoisePath:
     scheduler_class: ClassVar[str] = ""
     scheduler_options: ClassVar[tuple[str, ...]] = ()
     scheduler_prediction_types: ClassVar[tuple[str, ...]] = ()
+    preconditioned: ClassVar[bool] = False
+    takes_weighting_scheme: ClassVar[bool] = False
 
     # -- what differs by path ------------------------------------------------------------------
     @classmethod
@@ -189,6 +197,11 @@ class NoisePath:
         """The path's "uniform" training density per unit log σ (``make_sampler("uniform")``)."""
         raise NotImplementedError
 
+    def records(self, path_config: dict | None) -> bool:
+        """Whether a stored path config (a schedule's or a profile's ``"path"``) is of this path's kind, so that the
+        loss it was recorded with applies to this path."""
+        return isinstance(path_config, dict) and path_config.get("kind") == self.kind
+
     def scheduler_sigmas(self, sigmas: torch.Tensor) -> torch.Tensor:
         """VE σ → the scheduler's own ``sigmas`` coordinate (float64): flow s, VE/EDM and VP σ as they are."""
         return _as_f64(sigmas)
@@ -254,6 +267,7 @@ class VEPath(NoisePath):
     scheduler_class: ClassVar[str] = "EDMEulerScheduler"
     scheduler_options: ClassVar[tuple[str, ...]] = ("sigma_min", "sigma_max", "sigma_data", "prediction_type")
     scheduler_prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction")
+    preconditioned: ClassVar[bool] = True
 
     @classmethod
     def default_loss_weighting(cls, prediction_type: str) -> str:
@@ -317,6 +331,7 @@ class FlowPath(NoisePath):
     scheduler_class: ClassVar[str] = "FlowMatchEulerDiscreteScheduler"
     scheduler_options: ClassVar[tuple[str, ...]] = ("shift",)
     scheduler_prediction_types: ClassVar[tuple[str, ...]] = ("flow",)
+    takes_weighting_scheme: ClassVar[bool] = True
 
     @classmethod
     def from_scheduler_sigmas(cls, values):

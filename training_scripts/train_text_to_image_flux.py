@@ -74,33 +74,9 @@ def build_sampler(args, noise_scheduler):
     return training.build_flow_sampler(args, noise_scheduler, default_scheme=DEFAULT_WEIGHTING_SCHEME)
 
 
-def main(argv=None) -> dict:
-    """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
-    args = parse_args(argv)
-    with training.option_errors():  # a mistake in the options ends in one line, as argparse's do
-        noise_scheduler = load_noise_scheduler(args)
-        sampler = build_sampler(args, noise_scheduler)
-        start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True)
-    run = training.setup_text_to_image_run(
-        training.text_to_image_config(args),
-        noise_scheduler=noise_scheduler,
-        sampler=sampler,
-        start=start,
-        parts={
-            "tokenizer": CLIPTokenizer,
-            "tokenizer_2": T5TokenizerFast,
-            "text_encoder": CLIPTextModel,
-            "text_encoder_2": T5EncoderModel,
-            "vae": AutoencoderKL,
-            "transformer": FluxTransformer2DModel,
-        },
-        trained="transformer",
-        lora_targets=training.SD3_LORA_TARGETS,
-        pipeline_cls=FluxPipeline,
-        tracker_project="text2image-fine-tune-flux-infonoise",
-    )
-    if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
-        return {"sampler": run.sampler}
+def loss_and_pipeline(args, run):
+    """``(compute_loss, pipeline)``: the loss ``compute_loss(batch, levels)`` on the run's transformer and the one
+    in-memory pipeline it encodes and packs prompts with (validation draws images from it, and it is the saved model)."""
     sampler, noise_scheduler, vae, transformer = run.sampler, run.noise_scheduler, run.parts["vae"], run.model
     device, dtype = run.device, run.weight_dtype
 
@@ -133,6 +109,38 @@ def main(argv=None) -> dict:
             },
         )
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
+
+    return compute_loss, pipeline
+
+
+def main(argv=None) -> dict:
+    """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
+    args = parse_args(argv)
+    with training.option_errors():  # a mistake in the options ends in one line, as argparse's do
+        noise_scheduler = load_noise_scheduler(args)
+        sampler = build_sampler(args, noise_scheduler)
+        start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True)
+    run = training.setup_text_to_image_run(
+        training.text_to_image_config(args),
+        noise_scheduler=noise_scheduler,
+        sampler=sampler,
+        start=start,
+        parts={
+            "tokenizer": CLIPTokenizer,
+            "tokenizer_2": T5TokenizerFast,
+            "text_encoder": CLIPTextModel,
+            "text_encoder_2": T5EncoderModel,
+            "vae": AutoencoderKL,
+            "transformer": FluxTransformer2DModel,
+        },
+        trained="transformer",
+        lora_targets=training.SD3_LORA_TARGETS,
+        pipeline_cls=FluxPipeline,
+        tracker_project="text2image-fine-tune-flux-infonoise",
+    )
+    if run.showing:  # --show_noise_schedule: the schedule is shown (a profile start measured with the loss first), nothing is trained
+        return run.show(lambda: loss_and_pipeline(args, run)[0])
+    compute_loss, pipeline = loss_and_pipeline(args, run)
 
     sample_kwargs = {"max_sequence_length": args.max_sequence_length, "height": args.resolution, "width": args.resolution}
     return run.finish(

@@ -61,33 +61,9 @@ def time_ids(batch, resolution: int, device) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32, device=device)
 
 
-def main(argv=None) -> dict:
-    """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
-    args = parse_args(argv)
-    with training.option_errors():  # a mistake in the options ends in one line, as argparse's do
-        noise_scheduler = load_noise_scheduler(args)
-        sampler = build_sampler(args, noise_scheduler)
-        start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True)
-    run = training.setup_text_to_image_run(
-        training.text_to_image_config(args),
-        noise_scheduler=noise_scheduler,
-        sampler=sampler,
-        start=start,
-        parts={
-            "tokenizer": CLIPTokenizer,
-            "tokenizer_2": CLIPTokenizer,
-            "text_encoder": CLIPTextModel,
-            "text_encoder_2": CLIPTextModelWithProjection,
-            "vae": AutoencoderKL,
-            "unet": UNet2DConditionModel,
-        },
-        trained="unet",
-        lora_targets=training.UNET_LORA_TARGETS,
-        pipeline_cls=StableDiffusionXLPipeline,
-        tracker_project="text2image-fine-tune-sdxl-infonoise",
-    )
-    if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
-        return {"sampler": run.sampler}
+def loss_and_pipeline(args, run):
+    """``(compute_loss, pipeline)``: the loss ``compute_loss(batch, levels)`` on the run's UNet and the one in-memory
+    pipeline it encodes prompts with (and validation draws images from)."""
     sampler, noise_scheduler, vae, unet = run.sampler, run.noise_scheduler, run.parts["vae"], run.model
 
     # one in-memory pipeline: prompt encoding for training, images for validation (the base model's scheduler)
@@ -114,6 +90,38 @@ def main(argv=None) -> dict:
             model_kwargs={"encoder_hidden_states": prompt_embeds, "added_cond_kwargs": conditions},
         )
         return training.per_sample_mse(pred, training.training_target(sampler, noise_scheduler, latents, noise, levels))
+
+    return compute_loss, pipeline
+
+
+def main(argv=None) -> dict:
+    """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
+    args = parse_args(argv)
+    with training.option_errors():  # a mistake in the options ends in one line, as argparse's do
+        noise_scheduler = load_noise_scheduler(args)
+        sampler = build_sampler(args, noise_scheduler)
+        start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=True)
+    run = training.setup_text_to_image_run(
+        training.text_to_image_config(args),
+        noise_scheduler=noise_scheduler,
+        sampler=sampler,
+        start=start,
+        parts={
+            "tokenizer": CLIPTokenizer,
+            "tokenizer_2": CLIPTokenizer,
+            "text_encoder": CLIPTextModel,
+            "text_encoder_2": CLIPTextModelWithProjection,
+            "vae": AutoencoderKL,
+            "unet": UNet2DConditionModel,
+        },
+        trained="unet",
+        lora_targets=training.UNET_LORA_TARGETS,
+        pipeline_cls=StableDiffusionXLPipeline,
+        tracker_project="text2image-fine-tune-sdxl-infonoise",
+    )
+    if run.showing:  # --show_noise_schedule: the schedule is shown (a profile start measured with the loss first), nothing is trained
+        return run.show(lambda: loss_and_pipeline(args, run)[0])
+    compute_loss, pipeline = loss_and_pipeline(args, run)
 
     sample_kwargs = {"height": args.resolution, "width": args.resolution}
     return run.finish(

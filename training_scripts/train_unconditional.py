@@ -50,6 +50,20 @@ def build_unet(cfg, channels: int, length: int | None = None):
     return training.unconditional_model(UNet1DModel if length is not None else UNet2DModel, cfg, channels=channels, length=length)
 
 
+def training_loss(run):
+    """The loss, ``compute_loss(x0, levels)``: the UNet's output on the noised data, read through the scheduler's path,
+    against the target of the sampler's parameterization (per sample, unweighted)."""
+    model, sampler, noise_scheduler = run.model, run.sampler, run.noise_scheduler
+
+    def compute_loss(x0, levels):
+        noise = torch.randn_like(x0)
+        noisy = sampler.add_noise(x0, noise, levels)
+        pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
+        return per_sample_mse(pred, training.training_target(sampler, noise_scheduler, x0, noise, levels))
+
+    return compute_loss
+
+
 def main(argv=None) -> dict:
     """Train; returns ``{"global_step", "step_times", "total_batch_size", "sampler"}``."""
     args = parse_args(argv)
@@ -59,17 +73,9 @@ def main(argv=None) -> dict:
         sampler = training.build_noise_sampler(args, noise_scheduler, objective=objective)
         start = training.sampler_start(args, sampler, noise_scheduler, pretrained_model=bool(cfg.pretrained_model_name_or_path))
     run = training.setup_unconditional_run(cfg, noise_scheduler=noise_scheduler, sampler=sampler, start=start, build_model=build_unet)
-    if run.accelerator is None:  # --show_noise_schedule: the schedule is shown, there is nothing to train
-        return {"sampler": sampler}
-    model = run.model
-
-    def compute_loss(x0, levels):
-        noise = torch.randn_like(x0)
-        noisy = sampler.add_noise(x0, noise, levels)
-        pred = model_output(model, noise_scheduler, noisy, levels.timesteps, levels.sigmas)
-        return per_sample_mse(pred, training.training_target(sampler, noise_scheduler, x0, noise, levels))
-
-    return run.finish(run.train(compute_loss))
+    if run.showing:  # --show_noise_schedule: the schedule is shown (a profile start measured with the loss first), nothing is trained
+        return run.show(lambda: training_loss(run))
+    return run.finish(run.train(training_loss(run)))
 
 
 if __name__ == "__main__":

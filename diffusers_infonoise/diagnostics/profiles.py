@@ -187,7 +187,7 @@ def make_denoise_fn(
         raise ValueError(f"prediction_type: a {path.kind} model does not output {prediction_type!r}") from None
 
     def to_x0(x, out, levels):
-        if path.kind == "ve":
+        if path.preconditioned:
             if model_input_fn is None:  # model_output already returned D
                 return out
             sig = _per_sample(levels.sigmas.detach().to(_F64), x)

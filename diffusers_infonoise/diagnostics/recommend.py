@@ -145,7 +145,7 @@ def target_from_schedule(
     mu = stored_mu(scheduler, payload) if mu is None else mu
     path = path_from_scheduler(scheduler, mu=mu)
     # the payload's loss when the training is on its path kind, else the path's conventions; the given values win
-    same = Objective.recorded(payload) if path.kind == payload["path"]["kind"] else None
+    same = Objective.recorded(payload) if path.records(payload["path"]) else None
     objective = (same or default_objective(scheduler)).override(prediction_type, loss_weighting, snr_gamma)
     sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload, **objective.keywords(), mu=mu)
     if payload.get("adapted") is False or not sampler.estimator.is_ready:
@@ -192,7 +192,7 @@ def target_from_profile(
     x, rho, meta = profile_arrays(profile)
     scheduler = _training_scheduler(noise_scheduler, meta.get("path"), "the profile")
     path = path_from_scheduler(scheduler, mu=mu)
-    same = Objective.recorded(meta) if (meta.get("path") or {}).get("kind") == path.kind else None
+    same = Objective.recorded(meta) if path.records(meta.get("path")) else None
     objective = (same or default_objective(scheduler)).override(prediction_type, loss_weighting, snr_gamma)
     w = objective.x0_loss_weight(torch.exp(x), sigma_data=path.data_scale or 0.5)
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
@@ -262,7 +262,7 @@ def family_density(name: str, params: dict, path: NoisePath) -> densities.Densit
             raise ValueError(f"shift: must be > 0, got {params['shift']}")
         loc = math.log(params["shift"])
         return densities.Logistic(loc) if name == "shift_uniform" else densities.Normal(loc, 1.0)
-    if path.kind == "vp":
+    if path.is_discrete:  # VP's integer t; else flow's unshifted s
         lo, hi = int(params["t_min"]), int(params["t_max"])
         if not 0 <= lo <= hi < path.num_train_timesteps:
             raise ValueError(f"t_min, t_max: need 0 <= t_min <= t_max < {path.num_train_timesteps}, got {lo}, {hi}")
@@ -367,7 +367,7 @@ def _fit_range(target: RecommendTarget) -> dict:
     mass in each grid cell is the overlap with the cell's CDF interval, in closed form."""
     path = target.path
     n = int(path.num_train_timesteps)
-    base = path.uniform_density() if path.kind == "vp" else densities.Logistic(0.0)
+    base = path.uniform_density() if path.is_discrete else densities.Logistic(0.0)
     g = base.cdf(target.edges).numpy()
     w = target.w.numpy()
     r = target.rho_mass.numpy()
@@ -384,7 +384,7 @@ def _fit_range(target: RecommendTarget) -> dict:
         if tv[j] < best_tv:
             best_tv, best = float(tv[j]), (i, i + 1 + j)
     i, j = best
-    if path.kind == "vp":
+    if path.is_discrete:
         return {"t_min": i, "t_max": j - 1}
     return {"s_min": i / n, "s_max": j / n}
 

@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 
 from .. import densities
-from ..paths import NoisePath
+from ..paths import PATH_CLASSES, NoisePath
 from .grid import _F64, Allocation
 from .recommend import FamilyFit, RecommendTarget, _allocation, _target, allocation_tv, fit_families, fit_family
 
@@ -65,7 +65,7 @@ def _flag_values(family: str, params: dict, path: NoisePath) -> dict:
         m, s = params["mean"], params["std"]
         # diffusers indexes the descending table that carries the scheduler's shift: ln sigma = ln(shift) - logit_mean
         g.update(diffusers_mean=f"{path.log_shift - m:.4g}", exp_mean=f"{math.exp(m):.4g}", std_minus_1=f"{s - 1.0:.4g}")
-    elif family == "timestep_range" and path.kind == "flow":
+    elif family == "timestep_range" and not path.is_discrete:  # flow's s
         lo, hi = params["s_min"], params["s_max"]
         # kohya SD3: s = t/1000 with t in [min, max); ai-toolkit: index i of linspace(1000, 1) is s = 1 - i/1000, i in [min, max)
         g.update(t_lo=round(1000 * lo), t_hi=round(1000 * hi), i_lo=round(1000 * (1 - hi)), i_hi=min(999, round(1000 * (1 - lo)) + 1))
@@ -113,6 +113,10 @@ class TrainerScripts:
     settings: tuple[TrainerSetting, ...]
     source: str
     loss: str = "flow velocity (noise - latents): prediction_type flow"
+
+    def trains(self, path: NoisePath) -> bool:
+        """Whether these scripts train on ``path`` (a path of their kind)."""
+        return isinstance(path, PATH_CLASSES[self.kind])
 
 
 _DIFFUSERS = "huggingface/diffusers@58eb52c0"
@@ -344,7 +348,7 @@ def _trainer_rows(target: RecommendTarget, fits: dict[str, FamilyFit], trainer: 
             "settings": [_setting_row(s, target, fits) for s in t.settings],
         }
         for t in TRAINERS
-        if t.trainer == trainer and t.kind == target.path.kind
+        if t.trainer == trainer and t.trains(target.path)
     ]
     kind = target.path.kind
     return rows or [{"trainer": trainer, "unsupported": UNSUPPORTED.get((trainer, kind), f"no setting for a {kind} path")}]
@@ -393,7 +397,7 @@ def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **t
     target = _target(source, noise_scheduler, training)
     if trainers != "all":
         for n in names:
-            if not any(t.trainer == n and t.kind == target.path.kind for t in TRAINERS):
+            if not any(t.trainer == n and t.trains(target.path) for t in TRAINERS):
                 why = UNSUPPORTED.get((n, target.path.kind), "no setting")
                 raise ValueError(f"trainer: {n} does not support a {target.path.kind} path: {why}")
     fits = fit_families(target)

@@ -319,7 +319,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds), and for the study variant
         ``target_space="pi"`` ``tv_pi_rho`` (TV(π, ρ̂)).
         """
-        from .. import __version__
+        from ..version import __version__
 
         est = self.estimator
         rho = _floats(est.profile()[0]) if est.is_ready else None

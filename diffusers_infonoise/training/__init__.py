@@ -5,6 +5,7 @@
   text-to-image scripts' own options (VP and flow included);
 * :mod:`.datasets`: image and captioned data, transforms, augmentation, batch order;
 * :mod:`.loop`: the training loop, loss, optimizer and EMA;
+* :mod:`.script_run`: a script's run between its setup and its end, and ``--show_noise_schedule``'s;
 * :mod:`.monitor`: the schedule during training (logs, figures, the π check across ranks);
 * :mod:`.checkpoints`: accelerate checkpoints with the sampler state, resume, pruning;
 * :mod:`.outputs`: sample grids, model cards, the stored schedule, Hub pushes;
@@ -30,6 +31,7 @@ from . import (
     models,
     monitor,
     outputs,
+    script_run,
     text_to_image,
     text_to_image_args,
     unconditional,
@@ -45,6 +47,7 @@ from .lora import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
 from .monitor import *  # noqa: F401,F403
 from .outputs import *  # noqa: F401,F403
+from .script_run import *  # noqa: F401,F403
 from .text_to_image import *  # noqa: F401,F403
 from .text_to_image_args import *  # noqa: F401,F403
 from .unconditional import *  # noqa: F401,F403
@@ -55,6 +58,7 @@ __all__ = [
     *args.__all__,
     *datasets.__all__,
     *loop.__all__,
+    *script_run.__all__,
     *monitor.__all__,
     *checkpoints.__all__,
     *outputs.__all__,

@@ -3,11 +3,12 @@ sampler update; the optimizer and learning-rate schedule; the EMA swap."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, ContextManager, Iterable
 
 import torch
 
@@ -21,7 +22,7 @@ from .checkpoints import (
     resume_checkpoint,
     resume_training_state,
 )
-from .monitor import ScheduleMonitor, show_noise_schedule, truncate_history
+from .monitor import ScheduleMonitor, truncate_history
 
 logger = get_logger(__name__)
 
@@ -30,7 +31,6 @@ __all__ = [
     "OptimizerConfig",
     "AcceleratorConfig",
     "start_run",
-    "start_script_run",
     "MAX_NONFINITE_STEPS",
     "NonFiniteSteps",
     "per_sample_mse",
@@ -41,8 +41,8 @@ __all__ = [
     "finish_micro_batch",
     "start_sampler",
     "training_length",
+    "total_batch_size",
     "run_training_loop",
-    "ScriptRun",
     "ema_weights",
 ]
 
@@ -123,19 +123,6 @@ def start_run(cfg: AcceleratorConfig):
     if cfg.allow_tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
     return accelerator
-
-
-def start_script_run(cfg: AcceleratorConfig, sampler: TrainingTimestepSampler, start: SamplerStart | None, *, show: bool):
-    """The start of a script's run: its ``Accelerator`` (:func:`start_run`), or None with ``show``
-    (``--show_noise_schedule``), when the sampler's density is printed and plotted (:func:`~.monitor.show_noise_schedule`;
-    after a ``"stored"`` start, the stored schedule rebuilt for this run) and there is nothing to train. A ``"profile"``
-    start is measured on the data first: the run is set up, and :func:`run_training_loop` shows it instead of training."""
-    if show and (start is None or start.choice != "profile"):
-        if start is not None and start.choice == "stored":
-            apply_start(sampler, start)
-        show_noise_schedule(sampler, cfg.output_dir, start=start)
-        return None
-    return start_run(cfg)
 
 
 def training_target(
@@ -302,6 +289,11 @@ def training_length(run: RunConfig, dataloader) -> tuple[int, int, int]:
     return steps_per_epoch, max_steps, math.ceil(max_steps / steps_per_epoch)
 
 
+def total_batch_size(accelerator, run: RunConfig) -> int:
+    """Examples per optimizer step, over all processes and accumulated micro-batches."""
+    return run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
+
+
 def run_training_loop(
     accelerator,
     run: RunConfig,
@@ -318,7 +310,7 @@ def run_training_loop(
     validate: Callable | None = None,
     on_epoch_end: Callable | None = None,
     start: SamplerStart | None = None,
-    show_schedule: bool = False,
+    option_errors: Callable[[], ContextManager] = contextlib.nullcontext,
 ) -> dict:
     """The one training loop of every script, resume included.
 
@@ -339,31 +331,25 @@ def run_training_loop(
         start: where the sampler starts (METHOD.md §5.9; :func:`~diffusers_infonoise.training.args.sampler_start`):
             applied once, before step 1 of a run that does not resume (a resumed sampler's state is the
             checkpoint's), by :func:`start_sampler`.
-        show_schedule: ``--show_noise_schedule`` of a start that measures the model: apply ``start`` as a fresh run
-            would, show the density it gives (:func:`~diffusers_infonoise.training.monitor.show_noise_schedule`) and
-            return without training (``"shown"``: the plot's path).
+        option_errors: what the steps before step 1 that read the options' sources (the checkpoint a resume names,
+            the batches a start reads) run inside: the scripts' :func:`~.args.option_errors` ends a mistake there in
+            one line; by default it is raised.
 
     Returns:
-        ``{"global_step", "step_times", "total_batch_size", "max_steps"}`` (and ``"shown"``); ``step_times`` holds
+        ``{"global_step", "step_times", "total_batch_size", "max_steps"}``; ``step_times`` holds
         the wall time of each optimizer step (data loading included).
     """
     import time
 
     from tqdm.auto import tqdm
 
-    from .args import option_errors  # (args builds on this module)
-
     _, max_steps, num_epochs = training_length(run, dataloader)
     with option_errors():  # a checkpoint that does not fit the options: one line, as argparse's, before any step
-        resume_dir = None if show_schedule else resume_checkpoint(run)
+        resume_dir = resume_checkpoint(run)
     # the warm-up and the profile start's budget, settled once from the run's length and the start it applies (a
     # resumed run applies none: its checkpoint brings the sampler's state)
     sampler.plan_run(int(max_steps), start=None if resume_dir else start)
-    total_batch = run.train_batch_size * accelerator.num_processes * run.gradient_accumulation_steps
-    if show_schedule:  # the start a fresh run would take, measured as it would measure it, shown and not trained
-        info = start_sampler(accelerator, sampler, start, model=model, compute_loss=compute_loss, dataloader=dataloader) if start else {}
-        shown = show_noise_schedule(sampler, run.output_dir, start=start, info=info)
-        return {"global_step": 0, "step_times": [], "total_batch_size": total_batch, "max_steps": max_steps, "shown": shown}
+    total_batch = total_batch_size(accelerator, run)
     with option_errors():
         global_step, first_epoch, skip_batches = resume_training_state(accelerator, run, sampler, dataloader, resume_dir)
         if global_step > max_steps:
@@ -463,56 +449,6 @@ def run_training_loop(
             break
     progress.close()
     return {"global_step": global_step, "step_times": step_times, "total_batch_size": total_batch, "max_steps": max_steps}
-
-
-@dataclass
-class ScriptRun:
-    """What every script's run holds between its setup and its end (:class:`~.text_to_image.TextToImageRun`,
-    :class:`~.unconditional.UnconditionalRun`): its config ``cfg`` (with ``run`` and ``show_noise_schedule``), the
-    training ``noise_scheduler``, the ``sampler`` and its ``start``, and what accelerate prepared. ``accelerator`` is
-    None with ``--show_noise_schedule`` when there is nothing to measure (nothing else is set then)."""
-
-    cfg: object
-    noise_scheduler: object
-    sampler: TrainingTimestepSampler
-    start: SamplerStart | None = None
-    accelerator: object = None
-    model: object = None
-    ema: object = None
-    optimizer: object = None
-    lr_scheduler: object = None
-    dataloader: object = None
-    epoch_setters: tuple = ()
-
-    @property
-    def device(self):
-        return self.accelerator.device
-
-    @property
-    def unwrapped(self):
-        """The trained model without accelerate's wrapper (to build a pipeline, save or sample it)."""
-        return self.accelerator.unwrap_model(self.model)
-
-    def run_loop(self, compute_loss: Callable, *, params_to_clip, **callbacks) -> dict:
-        """:func:`run_training_loop` of this run with ``compute_loss`` and ``callbacks`` (``validate``,
-        ``on_epoch_end``). With ``--show_noise_schedule`` (a ``"profile"`` start) the start is measured and shown, and
-        nothing is trained."""
-        return run_training_loop(
-            self.accelerator,
-            self.cfg.run,
-            model=self.model,
-            optimizer=self.optimizer,
-            lr_scheduler=self.lr_scheduler,
-            dataloader=self.dataloader,
-            epoch_setters=self.epoch_setters,
-            sampler=self.sampler,
-            compute_loss=compute_loss,
-            params_to_clip=params_to_clip,
-            ema=self.ema,
-            start=self.start,
-            show_schedule=self.cfg.show_noise_schedule,
-            **callbacks,
-        )
 
 
 class ema_weights:

@@ -11,17 +11,10 @@ import torch
 
 from ..logs import get_logger
 from ..sampler import SamplerStart, TrainingTimestepSampler
+from .args import option_errors
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, captioned_dataloader
-from .loop import (
-    AcceleratorConfig,
-    OptimizerConfig,
-    RunConfig,
-    ScriptRun,
-    make_optimizer_and_lr_scheduler,
-    start_script_run,
-    training_length,
-)
+from .loop import AcceleratorConfig, OptimizerConfig, RunConfig, make_optimizer_and_lr_scheduler, start_run, training_length
 from .lora import add_lora_adapter, lora_layers
 from .outputs import (
     HubTarget,
@@ -32,6 +25,7 @@ from .outputs import (
     render_model_card,
     save_image_grid,
 )
+from .script_run import ScriptRun
 
 logger = get_logger(__name__)
 
@@ -164,8 +158,6 @@ def prepare_text_to_image_training(
     """
     from accelerate.utils import set_seed
 
-    from .args import option_errors  # (args builds on the loop this module uses)
-
     with option_errors():  # a data set that does not fit the options: one line, as argparse's, not a traceback
         dataloader, dataset, order = captioned_dataloader(cfg.data)
     dataloader = accelerator.prepare(dataloader)
@@ -203,7 +195,7 @@ def prepare_text_to_image_training(
 @dataclass
 class TextToImageRun(ScriptRun):
     """A text-to-image run between its start and its end (:func:`setup_text_to_image_run`; the fields of
-    :class:`~.loop.ScriptRun`).
+    :class:`~.script_run.ScriptRun`).
 
     ``parts``: the frozen components by pipeline name (tokenizers, text encoders, VAE), on the device;
     ``model``: the ``trained`` one as prepared by accelerate (``unwrapped`` for building a pipeline), ``params`` its
@@ -216,7 +208,7 @@ class TextToImageRun(ScriptRun):
     weight_dtype: torch.dtype = torch.float32
 
     def train(self, compute_loss: Callable, pipeline, **validation_kwargs) -> dict:
-        """:meth:`~.loop.ScriptRun.run_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``."""
+        """:meth:`~.script_run.ScriptRun.run_loop` with ``compute_loss(batch, levels)``; validation images from ``pipeline``."""
         validate = validation_callback(self.accelerator, pipeline, self.cfg, **validation_kwargs)
         return self.run_loop(compute_loss, params_to_clip=self.params, validate=validate)
 
@@ -224,10 +216,7 @@ class TextToImageRun(ScriptRun):
         self, result: dict, *, card: dict, pipeline=None, build_pipeline: Callable | None = None, validation_kwargs: dict | None = None
     ) -> dict:
         """:func:`finish_text_to_image_run`; returns ``result`` with the sampler. The card's details say where
-        the sampler started (METHOD.md §5.9): its record from step 0, kept through resumes. After ``--show_noise_schedule``
-        nothing was trained, and nothing is saved."""
-        if "shown" in result:
-            return {**result, "sampler": self.sampler}
+        the sampler started (METHOD.md §5.9): its record from step 0, kept through resumes."""
         if self.start is not None and self.sampler.learns_schedule:
             card = {**card, "details": {**card.get("details", {}), "InfoNoise start": "{}: {}".format(*recorded_start(self.sampler))}}
         finish_text_to_image_run(
@@ -260,14 +249,15 @@ def setup_text_to_image_run(
 ) -> TextToImageRun:
     """Everything a text-to-image script does before its loss, given its training ``noise_scheduler`` and
     ``sampler`` (built from the command line, :mod:`.args`) and where the sampler starts (``start``,
-    :func:`~diffusers_infonoise.training.args.sampler_start`; applied before step 1): :func:`~.loop.start_script_run`, the
+    :func:`~diffusers_infonoise.training.args.sampler_start`; applied before step 1): the ``Accelerator``
+    (:func:`~.loop.start_run`), the
     components ``parts`` of ``cfg.pretrained_model_name_or_path`` (name → class,
     :func:`load_pretrained_parts`), the ``trained`` one set up for training (:func:`setup_trained_model`,
     the others frozen) and :func:`prepare_text_to_image_training`."""
-    accelerator = start_script_run(cfg.accelerator, sampler, start, show=cfg.show_noise_schedule)
-    run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, accelerator=accelerator, trained=trained, start=start)
-    if accelerator is None:
+    run = TextToImageRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, trained=trained, start=start)
+    if not run.prepares_training:
         return run
+    run.accelerator = accelerator = start_run(cfg.accelerator)
     run.weight_dtype = weight_dtype_of(accelerator)
     run.parts = load_pretrained_parts(cfg.pretrained_model_name_or_path, revision=cfg.revision, variant=cfg.variant, **parts)
     model = run.parts.pop(trained)

@@ -16,17 +16,9 @@ from ..sampler import SamplerStart, TrainingTimestepSampler
 from .args import option_errors
 from .checkpoints import register_model_checkpointing, register_sampler_checkpointing
 from .datasets import DataConfig, batch_loader, unconditional_dataset
-from .loop import (
-    AcceleratorConfig,
-    OptimizerConfig,
-    RunConfig,
-    ScriptRun,
-    ema_weights,
-    make_optimizer_and_lr_scheduler,
-    start_script_run,
-    training_length,
-)
+from .loop import AcceleratorConfig, OptimizerConfig, RunConfig, ema_weights, make_optimizer_and_lr_scheduler, start_run, training_length
 from .outputs import HubTarget, log_images, save_samples, save_unconditional_outputs, save_unconditional_pipeline
+from .script_run import ScriptRun
 
 __all__ = [
     "UnconditionalConfig",
@@ -104,7 +96,7 @@ def load_pretrained_scheduler(cfg: UnconditionalConfig):
     if loaded is None:
         raise ValueError(f"--pretrained_model_name_or_path: {where} has an unknown scheduler {config.get('_class_name')!r}")
     kind = scheduler_kind(loaded.from_config(config))
-    if kind != cfg.path_kind:
+    if PATH_CLASSES[kind] is not path:
         raise ValueError(
             f"--pretrained_model_name_or_path: {where} has a {config['_class_name']} ({kind} path), but "
             f"--diffusion {path.diffusion} trains a {cfg.path_kind} path; pass --diffusion {PATH_CLASSES[kind].diffusion}"
@@ -144,7 +136,7 @@ def unconditional_scheduler(cfg: UnconditionalConfig) -> tuple[object, Objective
 @dataclass
 class UnconditionalRun(ScriptRun):
     """An unconditional run between its start and its end (:func:`setup_unconditional_run`; the fields of
-    :class:`~.loop.ScriptRun`): ``model`` is the UNet as prepared by accelerate, ``channels`` and ``alphabet``
+    :class:`~.script_run.ScriptRun`): ``model`` is the UNet as prepared by accelerate, ``channels`` and ``alphabet``
     (sequences only) describe the data."""
 
     channels: int = 0
@@ -184,15 +176,13 @@ class UnconditionalRun(ScriptRun):
                 log_images(self.accelerator, "samples", images, global_step)
 
     def train(self, compute_loss: Callable) -> dict:
-        """:meth:`~.loop.ScriptRun.run_loop` with ``compute_loss(x0, levels)`` and :meth:`on_epoch_end`."""
+        """:meth:`~.script_run.ScriptRun.run_loop` with ``compute_loss(x0, levels)`` and :meth:`on_epoch_end`."""
         return self.run_loop(compute_loss, params_to_clip=list(self.model.parameters()), on_epoch_end=self.on_epoch_end)
 
     def finish(self, result: dict) -> dict:
         """The end of the run: all processes wait, the main one saves (:func:`save_unconditional_outputs`: the
         pipeline, the schedule plot, samples and the model card), all wait again and the trackers end. Returns
-        ``result`` with the sampler; after ``--show_noise_schedule`` nothing was trained, and nothing is saved."""
-        if "shown" in result:
-            return {**result, "sampler": self.sampler}
+        ``result`` with the sampler."""
         cfg, accelerator = self.cfg, self.accelerator
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
@@ -235,16 +225,17 @@ def setup_unconditional_run(
 ) -> UnconditionalRun:
     """Everything ``train_unconditional.py`` does before its loss, given its training ``noise_scheduler`` and
     ``sampler`` (:func:`unconditional_scheduler`, :mod:`.args`) and where the sampler starts (``start``, applied before
-    step 1): :func:`~.loop.start_script_run`; the images or one-hot sequences (:func:`unconditional_dataset`,
+    step 1): the ``Accelerator`` (:func:`~.loop.start_run`); the images or one-hot sequences (:func:`unconditional_dataset`,
     :func:`batch_loader`, prepared); the model, ``build_model(cfg, channels, length)`` (the script's part; ``length``
     None for images), with its EMA under ``--use_ema``; the optimizer and LR schedule over
     :func:`training_length`'s steps; everything prepared; the sampler's per-rank stream seeded from ``--seed`` (π is
     shared through the sampler's all-reduce); the checkpoint hooks of the sampler and of the model (``unet/``); the
-    trackers, as ``tracker_project``, on the main process."""
-    accelerator = start_script_run(cfg.accelerator, sampler, start, show=cfg.show_noise_schedule)
-    run = UnconditionalRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, start=start, accelerator=accelerator)
-    if accelerator is None:
+    trackers, as ``tracker_project``, on the main process. With ``--show_noise_schedule`` only what
+    :meth:`~.script_run.ScriptRun.show` needs (:attr:`~.script_run.ScriptRun.prepares_training`)."""
+    run = UnconditionalRun(cfg=cfg, noise_scheduler=noise_scheduler, sampler=sampler, start=start)
+    if not run.prepares_training:
         return run
+    run.accelerator = accelerator = start_run(cfg.accelerator)
     run.alphabet = cfg.alphabet if cfg.sequence_column else None
     # a data set or model that does not fit the options (a missing column or asset, a batch larger than the data, a UNet
     # of another size, a model folder or Hub id that cannot be read) is a mistake in the options: one line, as argparse's, not a traceback

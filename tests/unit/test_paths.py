@@ -343,3 +343,18 @@ def test_a_new_models_scheduler_is_the_paths_with_its_own_options_only(cls, opti
     assert paths.PATH_CLASSES[paths.scheduler_kind(sched)] is path
     assert sched.config.get("prediction_type", "flow") in path.scheduler_prediction_types
     assert {c.diffusion for c in paths.PATH_CLASSES.values()} == {"ddpm", "edm", "flow"}
+
+
+def test_the_facts_read_from_a_paths_class_instead_of_its_kind():
+    """What the generation, the objective, the profiles and the recommendation read from a path rather than branching
+    on its kind: EDM's preconditioning (VE), the ``--weighting_scheme`` of diffusers' flow scripts, integer timesteps
+    (VP), and whether a stored path config is of the path's kind."""
+    from diffusers_infonoise.paths import VEPath, VPPath
+
+    classes = (VEPath, VPPath, FlowPath)
+    assert [c.preconditioned for c in classes] == [True, False, False]
+    assert [c.takes_weighting_scheme for c in classes] == [False, False, True]
+    vp, flow = path_from_scheduler(DDPMScheduler()), path_from_scheduler(FlowMatchEulerDiscreteScheduler(shift=3.0))
+    assert (vp.is_discrete, flow.is_discrete) == (True, False)
+    assert vp.records(vp.config()) and flow.records({"kind": "flow"})
+    assert not vp.records(flow.config()) and not vp.records(None) and not vp.records({})
