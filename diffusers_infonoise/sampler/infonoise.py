@@ -19,7 +19,7 @@ import torch
 
 from ..data_statistics import BOUND_WORK_PER_SECOND, MAX_BOUND_WORK, ValueTally, per_element_bayes_mmse, per_element_bound_work
 from ..logs import get_logger
-from ..paths import NoisePath, path_from_scheduler
+from ..paths import path_from_scheduler
 from ..schedule_io import CONFIG_KEY, FORMAT, VERSION, ScheduleError, read_schedule, stored_mu, write_schedule
 from .adaptive import _AdaptiveSampler, _stored_when
 from .base import as_count, default_prediction_type
@@ -49,7 +49,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         loss_weighting, snr_gamma: the weight the user's loss applies (METHOD.md §4).
         **settings: the fields of :class:`~diffusers_infonoise.sampler.settings.InfoNoiseSettings` (``num_bins``,
             ``warmup_steps``, ``floor``, ``gate``, ...), each described there. ``mmse_cap`` defaults to ``"auto"``
-            for ``epsilon`` and ``v_prediction`` losses, to None for the others.
+            for ``epsilon`` and ``v_prediction`` losses, to None for the others (:func:`~.settings.default_mmse_cap`).
 
     Raises:
         ValueError / TypeError: for invalid arguments, each naming the argument and accepted values.
@@ -58,11 +58,16 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     name = "infonoise"
     learns_schedule = True
 
-    def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
-        if settings.get("mmse_cap", "default") == "default":
-            # on by default where the conversion factor grows with σ (METHOD.md §5.4)
-            settings["mmse_cap"] = "auto" if prediction_type in ("epsilon", "v_prediction") else None
-        super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **settings)
+    title = "InfoNoise"
+    settings_class = InfoNoiseSettings
+
+    @property
+    def floor_space(self) -> str:
+        return self.settings.floor_space
+
+    @property
+    def temperature(self) -> float:
+        return self.settings.temperature
 
     def _statistic(self, levels, errors):
         return errors
