@@ -80,8 +80,9 @@ def unread_settings(name: str) -> tuple[str, ...]:
     """
     if name not in SAMPLER_NAMES:
         raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
-    read = () if name in FIXED_DENSITY_NAMES else _ADAPTIVE_BASELINES.get(name, InfoNoiseTrainingTimestepSampler).settings_class.names()
-    return tuple(k for k in InfoNoiseSettings.names() if k not in read)
+    if name in FIXED_DENSITY_NAMES:
+        return InfoNoiseSettings.names()
+    return _ADAPTIVE_BASELINES.get(name, InfoNoiseTrainingTimestepSampler).unread_settings
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:

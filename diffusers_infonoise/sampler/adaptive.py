@@ -17,7 +17,7 @@ from ..logs import get_logger
 from ..paths import NoisePath
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, _check_global_step_arg
 from .fixed import _resolve_base
-from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, AdaptiveSettings, _is_int, _plain_number, _real, default_mmse_cap
+from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, AdaptiveSettings, _is_int, _plain_number, _real, default_mmse_cap, unread_by
 
 logger = get_logger(__name__)
 
@@ -58,6 +58,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     settings_class: type[AdaptiveSettings] = AdaptiveSettings
     #: the sampler in words, in the refusal of a setting it does not read
     title = "this sampler"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        #: the settings of InfoNoise's this sampler does not read (nor accept), from :attr:`settings_class`
+        cls.unread_settings = unread_by(cls.settings_class)
 
     def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)

@@ -34,6 +34,7 @@ __all__ = [
     "SCHEDULE_SETTINGS",
     "STORED_SETTINGS",
     "default_mmse_cap",
+    "unread_by",
     "default_warmup_steps",
 ]
 
@@ -451,6 +452,12 @@ class InfoNoiseSettings(AdaptiveSettings):
 
 
 _BEFORE = {f.name: f.metadata["before"] for f in dataclasses.fields(InfoNoiseSettings)}
+
+
+def unread_by(settings_class: type[AdaptiveSettings]) -> tuple[str, ...]:
+    """The settings of :class:`InfoNoiseSettings` that a sampler with ``settings_class`` does not read, in their place's
+    order (none for InfoNoise)."""
+    return tuple(k for k in InfoNoiseSettings.names() if k not in settings_class.names())
 
 
 def default_warmup_steps(num_training_steps: int | None, refresh_every: int) -> int:

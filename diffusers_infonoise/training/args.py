@@ -228,28 +228,20 @@ def _refuse_unused_density_flags(args, used: str | None, what: str) -> None:
             )
 
 
-#: values that state a flag's default although the parser's default is another (unset): the m̂ cap's documented ``auto``
-_DEFAULT_SPELLED = {"infonoise_mmse_cap": ("auto",)}
-
-
-def _infonoise_flag_defaults() -> dict:
-    """Every ``--infonoise_*`` flag of :func:`add_noise_sampler_args` with its parser default (no script changes these
-    defaults; a ``set_defaults`` of one would have to be read here too)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_noise_sampler_args(parser)
-    return {k: v for k, v in vars(parser.parse_args([])).items() if k.startswith("infonoise_")}
+#: values that state an option's default although the parser's default is another (unset): the m̂ cap's documented ``auto``
+_DEFAULT_SPELLED = {"mmse_cap": ("auto",)}
 
 
 def unread_infonoise_flags(args, name: str) -> list[str]:
     """The ``--infonoise_*`` flags changed from their defaults that sampler ``name`` does not read (``--flag`` each,
     those of :func:`~diffusers_infonoise.sampler.unread_settings`: any for a fixed density, a baseline's own, none for
     InfoNoise). The start's flags are no settings: :func:`sampler_start` refuses them where they do not apply."""
-    unread = {f"infonoise_{setting}" for setting in unread_settings(name)}
-    defaults = _infonoise_flag_defaults()
+    unread = unread_settings(name)
     return [
-        f"--{flag}"
-        for flag, default in defaults.items()
-        if flag in unread and getattr(args, flag, default) not in (default, *_DEFAULT_SPELLED.get(flag, ()))
+        f"--infonoise_{setting}"
+        for setting, option in InfoNoiseSettings.options().items()  # the options' defaults (no script changes them)
+        if setting in unread
+        and getattr(args, f"infonoise_{setting}", option["default"]) not in (option["default"], *_DEFAULT_SPELLED.get(setting, ()))
     ]
 
 
