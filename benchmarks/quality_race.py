@@ -157,7 +157,7 @@ def main(argv=None):
     meta = results_meta(
         invocation, out / f"quality_race_{tier_name}.json", report_only=args.report_only, note=args.note, tier=args.tier, runs=runs
     )
-    out_json = write_report(tier_name, args.tier, races, runs, summary, meta, out)
+    out_json = write_report(tier_name, args.tier, races, runs, summary, meta, out, tier.summaries)
     print(f"wrote {out_json} ({out_json.stat().st_size / 1024:.0f} KB) in {wall:.0f} s; errors: {errors or 'none'}", flush=True)
 
 

@@ -23,7 +23,7 @@ from .sampler import (  # noqa: E402
     make_sampler,
     start_from_model,
 )
-from .schedule_io import ScheduleError, read_schedule, read_schedule_from, write_schedule  # noqa: E402
+from .schedule_io import ScheduleError, StoredSchedule, read_schedule, read_schedule_from, write_schedule  # noqa: E402
 from .weighting import per_sample_mse, x0_error_factor, x0_loss_weight  # noqa: E402
 
 #: public names whose modules import diffusers' pipelines or the diagnostics: loaded on first use
@@ -70,6 +70,7 @@ __all__ = [
     "ScheduleError",
     "read_schedule",
     "read_schedule_from",
+    "StoredSchedule",
     "write_schedule",
     "SamplerStart",
     "choose_start",

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from .paths import path_from_scheduler
+from .schedule_io import StoredSchedule, stored_mu
 from .scheduler_grids import InferenceGrid, nearest_table_steps, scheduler_grid_kwargs, scheduler_sigmas_as_ve, set_infogrid
 
 __all__ = [
@@ -85,10 +87,11 @@ def entropic_time_sigmas(
 
 
 def infogrid_caveat(sampler) -> str | None:
-    """Why the InfoGrid of ``sampler``'s learned schedule is not the grid to sample with, or None when it is: the one
-    decision behind :func:`infogrid`'s warning and the model card's advice. A schedule whose m̂ is capped at the data's
-    variance (an ε/v loss, METHOD.md §5.4) hides the model's own error at large σ."""
-    if sampler.estimator.mmse_cap is None:
+    """Why the InfoGrid of ``sampler``'s learned schedule (or of a
+    :class:`~diffusers_infonoise.estimator.ProfileEstimator`'s estimate) is not the grid to sample with, or None when
+    it is: the one decision behind :func:`infogrid`'s warning and the model card's advice. A schedule whose m̂ is capped
+    at the data's variance (an ε/v loss, METHOD.md §5.4) hides the model's own error at large σ."""
+    if getattr(sampler, "estimator", sampler).mmse_cap is None:
         return None
     return (
         "this schedule's m̂ is capped at the data's variance (an epsilon/v loss, METHOD.md §5.4), which hides the model's "
@@ -98,25 +101,31 @@ def infogrid_caveat(sampler) -> str | None:
 
 
 def _profile_arrays(source, density: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(log σ, g, edges) of a sampler, an offline Profile, or a scheduler/pipeline with a stored schedule."""
+    """(log σ, g, edges, path) of a sampler, an offline Profile, or a scheduler/pipeline with a stored schedule (its
+    estimate read without building a sampler: :func:`~diffusers_infonoise.sampler.infonoise.stored_estimator`)."""
     from .diagnostics.grid import Profile
     from .sampler import InfoNoiseTrainingTimestepSampler
+    from .sampler.infonoise import stored_estimator
 
-    if not isinstance(source, (InfoNoiseTrainingTimestepSampler, Profile)):
-        scheduler = getattr(source, "scheduler", source)  # a pipeline or its scheduler
-        source = InfoNoiseTrainingTimestepSampler.from_stored(scheduler)
     if isinstance(source, Profile):
         x, q, rho, edges, path = source.log_sigma, source.q, source.rho_hat, source.edges, None
     else:
-        if source.estimator.num_filled < 2:
+        if isinstance(source, InfoNoiseTrainingTimestepSampler):
+            est, path = source.estimator, source.path
+        else:
+            scheduler = getattr(source, "scheduler", source)  # a pipeline or its scheduler
+            stored = StoredSchedule.from_scheduler(scheduler)
+            path = path_from_scheduler(scheduler, mu=stored_mu(scheduler, stored.payload))
+            est = stored_estimator(stored, path)
+        if est.num_filled < 2:
             raise ValueError("source: the sampler has no estimate yet (fewer than two bins filled); train it first")
-        caveat = infogrid_caveat(source)
+        caveat = infogrid_caveat(est)
         if caveat is not None:
             import warnings
 
             warnings.warn(f"infogrid: {caveat}", UserWarning, stacklevel=3)
-        p = source.profile()
-        x, q, rho, edges, path = p["log_sigma"], p["q"], p["rho_hat"], source.edges, source.path
+        rho, q = est.profile()
+        x, edges = est.centers, est.edges
     g = {"rho": rho, "q": q, "q_sigma": q * torch.exp(x)}[density]
     return x, g, edges, path
 

@@ -5,12 +5,15 @@ checkpoint state files. What a payload holds is written and read by the sampler 
 :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule` (``from_scheduler`` and ``from_stored``
 build the sampler and call it).
 
-``write_schedule(noise_scheduler, sampler)`` stores the payload (plain floats: grid, π, ρ̂, m̂; the path,
+``write_schedule(noise_scheduler, payload)`` stores a sampler's payload (plain floats: grid, π, ρ̂, m̂; the path,
 prediction type, loss weighting, settings, optimizer steps and the package version) under the config key
 :data:`CONFIG_KEY`. The key starts with an underscore, which diffusers treats as a private attribute:
 ``save_pretrained`` writes it, ``from_pretrained``/``from_config`` (also into a compatible class) carry it along
 as a hidden config entry, and stock diffusers neither passes it to ``__init__`` nor warns about it.
-``read_schedule`` validates a payload and rejects a corrupted or unknown-version one with a clear error.
+``read_schedule`` validates a payload and rejects a corrupted or unknown-version one with a clear error;
+:class:`StoredSchedule` is a read-only view of a validated payload (grid, π, ρ̂, m̂, path) for inference and
+diagnostics, which builds no sampler. This module takes payloads, never a sampler: it imports nothing from
+:mod:`diffusers_infonoise.sampler`.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .sampler import InfoNoiseTrainingTimestepSampler
+from .paths import PATH_CLASSES, path_from_scheduler
 
 __all__ = [
     "stored_mu",
@@ -34,6 +38,7 @@ __all__ = [
     "write_schedule",
     "clear_schedule",
     "read_schedule",
+    "StoredSchedule",
     "validate_payload",
     "check_float_range",
     "check_number_list",
@@ -176,8 +181,6 @@ MAX_M_HAT = 1e30
 def _check_edges_span_path(path: Any, edges: torch.Tensor) -> None:
     """The grid must be the recorded path's: from log σ_min to log σ_max (VE, flow), or a VP table's cells
     around them (they reach half a step beyond the table's first and last σ)."""
-    from .paths import PATH_CLASSES
-
     if not isinstance(path, dict) or not isinstance(path.get("kind"), str) or path["kind"] not in PATH_CLASSES:
         raise ScheduleError(f"{CONFIG_KEY}: path must be an object with kind {' or '.join(map(repr, PATH_CLASSES))}, got {path!r}")
     ends = [path.get(key) for key in ("sigma_min", "sigma_max")]
@@ -202,33 +205,34 @@ def stored_mu(noise_scheduler, payload: dict | None) -> float | None:
     return None if shift is None else math.log(float(shift))
 
 
-def write_schedule(noise_scheduler, sampler: InfoNoiseTrainingTimestepSampler) -> dict:
-    """Store ``sampler``'s schedule (its :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.to_payload`,
-    validated) in ``noise_scheduler.config[CONFIG_KEY]``; returns the payload.
+def write_schedule(noise_scheduler, payload: dict) -> dict:
+    """Store a schedule ``payload`` (a sampler's
+    :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.to_payload`, what
+    :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.save_to_scheduler` passes), validated, in
+    ``noise_scheduler.config[CONFIG_KEY]``; returns the payload.
 
     ``noise_scheduler.save_pretrained`` (or the pipeline's) then writes it to ``scheduler_config.json``.
     The scheduler's own parameters are not touched.
 
+    Warns (``UserWarning``) when the scheduler's ``prediction_type`` differs from the loss the schedule was learned from.
+
     Raises:
-        ValueError: when the scheduler's path differs from the sampler's.
+        ScheduleError: (a ``ValueError``) a payload that is not a valid schedule (:func:`validate_payload`).
+        ValueError: when the scheduler's path differs from the payload's.
     """
-    from .paths import path_from_scheduler
-
-    mu = math.log(sampler.path.shift) if getattr(noise_scheduler.config, "use_dynamic_shifting", False) else None
-    if path_from_scheduler(noise_scheduler, mu=mu).config() != sampler.path.config():
+    payload = validate_payload(payload)
+    path = payload["path"]
+    if path_from_scheduler(noise_scheduler, mu=stored_mu(noise_scheduler, payload)).config() != path:
         raise ValueError("noise_scheduler: its corruption path differs from the one the sampler was built for")
-    configured = type(sampler.path).configured_prediction_type(noise_scheduler.config)
-    if configured is not None and configured != sampler.prediction_type:
-        import warnings
-
+    configured = PATH_CLASSES[path["kind"]].configured_prediction_type(noise_scheduler.config)
+    if configured is not None and configured != payload["prediction_type"]:
         warnings.warn(
             f"noise_scheduler: its prediction_type is {configured!r}, but the schedule stored in it was learned "
-            f"from a {sampler.prediction_type!r} loss; a pipeline reads the model's output as {configured!r}. "
+            f"from a {payload['prediction_type']!r} loss; a pipeline reads the model's output as {configured!r}. "
             "Save the schedule into the scheduler the model samples with (register_to_config(prediction_type=...))",
             UserWarning,
             stacklevel=2,
         )
-    payload = validate_payload(sampler.to_payload())
     noise_scheduler.register_to_config(**{CONFIG_KEY: payload})
     return payload
 
@@ -253,6 +257,97 @@ def read_schedule(config_or_scheduler) -> dict | None:
     if payload is None:
         return None
     return validate_payload(payload)
+
+
+def _tensor(values: list) -> torch.Tensor:
+    # JSON null (a bin never filled) reads as NaN
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class StoredSchedule:
+    """A read-only view of a stored schedule (a validated payload) for inference and diagnostics: its grid, π, ρ̂ and
+    m̂ as float64 tensors, its path and settings as stored. It builds no sampler; a training run starts from a
+    stored schedule through :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`, and the
+    estimate of its m̂ (q, ρ̂ on this run's grid) is
+    :func:`~diffusers_infonoise.sampler.infonoise.stored_estimator`'s.
+
+    Attributes:
+        payload: the validated payload (:func:`validate_payload`, :func:`read_schedule`), as stored.
+    """
+
+    payload: dict
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> "StoredSchedule":
+        """The view of a payload, validated first.
+
+        Raises:
+            ScheduleError: a corrupted or unknown-version payload.
+        """
+        return cls(validate_payload(payload))
+
+    @classmethod
+    def from_scheduler(cls, noise_scheduler) -> "StoredSchedule":
+        """The schedule stored in ``noise_scheduler``'s config (or a config dict).
+
+        Raises:
+            ValueError: the config carries no learned schedule. ScheduleError: a corrupted or unknown-version payload.
+        """
+        payload = read_schedule(noise_scheduler)
+        if payload is None:
+            raise ValueError(
+                f"noise_scheduler: its config carries no learned InfoNoise schedule (no '{CONFIG_KEY}' "
+                "entry); it was not saved by a run with an InfoNoise sampler"
+            )
+        return cls(payload)
+
+    @property
+    def path(self) -> dict:
+        """The path's config as stored (``NoisePath.config()``)."""
+        return self.payload["path"]
+
+    @property
+    def prediction_type(self) -> str:
+        return self.payload["prediction_type"]
+
+    @property
+    def edges(self) -> torch.Tensor:
+        """(K+1,) log-σ bin edges (VE σ)."""
+        return _tensor(self.payload["edges"])
+
+    @property
+    def centers(self) -> torch.Tensor:
+        """(K,) log-σ bin centres (VE σ)."""
+        e = self.edges
+        return 0.5 * (e[1:] + e[:-1])
+
+    @property
+    def pi(self) -> torch.Tensor:
+        """(K,) π's bin masses as stored (summing to 1): a sampler built from this schedule with its stored settings
+        draws from exactly these."""
+        return _tensor(self.payload["pi"])
+
+    @property
+    def rho_hat(self) -> torch.Tensor | None:
+        """(K,) ρ̂ per unit log σ as the saving run had it, or None (saved before any estimate)."""
+        rho = self.payload.get("rho_hat")
+        return None if rho is None else _tensor(rho)
+
+    @property
+    def m_hat(self) -> torch.Tensor:
+        """(K,) x0-space errors, NaN where a bin never filled."""
+        return _tensor(self.payload["m_hat"])
+
+    @property
+    def num_filled(self) -> int:
+        """How many bins hold a stored m̂ (an estimate needs two)."""
+        return int((~torch.isnan(self.m_hat)).sum())
+
+    @property
+    def is_adapted(self) -> bool:
+        """Whether the stored π is a learned one (saved after its warm-up), not the base density's masses."""
+        return self.payload.get("adapted") is not False
 
 
 # ----------------------------------------------------------------------------------------------

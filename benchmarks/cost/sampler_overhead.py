@@ -133,10 +133,10 @@ def main(argv=None) -> dict:
             cls(), prediction_type=pred, loss_weighting=weighting, num_bins=args.num_bins
         )
         losses[kind] = [torch.rand(args.batch_size, generator=gens[kind]) for _ in range(8)]
-        sampler_block(sampler, args.batch_size, sampler.warmup_steps + sampler.refresh_every, gens[kind], losses[kind])
+        sampler_block(sampler, args.batch_size, sampler.warmup_steps + sampler.settings.refresh_every, gens[kind], losses[kind])
         assert sampler.is_adapted
         samplers[kind] = sampler
-    refresh_every = samplers["vp"].refresh_every
+    refresh_every = samplers["vp"].settings.refresh_every
     if args.sampler_steps % refresh_every:
         parser.error(f"--sampler-steps must be a multiple of refresh_every ({refresh_every}) to amortise refreshes evenly")
 

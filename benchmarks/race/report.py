@@ -9,7 +9,6 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.race import transfer
 from benchmarks.race.data import DATASETS
 from benchmarks.race.figures import plot_curves, plot_pi
 from benchmarks.race.races import NUM_INFERENCE_STEPS, OMITTED_AT_DEFAULT
@@ -98,18 +97,24 @@ def write_results_json(doc: dict, path: Path, limit: int = 190_000) -> None:
     path.write_text(text)
 
 
-def write_report(tier_name: str, tier: str, races, runs: list, summary: dict, meta: dict, out: Path) -> Path:
-    """Write ``quality_race_<tier_name>.json``, its two figures and ``.md`` under ``out``; returns the JSON's path."""
+def write_report(tier_name: str, tier: str, races, runs: list, summary: dict, meta: dict, out: Path, parts: tuple = ()) -> Path:
+    """Write ``quality_race_<tier_name>.json``, its two figures and ``.md`` under ``out``, with the tier's own ``parts``
+    (:class:`~benchmarks.race.tier.SummaryPart`: their sections and figures); returns the JSON's path."""
     out_json = out / f"quality_race_{tier_name}.json"
     write_results_json({"meta": meta, "design": design(races, tier), "summary": summary, "runs": runs}, out_json)
     plot_curves(races, runs, summary, out / f"quality_race_{tier_name}_curves.png")
     plot_pi(races, runs, out / f"quality_race_{tier_name}_pi.png")
-    if summary.get("transfer"):
-        transfer.plot_regret(summary["transfer"], out / f"quality_race_{tier_name}_regret.png")
+    for part in parts:
+        if summary.get(part.key) and part.figure:
+            part.figure(summary[part.key], out / _part_figure(tier_name, part))
     # a report-only pass times nothing: state the runs' own worker time instead of a wall time
     meta.setdefault("runs_worker_time_s", round(sum(r["wall_time_s"]["total"] for r in runs if isinstance(r.get("wall_time_s"), dict)), 1))
-    write_markdown(tier_name, races, summary, meta, out / f"quality_race_{tier_name}.md")
+    write_markdown(tier_name, races, summary, meta, out / f"quality_race_{tier_name}.md", parts)
     return out_json
+
+
+def _part_figure(tier_name: str, part) -> str:
+    return f"quality_race_{tier_name}_{part.figure_name or part.key}.png"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -127,7 +132,7 @@ def _per_seed_speedups(sp: dict) -> str:
     return ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}" for p in sp["per_seed"])
 
 
-def write_markdown(tier, races, summary, meta, path: Path):
+def write_markdown(tier, races, summary, meta, path: Path, parts: tuple = ()):
     reading = ""
     if path.exists():
         old = path.read_text()
@@ -173,8 +178,9 @@ def write_markdown(tier, races, summary, meta, path: Path):
         summary_table(races, summary),
         "",
     ]
-    if summary.get("transfer"):
-        L += transfer.markdown(summary["transfer"], f"quality_race_{tier}_regret.png")
+    for part in parts:
+        if summary.get(part.key) and part.markdown:
+            L += part.markdown(summary[part.key], _part_figure(tier, part))
     for race in races:
         if summary.get(race.name):
             L += _race_section(race, summary[race.name])

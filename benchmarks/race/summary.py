@@ -126,10 +126,10 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict, tier_summaries
             )
             entry["gate"] = {r["run_id"]: r["schedule"]["gate"] for r in by[ref] if r.get("schedule")}
         summary[race.name] = entry
-    for key, part in tier_summaries:  # they build on the races' entries
-        value = part(races, runs, summary)
+    for part in tier_summaries:  # they build on the races' entries
+        value = part.summarize(races, runs, summary)
         if value is not None:
-            summary[key] = value
+            summary[part.key] = value
     return summary
 
 

@@ -11,6 +11,20 @@ from benchmarks.race.races import Race
 
 
 @dataclass(frozen=True)
+class SummaryPart:
+    """A tier's own part of the summary, stored under ``key``: ``summarize(races, runs, summary)`` returns it (None where
+    it has nothing to add; it builds on the races' entries in ``summary``); ``markdown(part, tier_name)`` its sections
+    of the report (lines), ``figure(part, path)`` its figure, drawn as ``quality_race_<tier>_<key>.png`` (or
+    ``figure_name``'s suffix)."""
+
+    key: str
+    summarize: Callable
+    markdown: Callable | None = None
+    figure: Callable | None = None
+    figure_name: str | None = None
+
+
+@dataclass(frozen=True)
 class Tier:
     """One tier (``--tier``).
 
@@ -21,10 +35,9 @@ class Tier:
     InfoNoise's variants, "rest" = the samplers neither main nor a variant, "fixed" / "infonoise" / "peers" = the arms
     of that kind (:attr:`~benchmarks.race.arms.Arm.kind`: fixed densities, InfoNoise and its variants, the other
     adaptive ones; a ``#recommended`` arm is none of them), "recommended" = the ``#recommended`` arms, "all"; without
-    rules, the race order. ``summaries``: the tier's own parts of the summary, ``(key, summarize)`` where
-    ``summarize(races, runs, summary)`` returns the part, or None where it has nothing to add
-    (:func:`benchmarks.race.summary.summarize`). ``notice``: printed when the tier starts. ``other_tiers``: the
-    results' note on tiers its results file does not hold."""
+    rules, the race order. ``summaries``: the tier's own parts of the summary and the report, :class:`SummaryPart`
+    each (:func:`benchmarks.race.summary.summarize`, :func:`benchmarks.race.report.write_report`). ``notice``: printed
+    when the tier starts. ``other_tiers``: the results' note on tiers its results file does not hold."""
 
     name: str
     build: Callable[[], list[Race]]

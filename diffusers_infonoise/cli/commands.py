@@ -68,7 +68,7 @@ def _cmd_show(args) -> int:
     payload = validate_payload(config) if bare else payload  # each payload is validated once
     sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload)
     x = sampler.estimator.centers
-    edges = sampler.edges
+    edges = sampler.estimator.edges
     widths = edges[1:] - edges[:-1]
     pi = normalize_density(densities.bin_masses(sampler.density, edges) / widths, x)
     base = normalize_density(densities.bin_masses(sampler.base, edges) / widths, x)
@@ -103,28 +103,28 @@ def _cmd_show(args) -> int:
     rows = [("pi (learned)", pi), ("base", base), ("phi = pi*w", phi)] + ([("rho_hat", rho)] if rho is not None else [])
     for label, dens in rows:
         out.append(f"    {label:<14} mode {_fmt(_mode_sigma(dens, x)):>8}   window {_window_text(dens, x)}")
-    tau = sampler.temperature
+    tau = sampler.settings.temperature
     target = "rho_hat" if tau == 1.0 else f"rho_hat^{tau:g}"
     tempered = None if rho is None or tau == 1.0 else normalize_density(rho**tau, x)
     if rho is not None and sampler.settings.target_space == "pi":  # the study variant: its draws follow rho_hat
         drawn = total_variation(pi, rho if tau == 1.0 else tempered, x)
         out.append(
             f"  pi vs {target:<12} target_space=pi (a study variant: the draws follow {target}, so phi ~ {target}*w): "
-            f"TV(pi, {target}) = {drawn:.3f} (floor {sampler.floor:g}); "
+            f"TV(pi, {target}) = {drawn:.3f} (floor {sampler.settings.floor:g}); "
             f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, large by design (METHOD.md section 5.10)"
         )
     elif tempered is not None:  # a tempered target: phi follows rho_hat^tau, which the floor bounds
         out.append(
             f"  phi vs {target:<12} a tempered target (pi ~ {target}/w): TV(phi, {target}) = "
-            f"{total_variation(phi, tempered, x):.3f} (floor {sampler.floor:g} in {sampler.floor_space}-space; "
+            f"{total_variation(phi, tempered, x):.3f} (floor {sampler.settings.floor:g} in {sampler.settings.floor_space}-space; "
             f"METHOD.md section 5 wants <= floor + 0.02); TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, "
             "large by design"
         )
     elif rho is not None:
         out.append(
             f"  phi vs rho_hat   {window_mass(phi, rho, x):.1%} of phi inside rho_hat's central 90% window; "
-            f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f} (floor {sampler.floor:g} in "
-            f"{sampler.floor_space}-space; METHOD.md section 5 wants <= floor + 0.02)"
+            f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f} (floor {sampler.settings.floor:g} in "
+            f"{sampler.settings.floor_space}-space; METHOD.md section 5 wants <= floor + 0.02)"
         )
     out += ["", f"  {'log_sigma':>9} {'sigma':>9} {'pi':>9} {'base':>9} {'phi':>9}" + (f" {'rho_hat':>9}" if rho is not None else "")]
     k = x.numel()

@@ -85,7 +85,8 @@ def plot_schedule(sampler: TrainingTimestepSampler, path=None, *, title: str | N
         prof = sampler.profile()
     # φ per grid cell (cell-average π times w): on the estimator's bins for adaptive samplers, where
     # π is constant per bin, so that φ is comparable point by point with ρ̂
-    grid = sampler.bin_centers if sampler.bin_centers is not None else x
+    estimator = getattr(sampler, "estimator", None)
+    grid = estimator.centers if estimator is not None else x
     alloc = allocation(sampler, log_sigma=grid)
 
     fig, (ax0, ax1) = _figure(2)
@@ -108,10 +109,10 @@ def plot_schedule(sampler: TrainingTimestepSampler, path=None, *, title: str | N
         # the check of METHOD.md §5: TV(φ, ρ̂) ≤ η + 0.02; the draws-on-ρ̂ variant is far from it by design
         if sampler.settings.target_space == "pi":
             label += (
-                f", TV(φ, ρ̂) = {sampler.allocation_total_variation():.2f} (draws on ρ̂: TV(π, ρ̂) = {sampler.draws_total_variation():.2f})"
+                f", TV(φ, ρ̂) = {sampler._allocation_total_variation():.2f} (draws on ρ̂: TV(π, ρ̂) = {sampler._draws_total_variation():.2f})"
             )
         else:
-            label += f", TV(φ, ρ̂) = {sampler.allocation_total_variation():.2f} (floor {sampler.floor:g})"
+            label += f", TV(φ, ρ̂) = {sampler._allocation_total_variation():.2f} (floor {sampler.settings.floor:g})"
     ax1.plot(alloc.log_sigma.numpy(), alloc.phi.numpy(), color="C2", lw=2, drawstyle="steps-mid", label=label)
     ax1.set_ylabel("effective allocation")
     ax1.set_xlabel("log σ (VE)")

@@ -72,7 +72,7 @@ SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, *_ADAPTIVE_BASELINES)
 
 def unread_settings(name: str) -> tuple[str, ...]:
     """The settings of :class:`InfoNoiseSettings` that sampler ``name`` does not read: every one for a fixed density,
-    none for InfoNoise, those a baseline's ``settings_class`` has not (Kingma & Gao: the gate, the m̂ cap, the target's
+    none for InfoNoise, those a baseline's ``_settings_class`` has not (Kingma & Gao: the gate, the m̂ cap, the target's
     settings; the loss slope: the gate and the target's).
 
     Raises:
@@ -82,7 +82,7 @@ def unread_settings(name: str) -> tuple[str, ...]:
         raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
     if name in FIXED_DENSITY_NAMES:
         return InfoNoiseSettings.names()
-    return _ADAPTIVE_BASELINES.get(name, InfoNoiseTrainingTimestepSampler).unread_settings
+    return _ADAPTIVE_BASELINES.get(name, InfoNoiseTrainingTimestepSampler)._unread_settings
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:
@@ -112,6 +112,6 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
     common.setdefault("prediction_type", default_prediction_type(noise_scheduler))
     if name in _ADAPTIVE_BASELINES:
         cls = _ADAPTIVE_BASELINES[name]
-        cls.settings_class.check_keywords(kwargs, name, reader=cls.title)
+        cls._settings_class.check_keywords(kwargs, name, reader=cls._title)
         return cls(path, **common, **kwargs)
     return FixedDensitySampler(path, base_density(name, path, **kwargs), name=name, **common)

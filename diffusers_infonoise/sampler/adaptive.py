@@ -4,7 +4,6 @@ refresh across processes, the data statistics and the exact-resume state."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import warnings
 
@@ -15,6 +14,7 @@ from ..data_statistics import DataStatistics
 from ..estimator import ProfileEstimator
 from ..logs import get_logger
 from ..paths import NoisePath
+from ..schedule_io import ScheduleError
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, _check_global_step_arg
 from .fixed import _resolve_base
 from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, AdaptiveSettings, _is_int, _plain_number, _real, default_mmse_cap, unread_by
@@ -34,8 +34,30 @@ PROFILE_SHARE = 0.05
 _ESTIMATE_STARTS = {"base": False, "stored": True, "profile": True}
 
 
+#: below this share of π on bins that hold a measured m̂, π is mostly extrapolation: warned about
+MEASURED_MASS_WARNING = 0.5
+
 #: the total variation a stored π may differ from the one its own m̂ and settings give (float round-off)
 PI_TOLERANCE = 1e-6
+
+
+def estimator_for(path: NoisePath, settings: AdaptiveSettings) -> ProfileEstimator:
+    """The empty estimator of an adaptive sampler with ``settings`` on ``path``: ``num_bins`` bins spanning the path's
+    log-σ range (VE σ), a zero-terminal-SNR VP step (σ = inf) clamped into the top bin (METHOD.md §5.1)."""
+    lo, hi = path.log_sigma_range
+    edges = torch.linspace(lo, hi, settings.num_bins + 1, dtype=torch.float64)
+    estimator = ProfileEstimator(edges, **settings.estimator_keywords())
+    estimator.top_includes_inf = bool(path.is_discrete and not math.isfinite(float(path.sigmas_table[-1])))
+    return estimator
+
+
+def apply_data_statistics(estimator: ProfileEstimator, settings: AdaptiveSettings, variance: float | None, min_gap: float | None):
+    """Apply the data's statistics to ``estimator`` (METHOD.md §5.4-5.5): V becomes the m̂ cap where ``settings``' is
+    ``"auto"``, the smallest gap between values the value grid of the gate; None leaves either as it is."""
+    if variance is not None and variance > 0 and getattr(settings, "mmse_cap", None) == "auto":  # none without a cap
+        estimator.mmse_cap = variance
+    if min_gap is not None:
+        estimator.set_data_grid(min_gap)
 
 
 class _AdaptiveSampler(TrainingTimestepSampler):
@@ -44,7 +66,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     Args:
         path, prediction_type, loss_weighting, snr_gamma: as :class:`~.base.TrainingTimestepSampler`.
-        **settings: the fields of :attr:`settings_class` (``num_bins``, ``warmup_steps``, ...); one with an m̂ cap
+        **settings: the fields of :attr:`_settings_class` (``num_bins``, ``warmup_steps``, ...); one with an m̂ cap
             not given one takes :func:`~.settings.default_mmse_cap` (also for ``mmse_cap="default"``).
 
     Raises:
@@ -55,26 +77,25 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     #: the settings this sampler reads, and accepts: those of InfoNoise it has not are refused by name, and the
     #: training scripts warn of their options (:func:`~diffusers_infonoise.sampler.unread_settings`)
-    settings_class: type[AdaptiveSettings] = AdaptiveSettings
+    _settings_class: type[AdaptiveSettings] = AdaptiveSettings
     #: the sampler in words, in the refusal of a setting it does not read
-    title = "this sampler"
+    _title = "this sampler"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        #: the settings of InfoNoise's this sampler does not read (nor accept), from :attr:`settings_class`
-        cls.unread_settings = unread_by(cls.settings_class)
+        #: the settings of InfoNoise's this sampler does not read (nor accept), from :attr:`_settings_class`
+        cls._unread_settings = unread_by(cls._settings_class)
 
     def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
-        self.settings_class.check_keywords(settings, type(self).__name__, error=TypeError, reader=self.title)
-        if "mmse_cap" in self.settings_class.names() and settings.get("mmse_cap", "default") == "default":
+        self._settings_class.check_keywords(settings, type(self).__name__, error=TypeError, reader=self._title)
+        if "mmse_cap" in self._settings_class.names() and settings.get("mmse_cap", "default") == "default":
             settings["mmse_cap"] = default_mmse_cap(prediction_type)
         #: the settings as they stand (replaced when the run fixes one: its length, a skipped warm-up, the "auto" cap)
-        self.settings = self.settings_class(**settings)
+        self.settings = self._settings_class(**settings)
         self._given_settings = self.settings  # as given, what a resume compares (resume_record)
-        lo, hi = path.log_sigma_range
-        edges = torch.linspace(lo, hi, self.settings.num_bins + 1, dtype=torch.float64)
-        self.estimator = ProfileEstimator(edges, **self.settings.estimator_keywords())
+        self.estimator = estimator_for(path, self.settings)
+        edges = self.estimator.edges
         self.base, self.base_description = _resolve_base(path, self.settings.base)
         self.base_masses = densities.bin_masses(self.base, edges)
         self.base_masses = self.base_masses / self.base_masses.sum()
@@ -87,35 +108,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
         self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
         self.value_tally = None  # a ValueTally while a profile start measures (its per-element bound), else None
-        #: how the run started (METHOD.md §5.9), recorded once before step 1 (:meth:`record_start`); kept in the state
-        self.start_record: dict | None = None
-        # a zero-terminal-SNR VP step (σ = inf) is clamped into the top bin (METHOD.md §5.1)
-        self.estimator.top_includes_inf = bool(path.is_discrete and not math.isfinite(float(path.sigmas_table[-1])))
-
-    # -- the settings -----------------------------------------------------------------------
-    @property
-    def hyperparameters(self) -> dict:
-        """The stored settings (:data:`~.settings.STORED_SETTINGS`) as they stand: a payload's ``hyperparameters``
-        (``warmup_steps`` 0 after a start that skipped the automatic one, ``mmse_cap`` the measured V once frozen)."""
-        return self.settings.stored()
-
-    @property
-    def refresh_every(self) -> int:
-        return self.settings.refresh_every
-
-    @property
-    def floor(self) -> float:
-        return float(self.settings.floor)
 
     @property
     def _auto_cap(self) -> bool:
         """Whether the m̂ cap is ``"auto"``: measured on the data (False for a sampler without a cap)."""
         return getattr(self.settings, "mmse_cap", None) == "auto"
-
-    @property
-    def num_training_steps(self) -> int | None:
-        """The run's optimizer steps, when known (the settings' or :meth:`plan_run`'s)."""
-        return self.settings.num_training_steps
 
     # -- the run: its length, its start, the warm-up and the profile budget ---------------------
     def plan_run(self, num_training_steps: int | None = None, start=None) -> RunPlan:
@@ -162,39 +159,31 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if brings_estimate and self.settings.warmup_steps == "auto":
             self.settings = self.settings.replace(warmup_steps=0)
             self.warmup_steps = 0
-        return self.run_plan
+        return self._run_plan
 
     @property
-    def run_plan(self) -> RunPlan:
+    def _run_plan(self) -> RunPlan:
         """The run as planned so far (:meth:`plan_run`)."""
         n = self.settings.num_training_steps
         return RunPlan(n, self.warmup_steps, None if n is None else PROFILE_SHARE * n)
 
-    def set_num_training_steps(self, num_training_steps: int) -> None:
-        """Tell the sampler how many optimizer steps the run has: :meth:`plan_run` with the run's length alone.
-
-        Raises:
-            ValueError: ``num_training_steps`` is not an int >= 1.
-        """
-        self.plan_run(num_training_steps)
-
-    def memory_steps(self) -> float:
+    def _memory_steps(self) -> float:
         """H, the memory of the estimate in optimizer steps (docs/METHOD.md §5.10): an explicit ``memory``, or
         ``"auto"``: an eighth of ``num_training_steps``, raised to the steps that bring ``K·min_count`` samples at
         the rate measured so far (samples a step, all processes), kept between ``refresh_every`` and 500 steps
         (500 when the run's length is unknown: β = 0.9 a refresh every 50 steps, the memory before 0.3)."""
         if self.settings.memory != "auto":
             return float(self.settings.memory)
-        steps = self.num_training_steps
+        steps = self.settings.num_training_steps
         horizon = float(MAX_MEMORY_STEPS) if steps is None else steps * MEMORY_FRACTION
         if self.samples_trained > 0 and self.optimizer_step > 0:
             rate = self.samples_trained / self.optimizer_step
             horizon = max(horizon, self.estimator.num_bins * self.estimator.min_count / rate)
-        return float(min(MAX_MEMORY_STEPS, max(self.refresh_every, horizon)))
+        return float(min(MAX_MEMORY_STEPS, max(self.settings.refresh_every, horizon)))
 
     def _check_explicit_warmup(self) -> None:
         """An explicit warm-up that outlasts the run, warned about at once: every start honours it."""
-        n = self.num_training_steps
+        n = self.settings.num_training_steps
         if self.settings.warmup_steps != "auto" and n is not None and self.warmup_steps >= n:
             self._warn_short(n)
 
@@ -202,14 +191,14 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         """At the first :meth:`step` of this process, when the start (or a resumed state) is known: a run that
         ends before its warm-up never leaves the base density (warned here, when the start is known, not before it)."""
         self._warmup_checked = True
-        n = self.num_training_steps
+        n = self.settings.num_training_steps
         if n is not None and not self.is_adapted and self.warmup_steps >= n:
             self._warn_short(n)
 
     def _warn_short(self, num_training_steps: int) -> None:
         fix = (
             f"the automatic warm-up is a tenth of the run but at least one refresh (refresh_every="
-            f"{self.refresh_every}): pass a smaller refresh_every or warmup_steps"
+            f"{self.settings.refresh_every}): pass a smaller refresh_every or warmup_steps"
             if self.settings.warmup_steps == "auto"
             else "pass warmup_steps='auto' or a smaller one"
         )
@@ -223,11 +212,6 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if key not in self._warned:
             self._warned.add(key)
             warnings.warn(message, UserWarning, stacklevel=3)
-
-    @property
-    def edges(self) -> torch.Tensor:
-        """(K+1,) log-σ bin edges (VE σ)."""
-        return self.estimator.edges
 
     # -- the data the sampler sees -----------------------------------------------------------
     def observe_data(self, x0: torch.Tensor) -> None:
@@ -245,11 +229,6 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         if self.value_tally is not None:
             self.value_tally.observe(x0)
         self.num_observed += 1
-
-    @property
-    def data_variance(self) -> float | None:
-        """V = mean_i Var(x0_i) of the data seen (x0 units squared), once resolved at a refresh."""
-        return self.data.variance
 
     def _resolve_data_statistics(self) -> None:
         """At a refresh (every rank at the same steps): resolve the data statistics and apply them to
@@ -270,7 +249,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "sends most draws to pure noise (METHOD.md 5.4)",
             )
 
-    def set_provisional_data(self, variance: float | None, min_gap: float | None) -> None:
+    def _set_provisional_data(self, variance: float | None, min_gap: float | None) -> None:
         """Data statistics from outside this run's :meth:`observe_data` (a stored schedule's, or the batches a
         profile start measured on when its loss showed none): V and the value gap, each where this run has none
         yet, applied to the m̂ cap and the gate until this run's own data replaces them at a refresh."""
@@ -281,12 +260,9 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self._apply_data_statistics()
 
     def _apply_data_statistics(self) -> None:
-        if self.data.variance is not None and self.data.variance > 0 and self._auto_cap:
-            self.estimator.mmse_cap = self.data.variance
-            if self.data.frozen:
-                self.settings = self.settings.replace(mmse_cap=self.data.variance)
-        if self.data.min_gap is not None:
-            self.estimator.set_data_grid(self.data.min_gap)
+        apply_data_statistics(self.estimator, self.settings, self.data.variance, self.data.min_gap)
+        if self.data.variance is not None and self.data.variance > 0 and self._auto_cap and self.data.frozen:
+            self.settings = self.settings.replace(mmse_cap=self.data.variance)
 
     def add_noise(self, x0, noise, levels):
         self.observe_data(x0)
@@ -298,14 +274,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         return self.probs is not None
 
     @property
-    def bin_centers(self) -> torch.Tensor:
-        return self.estimator.centers
-
-    @property
     def density(self):
         if self.probs is None:
             return self.base
-        return densities.Piecewise(self.edges, self.probs)
+        return densities.Piecewise(self.estimator.edges, self.probs)
 
     def _density_version(self):
         return self.num_updates
@@ -323,12 +295,12 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.estimator.accumulate(torch.log(levels.sigmas.detach().to(errors.device, errors.dtype)), self._statistic(levels, errors))
 
     @property
-    def num_nonfinite(self) -> int:
+    def _num_nonfinite(self) -> int:
         """How many per-sample losses were NaN/inf and left out of the statistics (this process)."""
         return self.estimator.num_nonfinite + int(self.estimator._nonfinite_open)  # reads the device count back
 
     @property
-    def num_outside(self) -> int:
+    def _num_outside(self) -> int:
         """How many noise levels given to :meth:`update` lay outside the sampler's grid and were left out
         of the statistics (this process); levels drawn by :meth:`sample` never do."""
         return self.estimator.num_outside + int(self.estimator._outside_open)
@@ -357,17 +329,17 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             self.record_start({"choice": "base"})  # no start was applied before step 1: the warm-up on the base
         self.optimizer_step += 1
         self._check_global_step(global_step)
-        due = self.optimizer_step % self.refresh_every == 0 or self.optimizer_step == self.warmup_steps
+        due = self.optimizer_step % self.settings.refresh_every == 0 or self.optimizer_step == self.warmup_steps
         if not due:
             # the one place where every rank meets: what was recorded since the last step is summed here
             self.estimator.merge()
             self.data.merge()
             return
         self._resolve_data_statistics()
-        self.estimator.refresh(self.optimizer_step, memory=self.memory_steps())
+        self.estimator.refresh(self.optimizer_step, memory=self._memory_steps())
         self.samples_trained += self.estimator.last_window_count
         if self.estimator.num_outside:
-            lo, hi = (math.exp(float(e)) for e in (self.edges[0], self.edges[-1]))
+            lo, hi = (math.exp(float(e)) for e in (self.estimator.edges[0], self.estimator.edges[-1]))
             self._warn_once(
                 "outside",
                 f"noise sampler: {self.estimator.num_outside} noise levels given to update() lay "
@@ -383,7 +355,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 f"noise sampler: step {self.optimizer_step}, warm-up over, but only "
                 f"{self.estimator.num_filled} of {self.estimator.num_bins} bins have "
                 f"{self.estimator.min_count} samples yet ({seen} samples so far, kept: the bins "
-                f"fill across refreshes; {self.num_nonfinite} non-finite losses left out); pi "
+                f"fill across refreshes; {self._num_nonfinite} non-finite losses left out); pi "
                 "stays on the base density until two do. Small batches fill them later; fewer "
                 "num_bins or a lower min_count sooner",
             )
@@ -402,16 +374,13 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         )
         self._check_measured_mass()
 
-    #: below this share of π on bins that hold a measured m̂, π is mostly extrapolation: warned about
-    MEASURED_MASS_WARNING = 0.5
-
     def _check_measured_mass(self, stored: str | None = None) -> None:
         """Warn (``UserWarning``, once) when most of π lies on bins never measured: the
         interpolation and the extrapolated ends of METHOD.md §5.4 then decide π more than the data does.
         ``stored``: for a schedule just loaded, when it was saved (:func:`_stored_when`), named instead of this
         sampler's own step count, which is 0 before its run's first step whatever the schedule's age."""
         mass = self.last_refresh.get("measured_mass")
-        if mass is None or mass >= self.MEASURED_MASS_WARNING:
+        if mass is None or mass >= MEASURED_MASS_WARNING:
             return
         k = self.estimator.num_bins
         measured = ~torch.isnan(self.estimator.m_hat)
@@ -439,7 +408,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             f"extrapolated ends of METHOD.md 5.4, not the data: {fix}",
         )
 
-    def refresh_now(
+    def _refresh_now(
         self, *, ema_decay: float | None = None, min_count: int | None = None, m_hat_bound=None, what: str = "pi refreshed"
     ) -> bool:
         """Fold everything recorded so far into m̂ and, once two bins hold an estimate, rebuild π now,
@@ -456,7 +425,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         est.ema_decay = old[0] if ema_decay is None else float(ema_decay)
         est.min_count = old[1] if min_count is None else int(min_count)
         try:
-            est.refresh(self.optimizer_step, memory=self.memory_steps())
+            est.refresh(self.optimizer_step, memory=self._memory_steps())
         finally:
             est.ema_decay, est.min_count = old
         if m_hat_bound is not None:
@@ -489,11 +458,6 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             return
         self.start_record = {**record, "optimizer_step": 0}
 
-    def pi_hash(self) -> str:
-        """Short SHA-256 of the current bin masses: equal on every rank under data parallelism."""
-        data = (self.probs if self.probs is not None else self.base_masses).numpy().tobytes()
-        return hashlib.sha256(data).hexdigest()[:16]
-
     def state_dict(self):
         """Everything for an exact resume, as CPU tensors and plain values; no collective call.
 
@@ -510,7 +474,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "estimator": estimator,
                 "probs": None if self.probs is None else self.probs.clone(),
                 "num_updates": self.num_updates,
-                "edges": self.edges.clone(),
+                "edges": self.estimator.edges.clone(),
                 "warmup_steps": self.warmup_steps,
                 # the warm-up setting as saved (0 after a start that skipped the automatic one): not the resume command's
                 "warmup_setting": self.settings.warmup_steps,
@@ -542,19 +506,20 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             raise ValueError(f"state_dict: missing key(s) {missing}")
         if state["name"] != self.name:
             raise ValueError(f"state_dict: saved by a {state['name']!r} sampler, this is a {self.name!r} sampler")
-        changed = self.check_resume_record(state)  # before the grid's own check: it names the options
+        changed = self._check_resume_record(state)  # before the grid's own check: it names the options
         edges = torch.as_tensor(state["edges"], dtype=torch.float64)
-        if edges.shape != self.edges.shape or not torch.allclose(edges, self.edges, rtol=0, atol=1e-12):
+        if edges.shape != self.estimator.edges.shape or not torch.allclose(edges, self.estimator.edges, rtol=0, atol=1e-12):
             raise ValueError("state_dict: its log-sigma grid differs from this sampler's (num_bins or path changed)")
         if state["probs"] is not None:
             p = torch.as_tensor(state["probs"], dtype=torch.float64)
             if (
-                p.shape != (self.edges.numel() - 1,)
+                p.shape != (self.estimator.edges.numel() - 1,)
                 or not bool(torch.isfinite(p).all())
                 or bool((p < 0).any())
                 or abs(float(p.sum()) - 1.0) > 1e-6
             ):
-                raise ValueError(f"state_dict['probs']: expected {self.edges.numel() - 1} finite non-negative bin masses summing to 1")
+                k = self.estimator.num_bins
+                raise ValueError(f"state_dict['probs']: expected {k} finite non-negative bin masses summing to 1")
         trained = state.get("samples_trained")
         if trained is not None and not (_real(trained) and trained >= 0):
             raise ValueError(f"state_dict['samples_trained']: expected a finite number >= 0, got {trained!r}")
@@ -600,16 +565,16 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         objective = self.objective.record()
         if self.probs is not None and isinstance(saved, dict) and not changed and state.get("objective") == objective:
             # π of the same loss and settings is a function of the restored m̂: checked like a stored payload's
-            self.check_probs_follow_estimate(self.probs, "state_dict['probs']")
+            self._check_probs_follow_estimate(self.probs, "state_dict['probs']")
 
-    def resume_record(self) -> dict:
+    def _resume_record(self) -> dict:
         """:meth:`~.base.TrainingTimestepSampler.resume_record` with the base density, the grid and every setting of π
         and of the statistics as given (not those the run fixed since: the measured cap)."""
         given = self._given_settings
         settings = {k: getattr(given, k) for k in given.names("pi", "statistics")}
-        return {**super().resume_record(), "base": self.base_description, **settings}
+        return {**super()._resume_record(), "base": self.base_description, **settings}
 
-    def check_probs_follow_estimate(self, probs: torch.Tensor, what: str) -> None:
+    def _check_probs_follow_estimate(self, probs: torch.Tensor, what: str) -> None:
         """Refuse bin masses ``probs`` that do not follow from the current m̂ and settings (one refresh's
         arithmetic, :meth:`_build_probs`): an edited or corrupted π would bypass the floor and the estimate.
         ``what`` names its source in the error. A custom callable weighting is not checked (it is not recorded).
@@ -617,8 +582,6 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         Raises:
             ScheduleError: (a ``ValueError``) naming ``what`` and the total variation from the π the estimate gives.
         """
-        from ..schedule_io import ScheduleError
-
         if self.objective.record()["loss_weighting"] == "custom":
             return
         tv = 0.5 * float((self._build_probs() - probs).abs().sum())
@@ -631,7 +594,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         return {
             **super().describe(),
             "base": self.base_description,
-            "hyperparameters": self.hyperparameters,
+            "hyperparameters": self.settings.stored(),
             "adapted": self.is_adapted,
             "optimizer_steps": self.optimizer_step,
             "warmup_steps_resolved": self.warmup_steps,

@@ -16,11 +16,12 @@ from .. import densities
 from ..logs import get_logger
 from ..objective import Objective
 from ..paths import PATH_CLASSES, NoisePath, path_class
+from ..schedule_io import clear_schedule
 from ..weighting import LOSS_WEIGHTINGS, validate_prediction_type, x0_error_factor
 
 logger = get_logger(__name__)
 
-#: what a resume refuses to change (:meth:`TrainingTimestepSampler.check_resume_record`), key of the record -> the
+#: what a resume refuses to change (``TrainingTimestepSampler._check_resume_record``), key of the record -> the
 #: option that sets it: each changes what the stored statistics and π mean. Every other recorded setting is warned of.
 RESUME_SETTINGS = {
     "diffusion": "--diffusion (the path)",
@@ -163,10 +164,6 @@ class TrainingTimestepSampler:
     #: whether the sampler learns a schedule that is stored with the model (:meth:`save_to_scheduler`) and that a
     #: start can set (METHOD.md §5.9): InfoNoise only; Kingma & Gao adapt a proposal that keeps the objective
     learns_schedule = False
-    #: the warm-up and floor density of an adaptive sampler (per unit log σ, VE σ); None for a fixed density
-    base: densities.Density | None = None
-    #: how the run started (METHOD.md §5.9), for samplers that record it (:meth:`record_start`)
-    start_record: dict | None = None
 
     def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma: float | None = None):
         if not isinstance(path, NoisePath):
@@ -182,8 +179,13 @@ class TrainingTimestepSampler:
                 f"loss_weighting: {loss_weighting!r} is defined on the {' / '.join(defined)} path, this is a {path.kind} "
                 f"path; accepted here: {', '.join(path.loss_weightings)}"
             )
-        #: the training loss the sampler is told (METHOD.md §3-4)
+        #: the training loss the sampler is told (METHOD.md §3-4): its ``loss_weighting``, ``snr_gamma``, and the weights
+        #: ``objective.loss_weight(σ, sigma_data=sampler.sigma_data)`` (u on the loss) and ``x0_loss_weight`` (w, METHOD.md §4)
         self.objective = Objective(prediction_type, loss_weighting, snr_gamma)
+        #: the warm-up and floor density of an adaptive sampler (per unit log σ, VE σ); None for a fixed density
+        self.base: densities.Density | None = None
+        #: how the run started (METHOD.md §5.9), for samplers that record it (:meth:`record_start`)
+        self.start_record: dict | None = None
         self.sigma_data = path.data_scale or 0.5
         self._check_finite_loss_weight()
         self.optimizer_step = 0
@@ -199,16 +201,6 @@ class TrainingTimestepSampler:
         """What the per-sample loss given to :meth:`update` measures (``objective.prediction_type``)."""
         return self.objective.prediction_type
 
-    @property
-    def loss_weighting(self):
-        """The weight the loss applies in its own parameterization, a name or a callable (``objective.loss_weighting``)."""
-        return self.objective.loss_weighting
-
-    @property
-    def snr_gamma(self) -> float | None:
-        """γ of Min-SNR, or None (``objective.snr_gamma``)."""
-        return self.objective.snr_gamma
-
     def _check_finite_loss_weight(self) -> None:
         """Refuse a loss weighting that is infinite somewhere on the path (e.g. EDM's λ(σ) on an ε loss at
         the σ = inf step of a zero-terminal-SNR scheduler): the loss would be inf there, every time."""
@@ -217,12 +209,13 @@ class TrainingTimestepSampler:
         else:
             lo, hi = self.path.log_sigma_range
             sig = torch.exp(torch.linspace(lo, hi, 257, dtype=torch.float64))
-        u = self.loss_weight(sig)
+        u = self.objective.loss_weight(sig, sigma_data=self.sigma_data)
         bad = ~torch.isfinite(u)
         if bool(bad.any()):
             where = float(sig[bad][0])
             at = "the zero-terminal-SNR step (sigma = inf, rescale_betas_zero_snr=True)" if math.isinf(where) else f"VE sigma {where:.4g}"
-            name = self.loss_weighting if isinstance(self.loss_weighting, str) else "the callable"
+            weighting = self.objective.loss_weighting
+            name = weighting if isinstance(weighting, str) else "the callable"
             raise ValueError(
                 f"loss_weighting: {name!r} on a {self.prediction_type!r} loss is infinite at {at} of this "
                 "scheduler, so the loss would be infinite there; use 'none', 'min_snr' (+ snr_gamma) or a "
@@ -263,7 +256,7 @@ class TrainingTimestepSampler:
     def _density_version(self) -> int:
         return 0
 
-    def log_prob(self, sigmas: torch.Tensor) -> torch.Tensor:
+    def _log_prob(self, sigmas: torch.Tensor) -> torch.Tensor:
         """log π per unit log σ at VE ``sigmas`` (any shape; float64; ``-inf`` outside the range)."""
         return self.density.log_prob(torch.log(torch.as_tensor(sigmas, dtype=torch.float64).cpu()))
 
@@ -282,14 +275,6 @@ class TrainingTimestepSampler:
             masses = densities.bin_masses(self.density, self.path.cell_edges())
             self._cell_cache = (version, masses / masses.sum())
         return self._cell_cache[1]
-
-    def x0_loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
-        """w(σ): the weight the configured loss puts on the x0-space error (METHOD.md §4)."""
-        return self.objective.x0_loss_weight(sigmas, sigma_data=self.sigma_data)
-
-    def loss_weight(self, sigmas: torch.Tensor) -> torch.Tensor:
-        """u(σ): the weight the configured loss puts on its own per-sample error (float64)."""
-        return self.objective.loss_weight(sigmas, sigma_data=self.sigma_data)
 
     # -- drawing ----------------------------------------------------------------------------
     def sample(self, batch_size: int, *, device=None, generator: torch.Generator | None = None) -> NoiseLevels:
@@ -319,14 +304,14 @@ class TrainingTimestepSampler:
             cum = torch.cumsum(self.timestep_probabilities(), 0)
             t = densities.searchsorted(cum, u * cum[-1], right=True).clamp(max=self.path.num_train_timesteps - 1)
             sigmas = self.path.sigmas_table[t]
-            levels = self.levels_at(sigmas, timesteps=t, device=out_device)
+            levels = self._levels_at(sigmas, timesteps=t, device=out_device)
         else:
             sigmas = torch.exp(self.density.icdf(u))
-            levels = self.levels_at(sigmas, device=out_device)
+            levels = self._levels_at(sigmas, device=out_device)
         levels.loss_weights = self._importance_weights(sigmas, levels.timesteps.cpu(), levels)
         return levels
 
-    def levels_at(self, sigmas: torch.Tensor, *, timesteps: torch.Tensor | None = None, device=None) -> NoiseLevels:
+    def _levels_at(self, sigmas: torch.Tensor, *, timesteps: torch.Tensor | None = None, device=None) -> NoiseLevels:
         """The :class:`NoiseLevels` of given (B,) VE σ on this sampler's path, as :meth:`sample` returns them
         (timesteps, σ, λ and the scheduler's own coordinate; no importance weights). On a VP path pass the
         integer ``timesteps`` of the σ (``path.sigmas_table[timesteps]``); elsewhere they are computed."""
@@ -441,12 +426,6 @@ class TrainingTimestepSampler:
         """True once a learned density replaced the base one (never, for a fixed density)."""
         return False
 
-    @property
-    def bin_centers(self) -> torch.Tensor | None:
-        """(K,) float64 log-σ centres (VE σ) of the bins on which π is constant (adaptive samplers); None for a
-        fixed density, which is smooth."""
-        return None
-
     def plan_run(self, num_training_steps: int | None = None, start=None) -> RunPlan:
         """Settle the run's warm-up and the profile start's budget from the run's length and its start, in one call
         before the start and a resume (adaptive samplers: :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.plan_run`).
@@ -486,8 +465,6 @@ class TrainingTimestepSampler:
 
         A fixed density learned nothing: a schedule the config carries from a pretrained model, which would no
         longer describe this training, is dropped (:func:`~diffusers_infonoise.schedule_io.clear_schedule`)."""
-        from ..schedule_io import clear_schedule
-
         clear_schedule(noise_scheduler)
         return False
 
@@ -500,10 +477,10 @@ class TrainingTimestepSampler:
             "optimizer_step": self.optimizer_step,
             "seed": self.seed,
             "num_draws": self.num_draws,
-            "resume_record": self.resume_record(),
+            "resume_record": self._resume_record(),
         }
 
-    def resume_record(self) -> dict:
+    def _resume_record(self) -> dict:
         """The run's settings that a resume compares (:data:`RESUME_SETTINGS`), as plain values: the path, its σ
         range, ``sigma_data`` and the prediction type (adaptive samplers add the grid, the base density and their
         settings as given)."""
@@ -515,7 +492,7 @@ class TrainingTimestepSampler:
             "prediction_type": self.prediction_type,
         }
 
-    def check_resume_record(self, state: dict) -> list[str]:
+    def _check_resume_record(self, state: dict) -> list[str]:
         """Compare a state's :meth:`resume_record` with this sampler's, by :data:`RESUME_SETTINGS`; returns the other
         settings that differ (``"--infonoise_gate: 'auto' -> 0.3"``), which a resume takes from this run and logs in
         one warning. States written before the record have none: nothing is compared.
@@ -523,7 +500,7 @@ class TrainingTimestepSampler:
         Raises:
             ValueError: a setting that changes what the stored state means differs, naming every such option.
         """
-        saved, mine = state.get("resume_record"), self.resume_record()
+        saved, mine = state.get("resume_record"), self._resume_record()
         if not isinstance(saved, dict):
             return []
         differ = {k: f"{saved[k]!r} -> {mine[k]!r}" for k in mine if k in saved and saved[k] != mine[k]}
@@ -537,7 +514,7 @@ class TrainingTimestepSampler:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` output; also what ``accelerator.register_for_checkpointing(sampler)``
-        calls on ``load_state``. Settings that differ from the checkpoint's run (:meth:`check_resume_record`) are
+        calls on ``load_state``. Settings that differ from the checkpoint's run (``_check_resume_record``) are
         named in a logged warning; this run's are used.
 
         Raises:
@@ -546,7 +523,7 @@ class TrainingTimestepSampler:
         """
         if state.get("name") != self.name:
             raise ValueError(f"state_dict: saved by a {state.get('name')!r} sampler, this is a {self.name!r} sampler")
-        self._warn_changed_settings(self.check_resume_record(state), state)
+        self._warn_changed_settings(self._check_resume_record(state), state)
         self._load_base_state(state)
 
     def _warn_changed_settings(self, changed: list[str], state: dict) -> None:

@@ -111,7 +111,7 @@ def stratified_levels(sampler, samples_per_bin: int, *, generator: torch.Generat
     the levels of a ``"profile"`` start (METHOD.md §5.9), not drawn from the base density, so that no bin is
     left empty. Returns :class:`~diffusers_infonoise.NoiseLevels` (CPU), ordered bin by bin.
     """
-    edges = sampler.edges
+    edges = sampler.estimator.edges
     k = edges.numel() - 1
     if sampler.path.is_discrete:
         table = sampler.path.sigmas_table
@@ -123,10 +123,10 @@ def stratified_levels(sampler, samples_per_bin: int, *, generator: torch.Generat
             if steps.numel():
                 picks.append(steps[torch.randint(steps.numel(), (samples_per_bin,), generator=generator)])
         t = torch.cat(picks) if picks else torch.zeros(0, dtype=torch.int64)
-        return sampler.levels_at(table[t], timesteps=t)
+        return sampler._levels_at(table[t], timesteps=t)
     u = torch.rand(k, samples_per_bin, generator=generator, dtype=torch.float64)
     log_sigma = edges[:-1, None] + u * (edges[1:] - edges[:-1])[:, None]
-    return sampler.levels_at(torch.exp(log_sigma.flatten()))
+    return sampler._levels_at(torch.exp(log_sigma.flatten()))
 
 
 def world() -> tuple[int, int]:

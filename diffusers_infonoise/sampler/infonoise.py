@@ -18,19 +18,21 @@ import numpy as np
 import torch
 
 from ..data_statistics import BOUND_WORK_PER_SECOND, MAX_BOUND_WORK, ValueTally, per_element_bayes_mmse, per_element_bound_work
+from ..estimator import ProfileEstimator
 from ..logs import get_logger
-from ..paths import path_from_scheduler
-from ..schedule_io import CONFIG_KEY, FORMAT, VERSION, ScheduleError, read_schedule, stored_mu, write_schedule
-from .adaptive import _AdaptiveSampler, _stored_when
+from ..paths import NoisePath, path_from_scheduler
+from ..schedule_io import FORMAT, VERSION, ScheduleError, StoredSchedule, read_schedule, stored_mu, write_schedule
+from .adaptive import _AdaptiveSampler, _stored_when, apply_data_statistics, estimator_for
 from .base import as_count, default_prediction_type
 from .batches import X0_BATCH_KEYS, batch_size_of, batch_stream, forward_passes, stratified_levels, world
-from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings
+from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings, default_mmse_cap
 from .starts import describe_bound
 
 logger = get_logger(__name__)
 
 __all__ = [
     "InfoNoiseTrainingTimestepSampler",
+    "stored_estimator",
 ]
 
 
@@ -41,7 +43,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     entropy rate per unit log σ ``q = m̂/σ²`` (I-MMSE, §2), gates the clean end (§5.5), and sets
     ``π ∝ φ/w`` with ``φ = (1 − η)·ρ̂ + η·φ_base`` (§4, §5.7), so that the effective allocation
     ``φ = π·w`` follows ``ρ̂`` up to the floor η: ``TV(φ, ρ̂) ≤ η``
-    (:meth:`allocation_total_variation`, logged at every refresh). Before ``warmup_steps``
+    (``tv_phi_rho`` of :meth:`metrics`, logged at every refresh). Before ``warmup_steps``
     optimizer steps it draws from the base.
 
     Build it with :meth:`from_scheduler` (or :meth:`from_stored`). Args (all keyword):
@@ -58,22 +60,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     name = "infonoise"
     learns_schedule = True
 
-    title = "InfoNoise"
-    settings_class = InfoNoiseSettings
-
-    @property
-    def floor_space(self) -> str:
-        return self.settings.floor_space
-
-    @property
-    def temperature(self) -> float:
-        return self.settings.temperature
+    _title = "InfoNoise"
+    _settings_class = InfoNoiseSettings
 
     def _statistic(self, levels, errors):
         return errors
 
     def _bin_weights(self) -> torch.Tensor:
-        w = self.x0_loss_weight(torch.exp(self.estimator.centers))
+        w = self.objective.x0_loss_weight(torch.exp(self.estimator.centers), sigma_data=self.sigma_data)
         if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
             raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the grid")
         return w
@@ -87,25 +81,25 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def _build_probs(self) -> torch.Tensor:
         """π's bin masses from the target ρ̂ (``ρ̂^τ`` with a ``temperature`` τ ≠ 1) and the floor (METHOD.md
         §4, §5.6-7)."""
-        rho_mass = self._rho_mass(self.temperature)
+        rho_mass = self._rho_mass(self.settings.temperature)
         if self.settings.target_space == "pi":  # a study knob (settings.py): the draws follow ρ̂, w only scales them
-            return (1 - self.floor) * rho_mass + self.floor * self.base_masses
+            return (1 - self.settings.floor) * rho_mass + self.settings.floor * self.base_masses
         w = self._bin_weights()
-        if self.floor_space == "pi":  # a study knob (settings.py): the floor mixed in π-space
+        if self.settings.floor_space == "pi":  # a study knob (settings.py): the floor mixed in π-space
             target = rho_mass / w
-            return (1 - self.floor) * target / target.sum() + self.floor * self.base_masses
+            return (1 - self.settings.floor) * target / target.sum() + self.settings.floor * self.base_masses
         phi_base = self.base_masses * w
-        phi = (1 - self.floor) * rho_mass + self.floor * phi_base / phi_base.sum()
+        phi = (1 - self.settings.floor) * rho_mass + self.settings.floor * phi_base / phi_base.sum()
         probs = phi / w
         return probs / probs.sum()
 
-    def effective_allocation(self) -> torch.Tensor:
+    def _effective_allocation(self) -> torch.Tensor:
         """(K,) float64 bin masses of the effective allocation ``φ = π·w`` normalised (METHOD.md §4)."""
         probs = self.probs if self.probs is not None else self.base_masses
         phi = probs * self._bin_weights()
         return phi / phi.sum()
 
-    def allocation_total_variation(self, *, target: bool = False) -> float:
+    def _allocation_total_variation(self, *, target: bool = False) -> float:
         """``TV(φ, ρ̂) = ½·Σ_k |φ_k − ρ̂_k|`` on the bins, the check of METHOD.md §5: at most ``floor``
         (plus 0.02) for an adapted sampler whose estimate did not move since its last refresh. With a
         ``temperature`` τ ≠ 1, φ follows ``ρ̂^τ`` instead, and this measures how far that is from the entropy
@@ -114,10 +108,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         Raises:
             RuntimeError: before two bins hold an estimate.
         """
-        rho_mass = self._rho_mass(self.temperature if target else 1.0)
-        return float(0.5 * (self.effective_allocation() - rho_mass).abs().sum())
+        rho_mass = self._rho_mass(self.settings.temperature if target else 1.0)
+        return float(0.5 * (self._effective_allocation() - rho_mass).abs().sum())
 
-    def draws_total_variation(self, *, target: bool = False) -> float:
+    def _draws_total_variation(self, *, target: bool = False) -> float:
         """``TV(π, ρ̂) = ½·Σ_k |π_k − ρ̂_k|`` on the bins: how far the draws are from the entropy rate. With
         ``target_space="pi"`` (whose draws follow the target, docs/METHOD.md §5.10) the floor bounds it by ``floor``
         when ``temperature`` is 1; ``target=True`` measures TV(π, ρ̂^τ), which the floor bounds for any τ.
@@ -126,10 +120,10 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             RuntimeError: before two bins hold an estimate.
         """
         probs = self.probs if self.probs is not None else self.base_masses
-        rho_mass = self._rho_mass(self.temperature if target else 1.0)
+        rho_mass = self._rho_mass(self.settings.temperature if target else 1.0)
         return float(0.5 * (probs / probs.sum() - rho_mass).abs().sum())
 
-    def schedule_settings(self) -> dict:
+    def _schedule_settings(self) -> dict:
         """What besides m̂ and the data statistics decides this sampler's π: its loss (``prediction_type``,
         ``loss_weighting`` name or ``"custom"``, ``snr_gamma``), base density and the
         :data:`~.settings.SCHEDULE_SETTINGS` but ``num_bins`` (the grid is compared on its own), in the form of
@@ -140,7 +134,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "hyperparameters": {k: getattr(self.settings, k) for k in SCHEDULE_SETTINGS if k != "num_bins"},
         }
 
-    def measured_mass(self) -> float:
+    def _measured_mass(self) -> float:
         """The share of π's mass in bins that hold a measured m̂ (the others are interpolated or
         extrapolated, METHOD.md §5.4): a first refresh from 2 of 64 bins can report a small TV(φ, ρ̂)
         with most of π resting on extrapolation."""
@@ -163,36 +157,36 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "adapted": float(self.is_adapted),
             "num_updates": float(self.num_updates),
             "filled_bins": float(self.estimator.num_filled),
-            "measured_mass": self.measured_mass(),
+            "measured_mass": self._measured_mass(),
             "pi_sigma_p10": float(q[0]),
             "pi_sigma_p50": float(q[1]),
             "pi_sigma_p90": float(q[2]),
         }
         if self.estimator.is_ready:
-            out["tv_phi_rho"] = self.allocation_total_variation()
+            out["tv_phi_rho"] = self._allocation_total_variation()
             if self.settings.target_space == "pi":  # the study variant: its draws, not φ, follow ρ̂
-                out["tv_pi_rho"] = self.draws_total_variation()
-            if self.temperature != 1.0:  # a tempered target: the floor bounds the distance to ρ̂^τ, not to ρ̂
-                out["tv_phi_target"] = self.allocation_total_variation(target=True)
+                out["tv_pi_rho"] = self._draws_total_variation()
+            if self.settings.temperature != 1.0:  # a tempered target: the floor bounds the distance to ρ̂^τ, not to ρ̂
+                out["tv_phi_target"] = self._allocation_total_variation(target=True)
                 if self.settings.target_space == "pi":
-                    out["tv_pi_target"] = self.draws_total_variation(target=True)
+                    out["tv_pi_target"] = self._draws_total_variation(target=True)
             if self.estimator.last_gate.pivot is not None:
                 out["gate_pivot"] = float(self.estimator.last_gate.pivot)
         return {prefix + k: v for k, v in out.items()}
 
     def _describe_refresh(self) -> dict:
         gate = self.estimator.last_gate
-        extra = {"tv_phi_target": self.allocation_total_variation(target=True)} if self.temperature != 1.0 else {}
+        extra = {"tv_phi_target": self._allocation_total_variation(target=True)} if self.settings.temperature != 1.0 else {}
         if self.settings.target_space == "pi":  # a study variant: its draws, not φ, follow the target
-            extra["tv_pi_rho"] = self.draws_total_variation()
-            if self.temperature != 1.0:
-                extra["tv_pi_target"] = self.draws_total_variation(target=True)
+            extra["tv_pi_rho"] = self._draws_total_variation()
+            if self.settings.temperature != 1.0:
+                extra["tv_pi_target"] = self._draws_total_variation(target=True)
         return {
             "step": self.optimizer_step,
-            "tv_phi_rho": self.allocation_total_variation(),
+            "tv_phi_rho": self._allocation_total_variation(),
             **extra,
             "filled_bins": self.estimator.num_filled,
-            "measured_mass": self.measured_mass(),
+            "measured_mass": self._measured_mass(),
             "gate": gate.source,
             "gate_pivot": gate.pivot,
             "gate_reason": gate.reason,
@@ -215,9 +209,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "m_hat": self.estimator.filled_m_hat(),
             "q": q,
             "rho_hat": rho,
-            "w": self.x0_loss_weight(torch.exp(x)),
+            "w": self.objective.x0_loss_weight(torch.exp(x), sigma_data=self.sigma_data),
             "pi": torch.exp(self.density.log_prob(x)),
-            "phi": self.effective_allocation() / self.estimator.widths,
+            "phi": self._effective_allocation() / self.estimator.widths,
             "gate": self.estimator.last_gate,
         }
 
@@ -273,12 +267,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             ValueError: the config carries no learned schedule, or a stored custom loss weighting with no
                 ``loss_weighting`` override. ScheduleError: a corrupted or unknown-version payload.
         """
-        stored = read_schedule(noise_scheduler) if payload is None else payload
-        if stored is None:
-            raise ValueError(
-                f"noise_scheduler: its config carries no learned InfoNoise schedule (no '{CONFIG_KEY}' "
-                "entry); it was not saved by a run with an InfoNoise sampler"
-            )
+        stored = StoredSchedule.from_scheduler(noise_scheduler).payload if payload is None else payload
         if stored["loss_weighting"] == "custom" and "loss_weighting" not in overrides:
             raise ValueError("loss_weighting: the stored schedule used a custom callable weighting; pass loss_weighting=")
         mu = overrides.pop("mu", None)
@@ -333,7 +322,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         est = self.estimator
         rho = _floats(est.profile()[0]) if est.is_ready else None
         probs = self.probs if self.probs is not None else self.base_masses
-        tv = self.allocation_total_variation() if (self.is_adapted and est.is_ready) else None
+        tv = self._allocation_total_variation() if (self.is_adapted and est.is_ready) else None
         gate = est.last_gate
         return {
             "format": FORMAT,
@@ -341,23 +330,27 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             "package_version": __version__,
             "path": self.path.config(),
             **self.objective.record(),
-            "edges": _floats(self.edges),
+            "edges": _floats(self.estimator.edges),
             "pi": _floats(probs),
             "rho_hat": rho,
             "m_hat": _floats(est.m_hat),
             "base": self.base_description,
-            "hyperparameters": self.hyperparameters,
+            "hyperparameters": self.settings.stored(),
             "gate": {"pivot": gate.pivot, "source": gate.source, "reason": gate.reason},
             "optimizer_steps": int(self.optimizer_step),
             # what warmup_steps="auto" became for this run (a tenth of its length)
             "warmup_steps_resolved": int(self.warmup_steps),
             "num_updates": int(self.num_updates),
             "adapted": bool(self.is_adapted),
-            "data": {"variance": self.data_variance, "min_gap": est.data_min_gap},
+            "data": {"variance": self.data.variance, "min_gap": est.data_min_gap},
             "tv_phi_rho": tv,
             "start": None if self.start_record is None else dict(self.start_record),
-            **({"tv_phi_target": self.allocation_total_variation(target=True)} if tv is not None and self.temperature != 1.0 else {}),
-            **({"tv_pi_rho": self.draws_total_variation()} if tv is not None and self.settings.target_space == "pi" else {}),
+            **(
+                {"tv_phi_target": self._allocation_total_variation(target=True)}
+                if tv is not None and self.settings.temperature != 1.0
+                else {}
+            ),
+            **({"tv_pi_rho": self._draws_total_variation()} if tv is not None and self.settings.target_space == "pi" else {}),
         }
 
     def load_schedule(self, payload: dict, *, source: str | None = None) -> None:
@@ -383,20 +376,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             ScheduleError: a π that does not follow from its m̂, or an adapted payload with fewer than two
                 filled bins. ValueError: a stored grid that does not overlap this sampler's.
         """
-        edges = torch.tensor(payload["edges"], dtype=torch.float64)
-        m_hat = torch.tensor([math.nan if v is None else v for v in payload["m_hat"]], dtype=torch.float64)
+        stored = StoredSchedule(payload)
         same_path = payload["path"] == self.path.config()
-        if int((~torch.isnan(m_hat)).sum()) < 2:
+        if stored.num_filled < 2:
             if payload.get("adapted") is not False:
                 raise ScheduleError("_infonoise_schedule: marked adapted, but m_hat holds fewer than two filled bins")
             return  # saved before anything was estimated: nothing to start from
-        cap = (payload.get("hyperparameters") or {}).get("mmse_cap")
-        capped = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0
-        if capped and self.settings.mmse_cap is None:
-            # a sampler without a cap of its own (e.g. EDM receiving a VP ε schedule) takes the m̂ the source's π
-            # was built from: an ε-model's raw error grows as σ² and would send the draws to pure noise (§5.4)
-            m_hat = m_hat.clamp(max=float(cap))
-        interpolated = self.estimator.load_m_hat(edges, m_hat)
+        edges = stored.edges
+        interpolated = _load_stored_m_hat(self.estimator, stored, self.settings)
         if interpolated:
             logger.info(
                 f"stored schedule: m_hat of {edges.numel() - 1} bins on the {payload['path']['kind']} path "
@@ -404,7 +391,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 f"{self.path.config()} (through VE sigma, METHOD.md 5.9)"
             )
         data = payload.get("data") or {}
-        self.set_provisional_data(data.get("variance"), data.get("min_gap"))
+        self._set_provisional_data(data.get("variance"), data.get("min_gap"))
         self.record_start(
             {"choice": "stored", "source": None if source is None else str(source), "source_optimizer_steps": payload["optimizer_steps"]}
         )
@@ -412,11 +399,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             return
         self.plan_run(start="stored")  # the stored m̂ already is an adapted estimate: no automatic warm-up
         stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
-        mine = self.schedule_settings()
+        mine = self._schedule_settings()
         if not interpolated and same_path and mine == _stored_pi_settings(payload):
             # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
             # floor or the estimate (one refresh's arithmetic)
-            self.check_probs_follow_estimate(stored_pi, "_infonoise_schedule")
+            self._check_probs_follow_estimate(stored_pi, "_infonoise_schedule")
             probs = stored_pi
         else:
             if not interpolated:
@@ -452,14 +439,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             )
             fix = (
                 "num_training_steps sizes the automatic warm-up to a tenth of the run, at least one refresh "
-                f"(refresh_every={self.refresh_every}); a smaller warmup_steps or refresh_every adapts sooner"
+                f"(refresh_every={self.settings.refresh_every}); a smaller warmup_steps or refresh_every adapts sooner"
                 if self.optimizer_step < self.warmup_steps
                 else "fewer num_bins or a lower min_count fill sooner"
             )
             self._warn_once(
                 "unadapted", f"noise sampler: the schedule has not adapted ({why}); the saved schedule is the base density ({fix})"
             )
-        write_schedule(noise_scheduler, self)
+        write_schedule(noise_scheduler, self.to_payload())
         return True
 
     @torch.no_grad()
@@ -526,7 +513,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         n = samples_per_bin
         if n == "auto":
             n = self.estimator.min_count
-            budget = self.run_plan.profile_forward_passes
+            budget = self._run_plan.profile_forward_passes
             if budget is not None:
                 affordable = int(budget * size * world_size / self.estimator.num_bins)
                 n = max(1, min(n, affordable))
@@ -556,7 +543,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 "weights and the loss (dtype, parameterization, mixed precision), or start with init 'base'"
             )
         fed.resolve(freeze=True)  # every rank alike (a collective under data parallelism)
-        self.set_provisional_data(fed.variance, fed.min_gap)
+        self._set_provisional_data(fed.variance, fed.min_gap)
         data = "loss_fn" if seen.shown else "batches" if fed.variance is not None or fed.min_gap is not None else "none"
         if nonfinite:
             warnings.warn(
@@ -568,7 +555,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             )
         bound, bound_record = self._per_element_bound(tally, levels.sigmas) if data_bound else (None, "off")
         self.plan_run(start="profile")  # the measured m̂ is an adapted estimate: no automatic warm-up
-        self.refresh_now(ema_decay=0.0, min_count=n, m_hat_bound=bound, what="pi from the pretrained model's profile")
+        self._refresh_now(ema_decay=0.0, min_count=n, m_hat_bound=bound, what="pi from the pretrained model's profile")
         if bound is not None:
             bound_record = {**bound_record, "bins_lowered": est.num_bounded}
         seconds = time.perf_counter() - start
@@ -585,7 +572,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         if sig is not None:
             info["nonfinite_sigma"] = [float(sig.min()), float(sig.max())]
         if self.is_adapted:
-            info["tv_phi_rho"] = round(self.allocation_total_variation(), 4)
+            info["tv_phi_rho"] = round(self._allocation_total_variation(), 4)
         kept = ("samples_per_bin", "forward_passes", "filled_bins", "data", "nonfinite_losses") + (("bound",) if data_bound else ())
         record = {k: info[k] for k in kept}
         self.record_start({"choice": "profile", "source": "the pretrained model", "levels": len(levels), **record})
@@ -663,6 +650,41 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         return bound, {"values": int(values.numel()), "samples": int(round(float(counts[0].sum())))}
 
 
+def _load_stored_m_hat(estimator: ProfileEstimator, stored: StoredSchedule, settings: InfoNoiseSettings) -> bool:
+    """Put a stored schedule's m̂ (at least two filled bins) into ``estimator``, of a sampler with ``settings``
+    (:meth:`~diffusers_infonoise.estimator.ProfileEstimator.load_m_hat`); returns whether it was interpolated."""
+    m_hat = stored.m_hat
+    cap = (stored.payload.get("hyperparameters") or {}).get("mmse_cap")
+    capped = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0
+    if capped and settings.mmse_cap is None:
+        # a sampler without a cap of its own (e.g. EDM receiving a VP ε schedule) takes the m̂ the source's π
+        # was built from: an ε-model's raw error grows as σ² and would send the draws to pure noise (§5.4)
+        m_hat = m_hat.clamp(max=float(cap))
+    return estimator.load_m_hat(stored.edges, m_hat)
+
+
+def stored_estimator(stored: StoredSchedule, path: NoisePath) -> ProfileEstimator:
+    """The estimate of a stored schedule on ``path`` (the scheduler's, as
+    :meth:`~InfoNoiseTrainingTimestepSampler.from_stored` builds it), without building a sampler: the estimator that
+    sampler holds, with the stored settings, m̂ and data statistics, so that its
+    :meth:`~diffusers_infonoise.estimator.ProfileEstimator.profile` (q and ρ̂) is the sampler's. For the InfoGrid and
+    diagnostics of a stored schedule; an estimate with fewer than two filled bins is left empty.
+
+    Raises:
+        ValueError: a stored grid that does not overlap ``path``'s, or stored settings that are invalid (naming them).
+    """
+    settings = InfoNoiseSettings(
+        **{"mmse_cap": default_mmse_cap(stored.prediction_type), **InfoNoiseSettings.stored_keywords(stored.payload)}
+    )
+    estimator = estimator_for(path, settings)
+    if stored.num_filled >= 2:
+        _load_stored_m_hat(estimator, stored, settings)
+    data = stored.payload.get("data") or {}
+    variance, min_gap = data.get("variance"), data.get("min_gap")
+    apply_data_statistics(estimator, settings, None if variance is None else float(variance), None if min_gap is None else float(min_gap))
+    return estimator
+
+
 def _floats(t: torch.Tensor) -> list:
     # JSON has no NaN: unfilled bins are stored as null
     return [None if not math.isfinite(v) else float(v) for v in t.tolist()]
@@ -670,7 +692,7 @@ def _floats(t: torch.Tensor) -> list:
 
 def _stored_pi_settings(payload: dict) -> dict:
     """What besides m̂ and the data statistics decides a (validated) payload's π, in the form of
-    :meth:`InfoNoiseTrainingTimestepSampler.schedule_settings`: a sampler whose settings equal these reproduces the
+    ``InfoNoiseTrainingTimestepSampler._schedule_settings``: a sampler whose settings equal these reproduces the
     stored π from the stored m̂."""
     hp = payload.get("hyperparameters") or {}
     return {

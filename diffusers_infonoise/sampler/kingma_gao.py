@@ -31,19 +31,20 @@ class KingmaGaoSampler(_AdaptiveSampler):
     """
 
     name = "kingma_gao"
-    title = "Kingma & Gao's sampler"
+    _title = "Kingma & Gao's sampler"
     # its π is the base times E[u·L] (no gate, no ρ̂ to cap, temper or place; the floor mixed in π)
-    settings_class = AdaptiveSettings
+    _settings_class = AdaptiveSettings
 
     def _statistic(self, levels, errors):
         # u·L = w·e: the weighted loss the objective averages
-        return self.x0_loss_weight(levels.sigmas.detach().to(errors.device, errors.dtype)).to(errors.dtype) * errors
+        sigmas = levels.sigmas.detach().to(errors.device, errors.dtype)
+        return self.objective.x0_loss_weight(sigmas, sigma_data=self.sigma_data).to(errors.dtype) * errors
 
     def _build_probs(self):
         # the VDM++ proposal p ∝ base·E[u·L], mixed with the base in π-space (its objective is kept
         # by the importance weights, so φ is not what this sampler targets)
         masses = self.estimator.filled_m_hat() * self.base_masses
-        return (1 - self.floor) * masses / masses.sum() + self.floor * self.base_masses
+        return (1 - self.settings.floor) * masses / masses.sum() + self.settings.floor * self.base_masses
 
     def _importance_weights(self, sigmas, timesteps, levels):
         sig = sigmas.to(torch.float64)

@@ -71,9 +71,9 @@ class LossSlopeSampler(_AdaptiveSampler):
     """
 
     name = "loss_slope"
-    title = "the loss-slope sampler"
+    _title = "the loss-slope sampler"
     # no gate and no ρ̂ to temper or place; the floor always mixed in π
-    settings_class = LossSlopeSettings
+    _settings_class = LossSlopeSettings
 
     def _statistic(self, levels, errors):
         return errors  # the unweighted x0-space error, binned as InfoNoise bins it
@@ -97,4 +97,4 @@ class LossSlopeSampler(_AdaptiveSampler):
         total = float(slope.sum())
         if not total > 0:
             return self.base_masses.clone()
-        return (1 - self.floor) * slope / total + self.floor * self.base_masses
+        return (1 - self.settings.floor) * slope / total + self.settings.floor * self.base_masses

@@ -144,7 +144,7 @@ class AdaptiveSettings:
         memory: H, the memory of the estimate in optimizer steps: a loss ``a`` steps old weighs ``exp(−a/H)`` in its
             bin's mean (docs/METHOD.md §5.10). ``"auto"`` (default): an eighth of ``num_training_steps``, at least
             the steps that bring ``num_bins·min_count`` samples at the measured rate, between ``refresh_every`` and
-            500 (500 when the run's length is unknown); ``sampler.memory_steps()`` gives the value in force.
+            500 (500 when the run's length is unknown); the sampler's ``_memory_steps()`` gives the value in force.
         min_count: samples a bin needs before its first value (default 8); until then they stay open into the
             next refresh (§5.4).
         smoothing: Gaussian kernel width in bins on log m̂ (default 1.0; 0 disables).
@@ -301,7 +301,8 @@ class AdaptiveSettings:
         return dataclasses.replace(self, **changes)
 
     def stored(self) -> dict:
-        """The stored settings as a plain dict: a payload's ``hyperparameters`` and ``sampler.hyperparameters``."""
+        """The stored settings as a plain dict: a payload's ``hyperparameters`` (the writer; the reader is
+        :meth:`InfoNoiseSettings.stored_keywords`)."""
         return {name: getattr(self, name) for name in self.names("pi", "statistics", "warmup")}
 
     def estimator_keywords(self) -> dict:

@@ -163,7 +163,7 @@ def weighted_loss(sampler: TrainingTimestepSampler, levels: NoiseLevels, per_sam
     importance weights of samplers that carry them (Kingma-Gao). The sampler only changes π."""
     # on the loss's device: a host copy here would synchronise every step
     dtype = torch.float32 if per_sample.device.type == "mps" else torch.float64
-    u = sampler.loss_weight(levels.sigmas.detach().to(per_sample.device, dtype)).to(torch.float32)
+    u = sampler.objective.loss_weight(levels.sigmas.detach().to(per_sample.device, dtype), sigma_data=sampler.sigma_data).to(torch.float32)
     if levels.loss_weights is not None:
         u = u * levels.loss_weights.to(per_sample.device, torch.float32)
     return (u * per_sample).mean()

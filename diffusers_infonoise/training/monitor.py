@@ -3,6 +3,7 @@ the π check across ranks; ``--show_noise_schedule``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -24,6 +25,13 @@ __all__ = [
 ]
 
 
+def pi_hash(sampler) -> str:
+    """Short SHA-256 of an adaptive sampler's current bin masses (π, or the base's before it adapts): equal on every
+    rank under data parallelism, which the logs show."""
+    data = (sampler.probs if sampler.probs is not None else sampler.base_masses).numpy().tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
     """A short text table of the sampler's density: quantiles of σ and of the allocation π·w."""
     from ..densities import bin_masses
@@ -32,7 +40,7 @@ def describe_noise_schedule(sampler: TrainingTimestepSampler) -> str:
     edges = torch.linspace(lo, hi, 401, dtype=torch.float64)
     mass = bin_masses(sampler.density, edges)
     centres = 0.5 * (edges[1:] + edges[:-1])
-    phi = mass * sampler.x0_loss_weight(torch.exp(centres))
+    phi = mass * sampler.objective.x0_loss_weight(torch.exp(centres), sigma_data=sampler.sigma_data)
     phi = phi / phi.sum()
 
     def quantiles(m):
@@ -91,7 +99,7 @@ def show_noise_schedule(
     what = shown_schedule(sampler, start, info)
     print(f"shown: {what}")
     if sampler.is_adapted:  # the hash the training log gives at each refresh of π
-        print(f"pi hash: {sampler.pi_hash()}")
+        print(f"pi hash: {pi_hash(sampler)}")
     print(describe_noise_schedule(sampler))
     os.makedirs(output_dir, exist_ok=True)
     fig = plot_schedule(sampler, title=f"training-noise density at step 1: {what.split(':')[0].split(' (')[0]}")
@@ -181,7 +189,7 @@ class ScheduleMonitor:
             raise RuntimeError("noise sampler: ranks hold different schedules after a refresh (statistics were not reduced)")
         # the gather above checked that every rank holds this π: the main process says so, once
         logger.info(
-            f"step {global_step}: pi refreshed (hash {self.sampler.pi_hash()}, the same on all {accelerator.num_processes} "
+            f"step {global_step}: pi refreshed (hash {pi_hash(self.sampler)}, the same on all {accelerator.num_processes} "
             f"process(es); gate {self.sampler.estimator.last_gate.source} {self.sampler.estimator.last_gate.pivot})"
         )
         refresh = self.sampler.last_refresh

@@ -70,7 +70,7 @@ def main():
         noisy = sampler.add_noise(x0, noise, levels)
         pred = model(torch.cat([noisy, levels.timesteps[:, None]], dim=1))  # the denoiser D
         per_sample = ((pred - x0) ** 2).mean(dim=1)
-        loss = (sampler.loss_weight(levels.sigmas).float() * per_sample).mean()
+        loss = (sampler.objective.loss_weight(levels.sigmas, sigma_data=sampler.sigma_data).float() * per_sample).mean()
         accelerator.backward(loss)  # DDP's gradient all-reduce: a sampler collective must not meet it
         optimizer.step()
         optimizer.zero_grad()

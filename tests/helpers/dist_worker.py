@@ -9,6 +9,7 @@ import torch
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
 from diffusers_infonoise.paths import VEPath
+from diffusers_infonoise.training.monitor import pi_hash
 
 STEPS = 6
 BATCH = 1024
@@ -53,7 +54,7 @@ def worker(rank: int, world: int, port: int, outdir: str):
             levels, loss = batch(sampler, rank, step)
             sampler.update(levels, loss)
             sampler.step()
-            hashes.append(sampler.pi_hash())
+            hashes.append(pi_hash(sampler))
         torch.save(
             {
                 "probs": sampler.probs,

@@ -428,7 +428,7 @@ def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_pa
 
     sched = EDMEulerScheduler()
     s = make_sampler("infonoise", sched, num_bins=16, gate=None)
-    lo, hi = math.exp(float(s.edges[4])), math.exp(float(s.edges[6]))
+    lo, hi = math.exp(float(s.estimator.edges[4])), math.exp(float(s.estimator.edges[6]))
 
     def loss_fn(x0, levels):  # the x0 error of N(0, 0.25) data in bins 4 and 5, NaN elsewhere
         sig = levels.sigmas.double()
@@ -462,7 +462,7 @@ def test_a_sparse_stored_schedules_warning_says_when_it_was_saved(capsys, tmp_pa
     sig = torch.exp(s.estimator.centers[[40, 41, 42, 43]]).repeat(4)
     with pytest.warns(UserWarning, match="step 1: pi rests mostly"):
         for _ in range(3):
-            s.update(s.levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
+            s.update(s._levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
             s.step()
     rc, out, err = show(s, sched, "young")
     assert rc == 0 and "3 optimizer steps, 3 schedule updates" in out, err
@@ -511,7 +511,7 @@ def test_grid_writes_its_numbers_to_json(capsys, saved, tmp_path):
     sampler = make_sampler("infonoise", flow, warmup_steps=1, refresh_every=1, min_count=1)
     sig = torch.exp(sampler.estimator.centers)
     for _ in range(2):
-        sampler.update(sampler.levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
+        sampler.update(sampler._levels_at(sig), sig**2 * 0.25 / (sig**2 + 0.25))
         sampler.step()
     sampler.save_to_scheduler(flow)
     flow.save_pretrained(tmp_path / "flow")

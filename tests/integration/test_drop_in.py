@@ -129,8 +129,8 @@ def test_infonoise_sampler_sizes_seeds_and_registers():
     accelerator = Accelerator(cpu=True)
     args = argparse.Namespace(snr_gamma=5.0, seed=11, max_train_steps=2000, prediction_type=None)
     sampler = infonoise_sampler(DDPMScheduler(), args, accelerator=accelerator, floor=0.1)
-    assert sampler.warmup_steps == 200 and sampler.seed == 11 and sampler.floor == 0.1
-    assert sampler.loss_weighting == "min_snr" and sampler in accelerator._custom_objects
+    assert sampler.warmup_steps == 200 and sampler.seed == 11 and sampler.settings.floor == 0.1
+    assert sampler.objective.loss_weighting == "min_snr" and sampler in accelerator._custom_objects
     # Flux's scheduler refuses to guess the shift, and says which mu the training scripts use
     flux = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True)
     with pytest.raises(ValueError, match="mu=0.0"):
@@ -233,7 +233,7 @@ def test_statistics_kept_on_the_device_equal_the_host_ones():
     loss = levels.sigmas.double() ** 2 / (levels.sigmas.double() ** 2 + 0.25)
     loss[:3] = math.nan
     a.update(levels, loss)
-    assert a.num_nonfinite == 3
+    assert a._num_nonfinite == 3
     assert float(a.estimator.counts.sum()) == 509
     assert float(a.estimator.sums.sum()) == pytest.approx(float(loss[3:].sum()), rel=1e-12)
     torch.testing.assert_close(per_sample_mse(torch.ones(2, 3), torch.zeros(2, 3)), torch.ones(2))

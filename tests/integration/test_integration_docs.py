@@ -55,15 +55,15 @@ def _batch(step: int, bsz: int = BATCH):
 
 def _tv_to_rho(sampler) -> float:
     """TV(φ, ρ) on the sampler's grid: π from its density, w and ρ by hand."""
-    edges = sampler.edges.numpy()
+    edges = sampler.estimator.edges.numpy()
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
-    pi = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy()
+    pi = torch.exp(sampler._log_prob(torch.from_numpy(sig))).numpy()
     if sampler.prediction_type == "sample" and sampler.path.kind == "flow":
         # x0 loss of SD3's preconditioning: w is diffusers' weight u(s) itself
         s = sig / (1 + sig)
-        w = {"none": np.ones_like(s), "sigma_sqrt": s**-2, "cosmap": 2 / (np.pi * (1 - 2 * s + 2 * s**2))}[sampler.loss_weighting]
+        w = {"none": np.ones_like(s), "sigma_sqrt": s**-2, "cosmap": 2 / (np.pi * (1 - 2 * s + 2 * s**2))}[sampler.objective.loss_weighting]
     else:
-        w = weight_by_hand(sampler.prediction_type, sampler.loss_weighting, sig, gamma=sampler.snr_gamma or 5.0)
+        w = weight_by_hand(sampler.prediction_type, sampler.objective.loss_weighting, sig, gamma=sampler.objective.snr_gamma or 5.0)
     return total_variation(pi * w, gauss_mmse(sig, S) / sig**2)
 
 
@@ -103,14 +103,14 @@ def test_ddpm_unconditional_snippets(tmp_path):
     }
     exec(code["ddpm/setup"], ns)
     sampler = ns["sampler"]
-    assert sampler.warmup_steps == 50 and sampler.prediction_type == "epsilon" and sampler.loss_weighting == "none"
+    assert sampler.warmup_steps == 50 and sampler.prediction_type == "epsilon" and sampler.objective.loss_weighting == "none"
     logged = []
     ns["accelerator"].log = lambda values, step: logged.append((step, values))
     run_ddpm(ns, code, range(STEPS))
     # the tracker got the sampler's figures at every step; at the end they are those of the sampler
     assert [step for step, _ in logged] == list(range(1, STEPS + 1))
     last = logged[-1][1]
-    assert last["infonoise/adapted"] == 1.0 and last["infonoise/tv_phi_rho"] == sampler.allocation_total_variation()
+    assert last["infonoise/adapted"] == 1.0 and last["infonoise/tv_phi_rho"] == sampler._allocation_total_variation()
     assert logged[0][1]["infonoise/adapted"] == 0.0 and "infonoise/tv_phi_rho" not in logged[0][1]
     exec(code["ddpm/save"], ns)
     assert sampler.is_adapted and sampler.optimizer_step == STEPS
@@ -134,7 +134,7 @@ def test_ddpm_sample_prediction_is_the_snr_weighted_x0_loss():
     }
     exec(code["ddpm/setup"], ns)
     sampler = ns["sampler"]
-    assert (sampler.prediction_type, sampler.loss_weighting) == ("sample", "snr")
+    assert (sampler.prediction_type, sampler.objective.loss_weighting) == ("sample", "snr")
     run_ddpm(ns, code, range(STEPS))
     assert sampler.is_adapted
     assert _tv_to_rho(sampler) <= 0.05 + 0.02  # φ = π·SNR on the analytic entropy rate
@@ -190,7 +190,7 @@ def test_sd_text_to_image_snippets_with_min_snr(prediction_type):
     ns = {"noise_scheduler": noise_scheduler, "args": args, "accelerator": _accelerator()}
     exec(code["sd/setup"], ns)
     sampler = ns["sampler"]
-    assert (sampler.prediction_type, sampler.loss_weighting, sampler.snr_gamma) == (prediction_type, "min_snr", 5.0)
+    assert (sampler.prediction_type, sampler.objective.loss_weighting, sampler.objective.snr_gamma) == (prediction_type, "min_snr", 5.0)
     abar = noise_scheduler.alphas_cumprod.double()
     for step in range(STEPS):
         latents, noise = _batch(step)
@@ -272,7 +272,7 @@ def test_sd3_dreambooth_snippets_each_weighting_scheme(weighting_scheme, precond
     exec(code["sd3/setup"], ns)
     sampler = ns["sampler"]
     assert sampler.prediction_type == ("sample" if precondition_outputs else "flow")
-    assert sampler.loss_weighting == (weighting_scheme if weighting_scheme in ("sigma_sqrt", "cosmap") else "none")
+    assert sampler.objective.loss_weighting == (weighting_scheme if weighting_scheme in ("sigma_sqrt", "cosmap") else "none")
     assert sampler.describe()["base"]["name"] == (weighting_scheme if weighting_scheme in ("logit_normal", "mode") else "uniform")
     run_flow(ns, code, "sd3", precondition=bool(precondition_outputs))
     exec(code["flow/save"], ns)
@@ -295,7 +295,7 @@ def test_sd3_snippets_keep_class_images_out_of_the_statistics():
     sampler = ns["sampler"]
     assert sampler.is_adapted and float(sampler.estimator.total_counts.sum()) == STEPS * BATCH
     assert _tv_to_rho(sampler) <= 0.05 + 0.02
-    assert abs(sampler.data_variance - S**2) < 0.01  # the instance images' variance, not the class images' (4)
+    assert abs(sampler.data.variance - S**2) < 0.01  # the instance images' variance, not the class images' (4)
 
 
 def test_flux_dreambooth_snippets_with_dynamic_shifting(tmp_path):
@@ -360,7 +360,7 @@ def _start_checks(sampler, model) -> None:
     variance measured through observe_data, the model back in training mode, and no warm-up left."""
     assert sampler.is_adapted and sampler.num_updates == 1 and sampler.optimizer_step == 0
     assert model.training and model.calls >= 1 and sampler.warmup_steps == 0
-    assert abs(sampler.data_variance - S**2) < 0.02
+    assert abs(sampler.data.variance - S**2) < 0.02
     assert _tv_to_rho(sampler) <= 0.05 + 0.02  # φ = π·w on ρ ∝ mmse/σ² from about 8 levels a bin
 
 

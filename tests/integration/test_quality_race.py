@@ -163,7 +163,7 @@ def test_stored_schedule_reads_the_payload_with_the_library_reader(tmp_path):
     from diffusers_infonoise import ScheduleError, make_sampler, write_schedule
 
     scheduler = tiers.train_scheduler(tiers.tier_races("quick")[0])
-    payload = write_schedule(scheduler, make_sampler("infonoise", scheduler))
+    payload = write_schedule(scheduler, make_sampler("infonoise", scheduler).to_payload())
     scheduler.save_pretrained(tmp_path / "run" / "scheduler")
     schedule = harness.stored_schedule(tmp_path / "run")
     assert list(schedule) == list(harness.SCHEDULE_FIELDS)

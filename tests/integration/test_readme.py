@@ -130,7 +130,7 @@ def test_readme_fine_tuning_block_runs_as_written(tmp_path, monkeypatch):
     # then the shared schedule was loaded: its m̂ (the same 64 bins and path), and a π rebuilt for this run
     stored = torch.tensor([float("nan") if v is None else v for v in ns["shared"]["m_hat"]], dtype=torch.float64)
     torch.testing.assert_close(sampler.estimator.m_hat, stored, rtol=0, atol=0, equal_nan=True)
-    assert sampler.is_adapted and sampler.allocation_total_variation() <= sampler.floor + 0.02
+    assert sampler.is_adapted and sampler._allocation_total_variation() <= sampler.settings.floor + 0.02
 
 
 def _github_anchor(heading: str) -> str:

@@ -184,7 +184,7 @@ def test_adaptive_final_pi_is_read_from_the_checkpoint(tmp_path):
     sampler = make_sampler("loss_slope", EDMEulerScheduler(), warmup_steps=0)
     assert harness.checkpoint_pi(tmp_path) is None
     save_sampler_state(sampler, tmp_path / "noise_sampler" / "rank_0")
-    assert harness.checkpoint_pi(tmp_path) == {"edges": [round(float(e), 6) for e in sampler.edges], "pi": None, "adapted": False}
+    assert harness.checkpoint_pi(tmp_path) == {"edges": [round(float(e), 6) for e in sampler.estimator.edges], "pi": None, "adapted": False}
     sampler.probs = torch.full((64,), 1 / 64, dtype=torch.float64)
     save_sampler_state(sampler, tmp_path / "noise_sampler" / "rank_0")
     assert harness.checkpoint_pi(tmp_path)["pi"] == [round(1 / 64, 6)] * 64

@@ -62,7 +62,7 @@ def test_flux_lora_trains_stores_the_schedule_and_loads_in_diffusers(flux_model,
         ]
     )
     sampler = result["sampler"]
-    assert sampler.prediction_type == "flow" and sampler.loss_weighting == "none"
+    assert sampler.prediction_type == "flow" and sampler.objective.loss_weighting == "none"
     # diffusers' Flux scripts train on the unshifted table: the path of mu = 0, shift 1
     assert sampler.path.shift == 1.0
     payload = _payload(out)
@@ -121,7 +121,7 @@ def test_flux_full_finetune_with_a_loss_weighting_and_a_training_mu(flux_model, 
         ]
     )
     sampler = result["sampler"]
-    assert sampler.loss_weighting == "cosmap" and sampler.path.shift == pytest.approx(math.exp(0.5))
+    assert sampler.objective.loss_weighting == "cosmap" and sampler.path.shift == pytest.approx(math.exp(0.5))
     pipe = FluxPipeline.from_pretrained(str(out))
     assert pipe.scheduler.config["_infonoise_schedule"]["optimizer_steps"] == 2
     # without --noise_sampler the run draws as diffusers' script does: uniform s for cosmap

@@ -64,10 +64,16 @@ def test_sd3_weighting_scheme(sd3_model, tmp_path, scheme, capsys):
             ["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme, "--precondition_outputs", precondition]
         )
         sampler = sd3_script.build_sampler(args, sd3_script.load_noise_scheduler(args))
-        assert (sampler.name, sampler.loss_weighting, sampler.prediction_type) == (expected_sampler, expected_weighting, prediction_type)
+        assert (sampler.name, sampler.objective.loss_weighting, sampler.prediction_type) == (
+            expected_sampler,
+            expected_weighting,
+            prediction_type,
+        )
         assert sampler.path.kind == "flow" and sampler.path.shift == 3.0
-        torch.testing.assert_close(sampler.loss_weight(sigmas), u, rtol=1e-6, atol=0)
-        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), u / x0_factor, rtol=1e-6, atol=0)
+        torch.testing.assert_close(sampler.objective.loss_weight(sigmas, sigma_data=sampler.sigma_data), u, rtol=1e-6, atol=0)
+        torch.testing.assert_close(
+            sampler.objective.x0_loss_weight(sigmas, sigma_data=sampler.sigma_data), u / x0_factor, rtol=1e-6, atol=0
+        )
     out = tmp_path / scheme
     result = sd3_script.main(
         ["--pretrained_model_name_or_path", sd3_model, "--weighting_scheme", scheme, "--output_dir", str(out), "--show_noise_schedule"]
@@ -88,14 +94,14 @@ def test_sd3_noise_sampler_and_weighting_scheme_together(sd3_model):
     sampler = build("--noise_sampler", "infonoise", "--weighting_scheme", "mode", "--mode_scale", "0.5")
     assert sampler.base_description == {"name": "mode", "scale": 0.5}
     sampler = build("--noise_sampler", "infonoise", "--weighting_scheme", "cosmap", "--precondition_outputs", "0")
-    assert sampler.base_description == {"name": "uniform"} and sampler.loss_weighting == "cosmap"
+    assert sampler.base_description == {"name": "uniform"} and sampler.objective.loss_weighting == "cosmap"
     assert sampler.prediction_type == "flow"
     sampler = build("--noise_sampler", "infonoise", "--infonoise_base", "logit_normal", "--logit_mean", "0.5")
     assert sampler.base_description == {"name": "logit_normal", "mean": -0.5, "std": 1.0}  # diffusers' sign
     # a fixed sampler wins over the default scheme, and a loss-weight scheme combines with it
     assert build("--noise_sampler", "edm_lognormal").name == "edm_lognormal"
     sampler = build("--noise_sampler", "log_uniform", "--weighting_scheme", "sigma_sqrt")
-    assert (sampler.name, sampler.loss_weighting) == ("log_uniform", "sigma_sqrt")
+    assert (sampler.name, sampler.objective.loss_weighting) == ("log_uniform", "sigma_sqrt")
     assert build("--noise_sampler", "mode", "--weighting_scheme", "mode").name == "mode"
     for bad in (["--noise_sampler", "logit_normal", "--weighting_scheme", "mode"], ["--snr_gamma", "5"]):
         with pytest.raises(SystemExit):

@@ -80,12 +80,12 @@ def test_sdxl_lora_v_prediction_min_snr_trains_and_loads(sdxl_model, tmp_path):
         ]
     )
     sampler = result["sampler"]
-    assert (sampler.prediction_type, sampler.loss_weighting, sampler.snr_gamma) == ("v_prediction", "min_snr", 5.0)
+    assert (sampler.prediction_type, sampler.objective.loss_weighting, sampler.objective.snr_gamma) == ("v_prediction", "min_snr", 5.0)
     saved = DDPMScheduler.from_pretrained(out / "scheduler")
     payload = saved.config["_infonoise_schedule"]
     assert saved.config.prediction_type == "v_prediction" and payload["adapted"] and payload["optimizer_steps"] == 3
     # the m̂ cap is the variance of the VAE latents the run trained on
-    assert payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data_variance) and sampler.data_variance > 0
+    assert payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data.variance) and sampler.data.variance > 0
     assert (out / "validation.png").is_file() and "StableDiffusionXLPipeline" in (out / "README.md").read_text()
 
     pipe = StableDiffusionXLPipeline.from_pretrained(sdxl_model)

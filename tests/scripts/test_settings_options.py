@@ -107,20 +107,20 @@ def test_a_baseline_accepts_only_the_settings_it_reads(cls, name, unread):
     """Kingma & Gao's and the loss-slope sampler took InfoNoise's 17 settings and refused or ignored 6 and 5 of them:
     each now takes its own class's, and a setting of InfoNoise's target is refused, naming it, even at its default;
     the scripts' warning about their options follows from the same classes."""
-    assert set(InfoNoiseSettings.names()) - set(cls.settings_class.names()) == unread == set(unread_settings(name))
+    assert set(InfoNoiseSettings.names()) - set(cls._settings_class.names()) == unread == set(unread_settings(name))
     sched = EDMEulerScheduler()
     path = make_sampler(name, sched).path
     for setting in sorted(unread):
         value = getattr(InfoNoiseSettings(), setting)
-        message = rf"^{setting}: a setting of InfoNoise's target, not of {re.escape(cls.title)} \(its settings: num_bins, "
+        message = rf"^{setting}: a setting of InfoNoise's target, not of {re.escape(cls._title)} \(its settings: num_bins, "
         with pytest.raises(ValueError, match=message):
             make_sampler(name, sched, **{setting: value})
         with pytest.raises(ValueError, match=message):
             cls(path, prediction_type="sample", **{setting: value})
-    read = {k: OTHER_VALUES[k][1] for k in cls.settings_class.names() if k in OTHER_VALUES and k not in ("ema_decay", "base")}
+    read = {k: OTHER_VALUES[k][1] for k in cls._settings_class.names() if k in OTHER_VALUES and k not in ("ema_decay", "base")}
     sampler = make_sampler(name, sched, **read)
     assert {k: getattr(sampler.settings, k) for k in read} == read
-    assert sorted(sampler.hyperparameters) == sorted(cls.settings_class.names("pi", "statistics", "warmup"))
+    assert sorted(sampler.settings.stored()) == sorted(cls._settings_class.names("pi", "statistics", "warmup"))
 
 
 def test_the_mmse_cap_default_rule_is_one_for_every_sampler_with_a_cap():

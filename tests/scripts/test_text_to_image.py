@@ -87,7 +87,7 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
     args = sd_script.parse_args(["--pretrained_model_name_or_path", sd_model])
     sched = sd_script.load_noise_scheduler(args)
     sampler = sd_script.build_sampler(args, sched)
-    assert sampler.name == "uniform" and sampler.loss_weighting == "none"
+    assert sampler.name == "uniform" and sampler.objective.loss_weighting == "none"
     assert type(sched).__name__ == "DDPMScheduler" and sched.config.prediction_type == "epsilon"
     probs = sampler.timestep_probabilities()
     torch.testing.assert_close(probs, torch.full_like(probs, 1 / 1000))
@@ -98,14 +98,19 @@ def test_sd_sampler_defaults_and_min_snr_match_diffusers(sd_model):
         )
         sched = sd_script.load_noise_scheduler(args)
         sampler = sd_script.build_sampler(args, sched)
-        assert sampler.name == "infonoise" and sampler.loss_weighting == "min_snr" and sampler.snr_gamma == 5
+        assert sampler.name == "infonoise" and sampler.objective.loss_weighting == "min_snr" and sampler.objective.snr_gamma == 5
         assert sampler.prediction_type == prediction_type == sched.config.prediction_type
         t = torch.tensor([0, 10, 100, 400, 999])
         snr = compute_snr(sched, t).double()
         expected = torch.minimum(snr, torch.full_like(snr, 5.0)) / divisor(snr)
         sigmas = sampler.path.sigmas_table[t]
-        torch.testing.assert_close(sampler.loss_weight(sigmas), expected, rtol=1e-5, atol=0)
-        torch.testing.assert_close(sampler.x0_loss_weight(sigmas), torch.minimum(snr, torch.full_like(snr, 5.0)), rtol=1e-5, atol=0)
+        torch.testing.assert_close(sampler.objective.loss_weight(sigmas, sigma_data=sampler.sigma_data), expected, rtol=1e-5, atol=0)
+        torch.testing.assert_close(
+            sampler.objective.x0_loss_weight(sigmas, sigma_data=sampler.sigma_data),
+            torch.minimum(snr, torch.full_like(snr, 5.0)),
+            rtol=1e-5,
+            atol=0,
+        )
 
 
 def test_sd_show_noise_schedule(sd_model, tmp_path, capsys):
@@ -449,7 +454,7 @@ def test_sd_lora_at_batch_one_adapts_from_the_base_density(sd_model, tmp_path):
     assert sampler.warmup_steps == 50 and sampler.is_adapted
     assert float(sampler.estimator.total_counts.sum()) == 200
     _, payload = scheduler_config_and_payload(str(out))
-    assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data_variance)
+    assert payload["adapted"] and payload["hyperparameters"]["mmse_cap"] == pytest.approx(sampler.data.variance)
     assert payload["tv_phi_rho"] <= 0.05 + 1e-6
 
 

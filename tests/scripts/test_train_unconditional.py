@@ -392,7 +392,7 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
 
     # ddpm-ε: capped by default at the per-pixel variance of the data noised through the sampler
     script.main(base_args(unet_config, tmp_path / "cap", "--diffusion", "ddpm", "--max_train_steps", 4))
-    cap = draws[-1]["sampler"].hyperparameters["mmse_cap"]
+    cap = draws[-1]["sampler"].settings.mmse_cap
     # by hand: the per-pixel variance of the digits in [-1, 1] (8x8, no resize); 64 of them give about as much
     images, _ = load_builtin_arrays("digits", "train")
     v_all = float((images.astype(np.float64) / 127.5 - 1.0).reshape(len(images), -1).var(axis=0).mean())
@@ -405,18 +405,18 @@ def test_mmse_cap_default_measured_on_the_training_data(script, unet_config, tmp
     parser = argparse.ArgumentParser()
     add_noise_sampler_args(parser)
     given = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "0.3"]), DDPMScheduler(), objective=Objective("epsilon"))
-    assert given.hyperparameters["mmse_cap"] == 0.3
+    assert given.settings.mmse_cap == 0.3
     off = build_noise_sampler(parser.parse_args(["--infonoise_mmse_cap", "none"]), DDPMScheduler(), objective=Objective("epsilon"))
-    assert off.hyperparameters["mmse_cap"] is None
+    assert off.settings.mmse_cap is None
     tempered = build_noise_sampler(parser.parse_args(["--infonoise_temperature", "0.64"]), DDPMScheduler(), objective=Objective("epsilon"))
-    assert tempered.hyperparameters["temperature"] == 0.64
-    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), objective=Objective("epsilon")).hyperparameters["temperature"] == 1.0
+    assert tempered.settings.temperature == 0.64
+    assert build_noise_sampler(parser.parse_args([]), DDPMScheduler(), objective=Objective("epsilon")).settings.temperature == 1.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--infonoise_temperature", "0"])
     # default off where the x0 conversion does not amplify the model's error (EDM's denoiser)
     draws.clear()
     script.main(base_args(unet_config, tmp_path / "e", "--diffusion", "edm", "--max_train_steps", 4))
-    assert draws[-1]["sampler"].hyperparameters["mmse_cap"] is None
+    assert draws[-1]["sampler"].settings.mmse_cap is None
 
 
 def test_schedule_plots_can_be_switched_off(script, unet_config, tmp_path):

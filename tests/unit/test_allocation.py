@@ -46,7 +46,7 @@ def _feed(sampler, steps, batch, seed=0, *, mmse=None, extra_eps_error=0.0):
 
 
 def _pi_masses(sampler, sig, width):
-    return torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy() * width
+    return torch.exp(sampler._log_prob(torch.from_numpy(sig))).numpy() * width
 
 
 CASES = [
@@ -89,8 +89,8 @@ def test_phi_follows_rho_within_the_floor_on_every_path_and_weighting(kind, pred
     tv = total_variation(phi, rho)
     assert tv <= floor + 0.02, tv
     # the library reports the same figure, at every refresh
-    assert sampler.allocation_total_variation() == pytest.approx(tv, abs=0.01)
-    assert sampler.last_refresh["tv_phi_rho"] == pytest.approx(sampler.allocation_total_variation())
+    assert sampler._allocation_total_variation() == pytest.approx(tv, abs=0.01)
+    assert sampler.last_refresh["tv_phi_rho"] == pytest.approx(sampler._allocation_total_variation())
     assert sampler.estimator.last_gate.source == "data" and sampler.estimator.last_gate.pivot is None
 
 
@@ -103,7 +103,7 @@ def test_pi_space_floor_is_the_hybrid_the_phi_floor_removes():
             EDMEulerScheduler(), warmup_steps=2, refresh_every=1, floor=0.05, floor_space=space, gate=0.2
         )
         _feed(s, steps=6, batch=8192)
-        tvs[space] = s.allocation_total_variation()
+        tvs[space] = s._allocation_total_variation()
     assert tvs["phi"] <= 0.07 and tvs["pi"] > 0.3, tvs
 
 
@@ -137,7 +137,7 @@ def test_the_readme_ddpm_quickstart_gets_the_cap_without_writing_anything():
     exact = _feed(InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), warmup_steps=2, refresh_every=1), steps=8, batch=8192)
     capped = run()
     uncapped = run(mmse_cap=None)
-    assert capped.hyperparameters["mmse_cap"] == pytest.approx(S_D**2, rel=0.05)  # per-dimension variance
+    assert capped.settings.mmse_cap == pytest.approx(S_D**2, rel=0.05)  # per-dimension variance
     p_exact, p_cap, p_raw = (x.timestep_probabilities().clone() for x in (exact, capped, uncapped))
     top = slice(900, 1000)
     assert float(p_raw[top].sum()) > 0.5 > 0.2 > float(p_cap[top].sum())
@@ -146,15 +146,15 @@ def test_the_readme_ddpm_quickstart_gets_the_cap_without_writing_anything():
 
 
 def test_defaults_follow_what_each_path_trains():
-    assert InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler()).loss_weighting == "edm"
-    assert make_sampler("infonoise", EDMEulerScheduler()).loss_weighting == "edm"
-    assert make_sampler("edm_lognormal", EDMEulerScheduler()).loss_weighting == "edm"
-    assert make_sampler("infonoise", EDMEulerScheduler(), prediction_type="edm_f").loss_weighting == "none"
-    assert make_sampler("infonoise", DDPMScheduler()).loss_weighting == "none"
-    assert make_sampler("infonoise", DDPMScheduler()).hyperparameters["mmse_cap"] == "auto"
-    assert make_sampler("infonoise", DDPMScheduler(prediction_type="v_prediction")).hyperparameters["mmse_cap"] == "auto"
-    assert make_sampler("infonoise", EDMEulerScheduler()).hyperparameters["mmse_cap"] is None
-    assert make_sampler("infonoise", FlowMatchEulerDiscreteScheduler()).hyperparameters["mmse_cap"] is None
+    assert InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler()).objective.loss_weighting == "edm"
+    assert make_sampler("infonoise", EDMEulerScheduler()).objective.loss_weighting == "edm"
+    assert make_sampler("edm_lognormal", EDMEulerScheduler()).objective.loss_weighting == "edm"
+    assert make_sampler("infonoise", EDMEulerScheduler(), prediction_type="edm_f").objective.loss_weighting == "none"
+    assert make_sampler("infonoise", DDPMScheduler()).objective.loss_weighting == "none"
+    assert make_sampler("infonoise", DDPMScheduler()).settings.mmse_cap == "auto"
+    assert make_sampler("infonoise", DDPMScheduler(prediction_type="v_prediction")).settings.mmse_cap == "auto"
+    assert make_sampler("infonoise", EDMEulerScheduler()).settings.mmse_cap is None
+    assert make_sampler("infonoise", FlowMatchEulerDiscreteScheduler()).settings.mmse_cap is None
 
 
 def test_warmup_is_sized_to_the_run():
@@ -162,7 +162,7 @@ def test_warmup_is_sized_to_the_run():
     assert [default_warmup_steps(n, 50) for n in (None, 100, 600, 3000, 10_000)] == [500, 50, 60, 300, 500]
     s = make_sampler("infonoise", EDMEulerScheduler())
     assert s.warmup_steps == 500
-    s.set_num_training_steps(600)
+    s.plan_run(600)
     assert s.warmup_steps == 60
     assert make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=7, num_training_steps=600).warmup_steps == 7
 
@@ -170,7 +170,7 @@ def test_warmup_is_sized_to_the_run():
 def test_a_run_that_never_adapts_says_so():
     sched = EDMEulerScheduler()
     with pytest.warns(UserWarning, match="never leaves the base"):
-        make_sampler("infonoise", sched, warmup_steps=100).set_num_training_steps(50)
+        make_sampler("infonoise", sched, warmup_steps=100).plan_run(50)
     s = make_sampler("infonoise", sched, warmup_steps=100)
     _feed(s, steps=3, batch=4)
     # a mid-run save says when it was saved, not that the run ended (issue 20)
@@ -193,7 +193,7 @@ def test_data_statistics_by_hand_and_the_gate_they_give():
     s.observe_data(torch.tensor([[1.0, -1.0], [3.0, -1.0]]))
     s.update(s.sample(4096, generator=torch.Generator().manual_seed(0)), torch.ones(4096))
     s.step()
-    assert s.data_variance == pytest.approx(0.5) and s.estimator.mmse_cap == pytest.approx(0.5)
+    assert s.data.variance == pytest.approx(0.5) and s.estimator.mmse_cap == pytest.approx(0.5)
     assert s.estimator.data_min_gap == pytest.approx(2.0)
     assert s.estimator.last_gate.source == "data" and s.estimator.last_gate.pivot == pytest.approx(0.2)
     # 8-bit images in [-1, 1]: gap 2/255, pivot ~0.0008, below the VP table's sigma_min (~0.01): no gate
@@ -221,7 +221,7 @@ def test_stored_schedule_comes_back_whole(kind):
     reloaded = type(sched).from_config(sched.config)
     b = InfoNoiseTrainingTimestepSampler.from_scheduler(reloaded)
     assert torch.equal(a.probs, b.probs)
-    assert b.hyperparameters["num_bins"] == 24 and b.hyperparameters["floor"] == 0.1
+    assert b.settings.num_bins == 24 and b.settings.floor == 0.1
     assert b.estimator.mmse_cap == a.estimator.mmse_cap
     ga, gb = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     assert torch.equal(a.sample(500, generator=ga).sigmas, b.sample(500, generator=gb).sigmas)
@@ -229,7 +229,7 @@ def test_stored_schedule_comes_back_whole(kind):
 
     assert torch.equal(load_learned_sampler(reloaded).probs, a.probs)
     c = InfoNoiseTrainingTimestepSampler.from_scheduler(reloaded, floor=0.3)
-    assert not torch.equal(c.probs, a.probs) and c.hyperparameters["floor"] == 0.3
+    assert not torch.equal(c.probs, a.probs) and c.settings.floor == 0.3
 
 
 def test_data_statistics_survive_bad_and_uneven_data():
@@ -242,7 +242,7 @@ def test_data_statistics_survive_bad_and_uneven_data():
     s.observe_data(torch.sign(torch.randn(64, 5, generator=torch.Generator().manual_seed(1))))  # another shape
     s.update(s.sample(4096, generator=torch.Generator().manual_seed(0)), torch.ones(4096))
     s.step()
-    assert s.data_variance == pytest.approx(1.0, abs=0.05) and s.estimator.mmse_cap == s.data_variance
+    assert s.data.variance == pytest.approx(1.0, abs=0.05) and s.estimator.mmse_cap == s.data.variance
     assert s.estimator.data_min_gap == pytest.approx(2.0)
 
 
@@ -279,7 +279,7 @@ def test_lora_sized_runs_adapt_and_stay_put_with_the_defaults(kind, pred, weight
     before = sampler.probs.clone()
     _feed(sampler, steps=steps - steps * 9 // 10, batch=batch, seed=batch + 7)
     assert float(sampler.estimator.total_counts.sum()) == steps * batch  # no sample thrown away
-    edges = sampler.edges.numpy()
+    edges = sampler.estimator.edges.numpy()
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
     phi = _pi_masses(sampler, sig, edges[1] - edges[0]) * weight_by_hand(pred, weighting, sig)
     tv = total_variation(phi, gauss_mmse(sig, S_D) / sig**2)
@@ -315,7 +315,7 @@ def test_metrics_for_a_tracker_and_the_mass_on_measured_bins():
     }
     assert m["infonoise/adapted"] == 1.0 and m["infonoise/filled_bins"] == 2.0 and m["infonoise/num_updates"] == 1.0
     assert all(isinstance(v, float) for v in m.values())
-    assert m["infonoise/tv_phi_rho"] == pytest.approx(s.allocation_total_variation()) and m["infonoise/tv_phi_rho"] <= 0.07
+    assert m["infonoise/tv_phi_rho"] == pytest.approx(s._allocation_total_variation()) and m["infonoise/tv_phi_rho"] <= 0.07
     assert s.last_refresh["measured_mass"] == m["infonoise/measured_mass"]
     drawn = s.sample(200_000, generator=torch.Generator().manual_seed(0)).sigmas.double()
     measured = torch.tensor([float(torch.log(torch.tensor(v))) for v in (0.3, 2.0)], dtype=torch.float64)
@@ -344,13 +344,13 @@ def test_a_tempered_target_follows_rho_to_the_tau_and_reports_both_distances():
     assert tv_target <= floor + 0.02, tv_target
     # τ = 0.25 moves φ from ρ by TV(ρ^τ, ρ) = 0.19 on this grid, well past the floor's share
     assert tv_rho == pytest.approx(total_variation(rho**tau, rho), abs=floor + 0.02) and tv_rho > 0.1, tv_rho
-    assert s.allocation_total_variation(target=True) == pytest.approx(tv_target, abs=0.01)
-    assert s.allocation_total_variation() == pytest.approx(tv_rho, abs=0.01)
-    assert s.last_refresh["tv_phi_target"] == pytest.approx(s.allocation_total_variation(target=True))
+    assert s._allocation_total_variation(target=True) == pytest.approx(tv_target, abs=0.01)
+    assert s._allocation_total_variation() == pytest.approx(tv_rho, abs=0.01)
+    assert s.last_refresh["tv_phi_target"] == pytest.approx(s._allocation_total_variation(target=True))
     assert s.metrics()["infonoise/tv_phi_target"] == s.last_refresh["tv_phi_target"]  # what a tracker logs
     s.save_to_scheduler(sched)
     b = InfoNoiseTrainingTimestepSampler.from_scheduler(type(sched).from_config(sched.config))
-    assert b.hyperparameters["temperature"] == tau and torch.equal(b.probs, s.probs)
+    assert b.settings.temperature == tau and torch.equal(b.probs, s.probs)
     assert sched.config["_infonoise_schedule"]["tv_phi_target"] == pytest.approx(tv_target, abs=0.01)
     for bad in (0.0, -1.0, 5.0, True, "1"):
         with pytest.raises(ValueError, match="temperature"):
@@ -377,13 +377,13 @@ def test_target_space_pi_draws_on_rho_and_leaves_the_weight_to_scale_them():
     assert total_variation(pi, rho) > 0.15 and total_variation(rho, base) > 0.3  # the floor is visible
     w = weight_by_hand("sample", "edm", sig)
     assert total_variation(pi * w, rho) > 0.2  # φ = π·w, far from ρ: not the method
-    assert s.allocation_total_variation() == pytest.approx(total_variation(pi * w, s._rho_mass().numpy()), abs=1e-6)
+    assert s._allocation_total_variation() == pytest.approx(total_variation(pi * w, s._rho_mass().numpy()), abs=1e-6)
     assert s.last_refresh["tv_pi_rho"] == pytest.approx(total_variation(pi, s._rho_mass().numpy()), abs=1e-6)
     assert s.metrics()["infonoise/tv_pi_rho"] == s.last_refresh["tv_pi_rho"]  # what a tracker logs
     s.save_to_scheduler(sched)
     assert read_schedule(sched)["tv_pi_rho"] == pytest.approx(s.last_refresh["tv_pi_rho"])
     b = InfoNoiseTrainingTimestepSampler.from_scheduler(type(sched).from_config(sched.config))
-    assert b.hyperparameters["target_space"] == "pi" and torch.equal(b.probs, s.probs)
+    assert b.settings.target_space == "pi" and torch.equal(b.probs, s.probs)
     for bad in ("x", None, 1):
         with pytest.raises(ValueError, match="target_space"):
             InfoNoiseTrainingTimestepSampler.from_scheduler(EDMEulerScheduler(), target_space=bad)

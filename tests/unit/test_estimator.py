@@ -147,7 +147,7 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
     target = phi / w
     target = target / target.sum()
 
-    got = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy() * width  # π-mass of each bin
+    got = torch.exp(sampler._log_prob(torch.from_numpy(sig))).numpy() * width  # π-mass of each bin
     assert got.sum() == pytest.approx(1.0, abs=1e-9)
     tv = total_variation(got, target)
     assert tv < 0.02, tv
@@ -157,7 +157,7 @@ def _run_end_to_end(kind, pred, weighting, data, *, gate, floor, steps=10, batch
     # and the library's own figure agrees
     phi_got = got * w / (got * w).sum()
     assert total_variation(phi_got, rho) <= floor + 0.02
-    assert sampler.allocation_total_variation() <= floor + 0.02
+    assert sampler._allocation_total_variation() <= floor + 0.02
     if gate == "auto":
         assert sampler.estimator.last_gate.source == "data"
         assert sampler.estimator.last_gate.pivot == (pytest.approx(0.2) if pivot else None)
@@ -188,9 +188,9 @@ def test_warmup_counts_optimizer_steps_not_micro_batches():
             levels = sampler.sample(batch, generator=gen)
             sampler.update(levels, torch.full((batch,), 0.1) * levels.sigmas**2 / (1 + levels.sigmas**2))
             fed += batch
-        before = sampler.log_prob(probe_t).numpy()
+        before = sampler._log_prob(probe_t).numpy()
         sampler.step()
-        after = sampler.log_prob(probe_t).numpy()
+        after = sampler._log_prob(probe_t).numpy()
         if step < warmup:
             np.testing.assert_allclose(after, _edm_base_log_prob(probe), rtol=0, atol=1e-10)
             assert not sampler.is_adapted
@@ -249,7 +249,7 @@ def test_sampler_pi_is_q_over_w_after_ema_by_hand():
         w = (sig**2 + 0.25) / (sig * 0.5) ** 2 if weighting == "edm" else (1 / sig**2 if pred == "epsilon" else 1.0)
         pi = (m / sig**2) / w
         pi = pi / pi.sum()
-        got = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
+        got = torch.exp(sampler._log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
         np.testing.assert_allclose(got, pi, rtol=2e-6)  # float32 σ in NoiseLevels
 
 
@@ -326,7 +326,7 @@ def test_nonfinite_losses_are_excluded_and_counted():
     b.update(NoiseLevels(levels.timesteps[keep], levels.sigmas[keep], levels.log_snr[keep]), loss[keep])
     a.step()
     b.step()
-    assert a.num_nonfinite == int(bad.sum()) and b.num_nonfinite == 0
+    assert a._num_nonfinite == int(bad.sum()) and b.num_nonfinite == 0
     assert torch.equal(a.probs, b.probs) and bool(torch.isfinite(a.probs).all())
 
 
@@ -339,7 +339,7 @@ def test_sigmas_outside_grid_are_left_out_counted_and_warned():
     sig = torch.tensor([1e-7, 1e-4, 500.0, 1e8, 0.002, 80.0, 1.0], dtype=torch.float32)
     levels = NoiseLevels(0.25 * torch.log(sig), sig, -2 * torch.log(sig))
     sampler.update(levels, torch.tensor([1.0, 3.0, 10.0, 20.0, 2.0, 15.0, 0.5]))
-    assert sampler.num_outside == 4
+    assert sampler._num_outside == 4
     with pytest.warns(UserWarning, match=r"4 noise levels given to update\(\) lay outside the sampler's grid \(VE sigma 0.002 to 80\)"):
         sampler.step()
     m = sampler.estimator.m_hat
@@ -358,7 +358,7 @@ def test_floor_one_gives_base_masses():
     sampler.step()
     edges, base = grid_by_hand("vp", sched)
     sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
-    got = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
+    got = torch.exp(sampler._log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
     np.testing.assert_allclose(got, base, rtol=1e-9, atol=1e-15)
 
 
@@ -490,7 +490,7 @@ def test_custom_base_density_is_used_for_warmup_and_floor():
     x = np.linspace(-3, 3, 7)
     z = stats.norm.cdf(math.log(80.0), 0.4, 0.7) - stats.norm.cdf(math.log(0.002), 0.4, 0.7)
     np.testing.assert_allclose(
-        sampler.log_prob(torch.from_numpy(np.exp(x))).numpy(), stats.norm.logpdf(x, 0.4, 0.7) - math.log(z), atol=1e-10
+        sampler._log_prob(torch.from_numpy(np.exp(x))).numpy(), stats.norm.logpdf(x, 0.4, 0.7) - math.log(z), atol=1e-10
     )
 
 
@@ -538,7 +538,7 @@ def test_automatic_memory_is_sized_to_the_run_and_to_the_samples_by_hand():
             lv = s.sample(batch)
             s.update(lv, torch.full((batch,), 0.1))
             s.step()
-        return s.memory_steps()
+        return s._memory_steps()
 
     assert memory(400, 64) == 50.0  # 400/8 = 50 > 64·8/64 = 8
     assert memory(4000, 64) == 500.0  # 4000/8 = 500

@@ -55,7 +55,7 @@ def test_q_grid_of_gaussian_data_matches_the_closed_form():
     s_d = 0.5
     sampler = _gaussian_sampler(s_d)
     grid = infogrid(sampler, 8, density="q")
-    lo, hi = float(sampler.edges[0]), float(sampler.edges[-1])
+    lo, hi = float(sampler.estimator.edges[0]), float(sampler.estimator.edges[-1])
 
     def big_g(x):
         return x - 0.5 * math.log(math.exp(2 * x) + s_d**2)

@@ -21,19 +21,19 @@ def _fed_the_bayes_error(smoothing: float, s2: float = S2) -> LossSlopeSampler:
     scheduler = EDMEulerScheduler(sigma_min=0.002, sigma_max=80.0, sigma_data=0.5)
     sampler = make_sampler("loss_slope", scheduler, warmup_steps=0, smoothing=smoothing)
     sig = torch.exp(sampler.estimator.centers)
-    levels = sampler.levels_at(sig.repeat(8))
+    levels = sampler._levels_at(sig.repeat(8))
     sig = levels.sigmas.double()  # the float32 levels the sampler bins
     sampler.update(levels, sig**2 * s2 / (sig**2 + s2))  # prediction_type "sample": the loss is the x0 error
-    assert sampler.refresh_now(ema_decay=0.0)
+    assert sampler._refresh_now(ema_decay=0.0)
     return sampler
 
 
 def _closed_form_pi(sampler: LossSlopeSampler, s2: float = S2) -> torch.Tensor:
     """The bin masses of dF/d ln σ, F(e_{k+1}) − F(e_k) with F = mmse at the edges, normalised, then the floor."""
-    e = torch.exp(sampler.edges)
+    e = torch.exp(sampler.estimator.edges)
     f = e**2 * s2 / (e**2 + s2)
     slope = (f[1:] - f[:-1]) / (f[-1] - f[0])
-    return (1 - sampler.floor) * slope + sampler.floor * sampler.base_masses
+    return (1 - sampler.settings.floor) * slope + sampler.settings.floor * sampler.base_masses
 
 
 def test_pi_is_the_slope_of_the_gaussian_mmse_over_log_sigma():
@@ -43,7 +43,7 @@ def test_pi_is_the_slope_of_the_gaussian_mmse_over_log_sigma():
     = (s²/2)·4·(4/(3√3)), hence TV ≈ ½·0.95·(h²/8)·(8/(3√3)) = 0.0025 at h = ln(80/0.002)/64."""
     sampler = _fed_the_bayes_error(smoothing=0.0)
     exact = _closed_form_pi(sampler)
-    h = float(sampler.edges[1] - sampler.edges[0])
+    h = float(sampler.estimator.edges[1] - sampler.estimator.edges[0])
     predicted = 0.5 * 0.95 * h**2 / 8 * 8 / (3 * math.sqrt(3))
     tv = 0.5 * float((sampler.probs - exact).abs().sum())
     assert tv == pytest.approx(predicted, rel=0.1)
@@ -62,7 +62,7 @@ def test_the_library_defaults_keep_the_closed_form_and_its_peak():
     for s2 in (S2, 4.0):
         sampler = _fed_the_bayes_error(smoothing=1.0, s2=s2)
         assert 0.5 * float((sampler.probs - _closed_form_pi(sampler, s2)).abs().sum()) < 0.02
-        h = float(sampler.edges[1] - sampler.edges[0])
+        h = float(sampler.estimator.edges[1] - sampler.estimator.edges[0])
         assert abs(float(sampler.estimator.centers[int(sampler.probs.argmax())]) - 0.5 * math.log(s2)) <= h
 
 
@@ -98,4 +98,4 @@ def test_the_training_script_builds_it_with_the_infonoise_flags(script):
 
     sampler = build_noise_sampler(args, EDMEulerScheduler(), objective=Objective("sample", "edm"))
     assert isinstance(sampler, LossSlopeSampler)
-    assert (sampler.warmup_steps, sampler.floor, "floor_space" in sampler.hyperparameters) == (7, 0.1, False)  # always in π
+    assert (sampler.warmup_steps, sampler.settings.floor, "floor_space" in sampler.settings.stored()) == (7, 0.1, False)  # always in π

@@ -149,9 +149,9 @@ def test_vp_zero_terminal_snr(cls):
         assert bool(torch.isfinite(p).all()) and float(p.sum()) == pytest.approx(1.0, abs=1e-12)
         # an ε error carries no x0 information at σ = inf: those samples are left out and counted
         if pred == "epsilon":
-            assert sampler.num_nonfinite == int(last.sum())
+            assert sampler._num_nonfinite == int(last.sum())
         else:
-            assert sampler.num_nonfinite == 0
+            assert sampler._num_nonfinite == 0
 
 
 @pytest.mark.parametrize("beta_schedule", BETAS)
@@ -278,14 +278,14 @@ def test_flow_heun_is_flow_and_dynamic_shift_moves_baselines():
     dyn = make_sampler("logit_normal", FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True), mu=mu)
     static = make_sampler("logit_normal", FlowMatchEulerDiscreteScheduler(shift=math.exp(mu)))
     x = torch.linspace(-5, 5, 21, dtype=F64)
-    torch.testing.assert_close(dyn.log_prob(torch.exp(x)), static.log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(dyn._log_prob(torch.exp(x)), static._log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
     # logit-normal(0, 1) on the level shifted by e^mu: log σ − mu ~ N(0, 1), truncated to the range
     from scipy import stats
 
     n = 1000
     lo, hi = math.log((1 / n) / (1 - 1 / n)), math.log((1 - 1 / n) / (1 / n))
     z = stats.norm.cdf(hi - mu) - stats.norm.cdf(lo - mu)
-    np.testing.assert_allclose(dyn.log_prob(torch.exp(x)).numpy(), stats.norm.logpdf(x.numpy() - mu) - math.log(z), atol=1e-10)
+    np.testing.assert_allclose(dyn._log_prob(torch.exp(x)).numpy(), stats.norm.logpdf(x.numpy() - mu) - math.log(z), atol=1e-10)
 
 
 @pytest.mark.parametrize(

@@ -148,7 +148,7 @@ def test_a_profile_start_on_binary_data_is_bounded_by_the_per_element_posterior_
     centres = torch.exp(s.estimator.centers).numpy()
     # a bin's m̂ is the mean error over levels spread uniformly in ln σ across it, so its bound is the mean of the
     # bound over the bin: here by the midpoint rule on 12 points of each bin (the library takes 3-point Gauss-Legendre)
-    e = s.edges.numpy()
+    e = s.estimator.edges.numpy()
     inner = [np.exp(lo + (hi - lo) * (np.arange(12) + 0.5) / 12) for lo, hi in zip(e[:-1], e[1:])]
     want = np.array([np.mean([[two_point_mmse_with_prior(pi, c) for pi in p] for c in bin_sigmas]) for bin_sigmas in inner])
     unbounded = runs[False][0].estimator.m_hat.numpy()
@@ -180,7 +180,7 @@ def test_a_profile_start_on_continuous_data_is_left_as_measured():
     assert info["bound"] == "none: the data takes more than 16 values"
     measured = ~torch.isnan(s.estimator.m_hat)
     # the mean of σ² over each bin's levels: between σ² at the bin's edges
-    e = torch.exp(s.edges)
+    e = torch.exp(s.estimator.edges)
     m = s.estimator.m_hat
     assert bool(((m >= e[:-1] ** 2 * (1 - 1e-9)) & (m <= e[1:] ** 2 * (1 + 1e-9)))[measured].all())
     assert "m_hat not bounded (the data takes more than 16 values)" in describe_start(s.start_record)

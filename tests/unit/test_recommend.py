@@ -86,7 +86,7 @@ def stored_schedule(scheduler, pi_of_log_sigma, w_of_sigma, *, prediction_type, 
     x = s.estimator.centers
     sig = torch.exp(x)
     s.estimator.accumulate(x, errors_for(sig, pi_of_log_sigma(x) * w_of_sigma(sig)))
-    assert s.refresh_now(ema_decay=0.0, min_count=1)
+    assert s._refresh_now(ema_decay=0.0, min_count=1)
     s.save_to_scheduler(scheduler)
     return read_schedule(scheduler), float(x[1] - x[0])
 
@@ -366,7 +366,7 @@ def _sparse_schedule_pipeline(folder):
     near = torch.argsort((x - math.log(7.0)).abs())[:3]
     s.estimator.accumulate(x[near], analytic_mmse_gaussian(torch.exp(x[near]), 0.5))
     with pytest.warns(UserWarning, match="rests mostly on bins never measured"):  # the schedule is that sparse
-        assert s.refresh_now(ema_decay=0.0, min_count=1)
+        assert s._refresh_now(ema_decay=0.0, min_count=1)
     s.save_to_scheduler(scheduler)
     tiny_unet2d(8).save_pretrained(folder / "unet")
     scheduler.save_pretrained(folder / "scheduler")

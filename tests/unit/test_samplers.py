@@ -65,7 +65,7 @@ def _cell_masses_by_quadrature(sampler, sched, n=1_000_000) -> np.ndarray:
     Midpoint rule with step h ≈ 1e-5 in log σ: at a jump of a piecewise-constant π the error is at
     most h·density, < 0.1 % of the mass of the narrowest cell (width ≈ 0.01)."""
     cells = vp_cell_edges(sched.alphas_cumprod.double().numpy())
-    edges, cum = quadrature_cdf(lambda x: sampler.log_prob(torch.exp(x)), cells[0], cells[-1], n=n)
+    edges, cum = quadrature_cdf(lambda x: sampler._log_prob(torch.exp(x)), cells[0], cells[-1], n=n)
     return np.diff(np.interp(cells, edges, cum))
 
 
@@ -114,7 +114,7 @@ def test_make_sampler_draws_follow_log_prob(name, kind):
         torch.testing.assert_close(levels.sigmas.double(), torch.sqrt((1 - ac) / ac), rtol=1e-6, atol=0)
     else:
         assert levels.timesteps.dtype == torch.float32
-        edges, cum = quadrature_cdf(lambda x: sampler.log_prob(torch.exp(x)), -10.0, 10.0, n=200_000)
+        edges, cum = quadrature_cdf(lambda x: sampler._log_prob(torch.exp(x)), -10.0, 10.0, n=200_000)
         assert cum[-1] == pytest.approx(1.0, abs=2e-3)  # log_prob is normalised per unit log σ
         assert ks_pvalue(np.log(levels.sigmas.double().numpy()), edges, cum) > 1e-3
     if name == "kingma_gao":
@@ -131,15 +131,15 @@ def test_fixed_baselines_match_their_closed_form(kind):
     sig = torch.from_numpy(np.exp(x))
     s_edm = _make("edm_lognormal", kind, P_mean=-0.4, P_std=1.4)
     z = stats.norm.cdf(hi, -0.4, 1.4) - stats.norm.cdf(lo, -0.4, 1.4)
-    np.testing.assert_allclose(s_edm.log_prob(sig).numpy(), stats.norm.logpdf(x, -0.4, 1.4) - math.log(z), atol=1e-10)
+    np.testing.assert_allclose(s_edm._log_prob(sig).numpy(), stats.norm.logpdf(x, -0.4, 1.4) - math.log(z), atol=1e-10)
     s_lu = _make("log_uniform", kind)
-    np.testing.assert_allclose(s_lu.log_prob(sig).numpy(), -math.log(hi - lo), atol=1e-10)
+    np.testing.assert_allclose(s_lu._log_prob(sig).numpy(), -math.log(hi - lo), atol=1e-10)
     if kind == "flow":  # logit-normal on the shifted level: logit(s) = log σ − log(shift) is N(0, 1)
         s_ln = _make("logit_normal", kind)
         xs = x - math.log(3.0)
         z = stats.norm.cdf(hi - math.log(3.0)) - stats.norm.cdf(lo - math.log(3.0))
-        np.testing.assert_allclose(s_ln.log_prob(sig).numpy(), stats.norm.logpdf(xs) - math.log(z), atol=1e-10)
-    assert float(s_edm.log_prob(torch.tensor([math.exp(hi + 0.5)], dtype=F64))) == -math.inf
+        np.testing.assert_allclose(s_ln._log_prob(sig).numpy(), stats.norm.logpdf(xs) - math.log(z), atol=1e-10)
+    assert float(s_edm._log_prob(torch.tensor([math.exp(hi + 0.5)], dtype=F64))) == -math.inf
 
 
 @pytest.mark.parametrize("sched_cls", [DDPMScheduler, DDIMScheduler, EDMEulerScheduler, FlowMatchEulerDiscreteScheduler])
@@ -218,7 +218,7 @@ def test_kingma_gao_proposal_is_base_times_weighted_loss():
     base = truncated_normal_masses(edges, -1.2, 1.2)
     p = base * lam * loss
     p = 0.9 * p / p.sum() + 0.1 * base
-    got = torch.exp(kg.log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
+    got = torch.exp(kg._log_prob(torch.from_numpy(sig))).numpy() * (edges[1] - edges[0])
     np.testing.assert_allclose(got, p, rtol=1e-5)
 
 
@@ -449,7 +449,7 @@ def test_stored_schedule_defaults_to_its_loss_and_is_rebuilt_for_another_weighti
     )
     trained.save_to_scheduler(sch)
     same = InfoNoiseTrainingTimestepSampler.from_scheduler(sch, floor=0.0)
-    assert same.loss_weighting == "edm" and same.prediction_type == "sample"
+    assert same.objective.loss_weighting == "edm" and same.prediction_type == "sample"
     assert torch.equal(same.probs, trained.probs)
     # Trained under EDM's λ(σ); continued with an unweighted x0 loss: φ = π·w must stay ∝ ρ̂, so
     # π_new ∝ π_old·λ(σ) on the bin centres (λ written out by hand, Karras et al. 2022).
@@ -526,7 +526,7 @@ def test_mmse_cap_keeps_the_bayes_profile_and_removes_amplified_model_error():
     assert float(noisy.probs[top].sum()) > float(exact.probs[top].sum()) + 0.2
     assert total_variation(noisy.probs.numpy(), exact.probs.numpy()) > 0.2
     assert total_variation(capped.probs.numpy(), exact.probs.numpy()) < 0.03
-    assert noisy.describe()["hyperparameters"]["mmse_cap"] is None and capped.hyperparameters["mmse_cap"] == 0.25
+    assert noisy.describe()["hyperparameters"]["mmse_cap"] is None and capped.settings.mmse_cap == 0.25
 
 
 def test_the_settings_are_defined_once():
@@ -548,7 +548,7 @@ def test_the_settings_are_defined_once():
     s = _adapt(_make("infonoise", "ve", num_bins=8, floor=0.1, gate=0.05, temperature=0.5, memory=40, base="log_uniform"))
     s.save_to_scheduler(sched)
     payload = read_schedule(sched)
-    assert list(payload["hyperparameters"]) == list(s.hyperparameters) == stored
+    assert list(payload["hyperparameters"]) == list(s.settings.stored()) == stored
     assert payload["hyperparameters"] == {k: getattr(s.settings, k) for k in stored}
     with pytest.raises(ValueError, match=re.escape(f"from_scheduler: unknown parameter(s) ['bogus']; accepted: {names}")):
         InfoNoiseTrainingTimestepSampler.from_scheduler(sched, bogus=1)
@@ -606,7 +606,7 @@ def test_memory_with_ema_decay_is_refused_not_ignored():
     with pytest.raises(ValueError, match=r"memory: not used with ema_decay=0.9"):
         make_sampler("infonoise", EDMEulerScheduler(), memory=100, ema_decay=0.9)
     assert make_sampler("infonoise", EDMEulerScheduler(), memory="auto", ema_decay=0.9).settings.ema_decay == 0.9
-    assert make_sampler("infonoise", EDMEulerScheduler(), memory=100).memory_steps() == 100.0
+    assert make_sampler("infonoise", EDMEulerScheduler(), memory=100)._memory_steps() == 100.0
 
     sch = EDMEulerScheduler()
     trained = _gaussian_trained(InfoNoiseTrainingTimestepSampler.from_scheduler(sch, warmup_steps=10, refresh_every=10, ema_decay=0.9))
@@ -620,7 +620,7 @@ def test_memory_with_ema_decay_is_refused_not_ignored():
     assert torch.equal(again.probs, trained.probs)
     with pytest.raises(ValueError, match="memory: not used with ema_decay"):
         InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50)
-    assert InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50, ema_decay=None).memory_steps() == 50.0
+    assert InfoNoiseTrainingTimestepSampler.from_scheduler(both, memory=50, ema_decay=None)._memory_steps() == 50.0
 
 
 def _resume_warnings(caplog, sampler, state) -> list[str]:
@@ -642,7 +642,7 @@ def test_a_resume_with_other_settings_says_which(caplog):
     resumed = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, floor=0.1)
     (line,) = _resume_warnings(caplog, resumed, state)
     assert re.search(r"resumed at step 12 .*--infonoise_memory: 7 -> 'auto'; --infonoise_floor: 0.05 -> 0.1; the schedule", line), line
-    assert resumed.memory_steps() == 500.0 and resumed.settings.floor == 0.1  # the command's, as before
+    assert resumed._memory_steps() == 500.0 and resumed.settings.floor == 0.1  # the command's, as before
     for same, saved in ((make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=10, refresh_every=5, memory=7), state),
                         (resumed, {k: v for k, v in state.items() if k not in ("settings", "resume_record")})):  # fmt: skip
         assert _resume_warnings(caplog, same, saved) == []

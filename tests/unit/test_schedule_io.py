@@ -50,8 +50,8 @@ def _adapted(sched, s_d=0.5, **kw):
 
 
 def _same_pi(a, b):
-    x = 0.5 * (a.edges[1:] + a.edges[:-1])
-    torch.testing.assert_close(a.log_prob(torch.exp(x)), b.log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
+    x = 0.5 * (a.estimator.edges[1:] + a.estimator.edges[:-1])
+    torch.testing.assert_close(a._log_prob(torch.exp(x)), b._log_prob(torch.exp(x)), rtol=1e-12, atol=1e-12)
     if a.path.kind == "vp":
         torch.testing.assert_close(a.timestep_probabilities(), b.timestep_probabilities(), rtol=1e-12, atol=1e-15)
 
@@ -152,7 +152,7 @@ def test_dynamic_shift_round_trip(tmp_path):
     torch.testing.assert_close(other.estimator.m_hat, sampler.estimator.m_hat, rtol=0, atol=0, equal_nan=True)
     assert other.is_adapted
     assert other.path.shift == pytest.approx(math.exp(0.2)) and not torch.equal(other.probs, sampler.probs)
-    assert other.allocation_total_variation() <= other.floor + 0.02
+    assert other._allocation_total_variation() <= other.settings.floor + 0.02
 
 
 def _tiny_unet():
@@ -190,8 +190,8 @@ def test_fine_tuning_continues_from_stored_schedule():
     b.update(lv, torch.from_numpy(gauss_mmse(lv.sigmas.double().numpy(), 0.5)))
     b.step()
     assert b.num_updates >= 2
-    x = 0.5 * (a.edges[1:] + a.edges[:-1])
-    assert float((a.log_prob(torch.exp(x)) - b.log_prob(torch.exp(x))).abs().max()) < 0.2
+    x = 0.5 * (a.estimator.edges[1:] + a.estimator.edges[:-1])
+    assert float((a._log_prob(torch.exp(x)) - b._log_prob(torch.exp(x))).abs().max()) < 0.2
 
 
 def test_write_schedule_rejects_other_path():
@@ -221,7 +221,7 @@ def test_stored_schedule_on_another_grid_is_interpolated_in_log_m_hat():
     assert beyond.any()  # the coarser grid's end centres lie beyond the finer grid's
     np.testing.assert_allclose(other.estimator.m_hat.numpy(), want, rtol=1e-12)
     assert other.is_adapted and other.estimator.num_bins == 32 and other.warmup_steps == 0
-    assert other.allocation_total_variation() <= other.floor + 0.02
+    assert other._allocation_total_variation() <= other.settings.floor + 0.02
     assert not InfoNoiseTrainingTimestepSampler.from_scheduler(sched, num_bins=32, use_stored_schedule=False).is_adapted
 
 
@@ -393,7 +393,7 @@ def test_schedule_saved_during_warmup_keeps_base_and_warmup():
     x = np.linspace(math.log(0.003), math.log(70.0), 9)
     z = stats.norm.cdf(math.log(80.0), -1.2, 1.2) - stats.norm.cdf(math.log(0.002), -1.2, 1.2)
     np.testing.assert_allclose(
-        resumed.log_prob(torch.from_numpy(np.exp(x))).numpy(), stats.norm.logpdf(x, -1.2, 1.2) - math.log(z), atol=1e-10
+        resumed._log_prob(torch.from_numpy(np.exp(x))).numpy(), stats.norm.logpdf(x, -1.2, 1.2) - math.log(z), atol=1e-10
     )
     # its statistics are kept
     torch.testing.assert_close(resumed.estimator.m_hat, s.estimator.m_hat, rtol=0, atol=0, equal_nan=True)

@@ -42,7 +42,7 @@ def _batches(n=50, batch=32, dim=16, seed=0):
 
 def _tv_to_analytic(sampler, w):
     sig = torch.exp(sampler.estimator.centers).numpy()
-    pi = torch.exp(sampler.log_prob(torch.from_numpy(sig))).numpy()
+    pi = torch.exp(sampler._log_prob(torch.from_numpy(sig))).numpy()
     return total_variation(pi * w(sig), gauss_mmse(sig, S) / sig**2)
 
 
@@ -83,11 +83,11 @@ def test_profile_start_of_a_bayes_optimal_model_is_the_analytic_profile(schedule
     assert info["forward_passes"] == math.ceil(len(stratified_levels(s, s.estimator.min_count)) / 32)
     # each bin's m̂ is the mean of the exact MMSE at its levels, all inside the bin: it lies between the MMSE at the
     # bin's two edges (the MMSE increases with σ)
-    e = s.edges.numpy()
+    e = s.estimator.edges.numpy()
     lo, hi = gauss_mmse(np.exp(e[:-1]), S)[measured.numpy()], gauss_mmse(np.exp(e[1:]), S)[measured.numpy()]
     m = s.estimator.m_hat[measured].numpy()
     assert np.all(m >= lo * (1 - 1e-9)) and np.all(m <= hi * (1 + 1e-9))
-    assert _tv_to_analytic(s, w) <= s.floor + 0.02
+    assert _tv_to_analytic(s, w) <= s.settings.floor + 0.02
     # the online loop continues from it with its own rule (the discounted mean, docs/METHOD.md §5.10)
     assert s.estimator.ema_decay is None and s.estimator.min_count == 8
 
@@ -216,13 +216,13 @@ def test_a_stored_schedule_crosses_paths_through_ve_sigma():
     want[(c_new < c_old[0]) | (c_new > c_old[-1])] = np.nan
     assert np.isnan(want).any() and (~np.isnan(want)).sum() >= 2  # the VP grid reaches beyond the EDM grid's centres
     np.testing.assert_allclose(vp.estimator.m_hat.numpy(), want, rtol=1e-12)
-    assert vp.is_adapted and vp.warmup_steps == 0 and vp.allocation_total_variation() <= vp.floor + 0.02
+    assert vp.is_adapted and vp.warmup_steps == 0 and vp._allocation_total_variation() <= vp.settings.floor + 0.02
     # a payload whose run capped m̂ (an ε-model's, METHOD.md §5.4), received by a sampler without a cap (an EDM
     # x0 loss), brings the capped m̂ its π was built from
     cap = float(np.nanmedian(m))
     capped = dict(payload, hyperparameters=dict(payload["hyperparameters"], mmse_cap=cap))
     vp2 = make_sampler("infonoise", EDMEulerScheduler(), num_bins=32, gate=None)
-    assert vp2.hyperparameters["mmse_cap"] is None
+    assert vp2.settings.mmse_cap is None
     vp2.load_schedule(capped)
     c2 = vp2.estimator.centers.numpy()
     want = np.exp(np.interp(c2, c_old, np.log(np.minimum(m[ok], cap))))
@@ -389,7 +389,7 @@ def test_a_profile_start_reports_non_finite_losses_and_refuses_a_model_with_none
     above it give 32 NaN losses, warned about with the VE sigma range they lie in; they are left out and those bins
     unfilled. A model whose every loss is NaN stops the start with one clear error, and the sampler stays on its base."""
     s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, gate=None)
-    edge = math.exp(float(s.edges[12]))
+    edge = math.exp(float(s.estimator.edges[12]))
     good = _bayes_loss(s)
 
     def broken(x0, levels):
@@ -399,7 +399,7 @@ def test_a_profile_start_reports_non_finite_losses_and_refuses_a_model_with_none
     with pytest.warns(UserWarning, match=r"32 of 128 losses were not finite \(NaN/inf\) at VE sigma ") as caught:
         info = start_from_model(s, broken, _batches(), progress=False)
     lo, hi = info["nonfinite_sigma"]
-    assert info["nonfinite_losses"] == 32 and edge < lo < hi <= math.exp(float(s.edges[-1])) * (1 + 1e-6)
+    assert info["nonfinite_losses"] == 32 and edge < lo < hi <= math.exp(float(s.estimator.edges[-1])) * (1 + 1e-6)
     assert f"{lo:.4g} to {hi:.4g}" in str(caught[0].message)
     assert info["filled_bins"] == 12 and bool(torch.isnan(s.estimator.m_hat[12:]).all()) and s.start_record["nonfinite_losses"] == 32
     dead = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16)
@@ -417,7 +417,7 @@ def test_pi_resting_mostly_on_bins_never_measured_is_warned_about_with_the_numbe
     s = make_sampler("infonoise", EDMEulerScheduler(), warmup_steps=1, refresh_every=1, min_count=1, gate=None)
     bins = [40, 41, 42, 43]
     sig = torch.exp(s.estimator.centers[bins]).repeat(4)
-    levels = s.levels_at(sig)
+    levels = s._levels_at(sig)
     s.update(levels, torch.from_numpy(gauss_mmse(sig.numpy(), S)))
     with pytest.warns(UserWarning, match="pi rests mostly on bins never measured: 4 of 64 bins hold a measured m_hat") as caught:
         s.step()
@@ -469,7 +469,7 @@ def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
         "nonfinite_losses": 0,
         "optimizer_step": 0,
     }
-    assert s.start_record == want and s.hyperparameters["warmup_steps"] == 0
+    assert s.start_record == want and s.settings.warmup_steps == 0
     for _ in range(3):
         s.step()
     apply_start(s, choose_start("base", s))  # after step 1: not the run's start
@@ -478,9 +478,9 @@ def test_the_start_is_recorded_once_and_kept_through_a_resume(tmp_path, capsys):
     s.save_to_scheduler(sched)
     # a resume command's sampler (its start is not applied on a resume: the checkpoint's state is loaded instead)
     resumed = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, use_stored_schedule=False, num_bins=16, refresh_every=2)
-    assert resumed.start_record is None and resumed.hyperparameters["warmup_steps"] == "auto"
+    assert resumed.start_record is None and resumed.settings.warmup_steps == "auto"
     assert load_sampler_state(resumed, tmp_path / "ckpt")
-    assert resumed.start_record == want and resumed.hyperparameters["warmup_steps"] == 0
+    assert resumed.start_record == want and resumed.settings.warmup_steps == 0
     out = EDMEulerScheduler()
     resumed.save_to_scheduler(out)
     payload = read_schedule(out)
@@ -514,7 +514,7 @@ def test_a_schedule_and_a_state_written_before_the_start_was_recorded_still_load
     del state["start"], state["warmup_setting"]
     fresh = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, warmup_steps=7)
     fresh.load_state_dict(state)
-    assert fresh.start_record is None and fresh.hyperparameters["warmup_steps"] == 7 and torch.equal(fresh.probs, s.probs)
+    assert fresh.start_record is None and fresh.settings.warmup_steps == 7 and torch.equal(fresh.probs, s.probs)
     with pytest.raises(ScheduleError, match="start must be null or an object"):
         sched.register_to_config(**{CONFIG_KEY: {**old, "start": "profile"}})
         read_schedule(sched)
@@ -552,10 +552,13 @@ def test_the_warm_up_and_the_profile_budget_are_settled_in_one_call():
             s = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16, warmup_steps=warmup)
             start = choose_start(init, s, stored=read_schedule(stored) if stored else None, pretrained_model=True)
             plan = s.plan_run(600, start)
-            assert (plan.num_training_steps, plan.warmup_steps, plan.profile_forward_passes) == (600, expected, 30.0), (init, warmup)
+            assert (plan.num_training_steps, plan.warmup_steps, plan.profile_forward_passes) == (600, expected, 30.0), (
+                init,
+                warmup,
+            )
             if init != "profile":
                 apply_start(s, start)
-            assert s.warmup_steps == expected and s.hyperparameters["warmup_steps"] == (0 if want == 0 and warmup == "auto" else warmup)
+            assert s.warmup_steps == expected and s.settings.warmup_steps == (0 if want == 0 and warmup == "auto" else warmup)
     late = make_sampler("infonoise", EDMEulerScheduler(), num_bins=16)
     start_from_model(late, _bayes_loss(late), _batches(), progress=False)
-    assert late.plan_run(600).warmup_steps == 0 and late.run_plan.profile_forward_passes == 30.0
+    assert late.plan_run(600).warmup_steps == 0 and late._run_plan.profile_forward_passes == 30.0

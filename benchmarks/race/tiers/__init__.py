@@ -1,7 +1,7 @@
 """The tiers of the quality race (``--tier``), one module per family, each listing its :class:`~benchmarks.race.tier.Tier`
 objects in its ``TIERS``: :mod:`.scratch` (issues 6 and 10), :mod:`.finetune` (issue 22), :mod:`.margin` (issue 24),
-:mod:`.transfer` (issues 30 and 32), :mod:`.tracking` (issue 31). A tier is added to its family's ``TIERS``; a family,
-to :data:`FAMILIES`.
+:mod:`.transfer` (issues 30 and 32), :mod:`.tracking` (issue 31), :mod:`.target` (issue 47). A tier is added to its
+family's ``TIERS``; a family, to :data:`FAMILIES`.
 
 The names of :mod:`benchmarks.race.races`, :mod:`benchmarks.race.arms` and the families' arms are importable from here
 too, where the tiers' users have always found them."""
@@ -25,7 +25,7 @@ from benchmarks.race.races import (
     unet_config,
 )
 from benchmarks.race.tier import Tier
-from benchmarks.race.tiers import finetune, margin, scratch, tracking, transfer
+from benchmarks.race.tiers import finetune, margin, scratch, target, tracking, transfer
 from benchmarks.race.tiers.tracking import (
     BASE_START_ARM,
     BOUNDED_PROFILE_ARM,
@@ -40,7 +40,7 @@ from benchmarks.race.tiers.tracking import (
 from benchmarks.race.tiers.transfer import FORMER_ESTIMATOR, RECOMMENDED_HALF_PILOT_ARM, TRANSFER_ARMS, TRANSFER_SWEEP, WARMUP_BASE_ARM
 
 #: the tier families, in the order ``--tier`` lists their tiers
-FAMILIES = (scratch, finetune, margin, transfer, tracking)
+FAMILIES = (scratch, finetune, margin, transfer, tracking, target)
 #: every tier by name, in the families' order
 REGISTRY: dict[str, Tier] = {}
 for _family in FAMILIES:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from benchmarks.race.arms import RECOMMENDED_ARM, RECOMMENDED_TAG
 from benchmarks.race.races import Race
-from benchmarks.race.tier import Tier
-from benchmarks.race.transfer import summarize_transfer
+from benchmarks.race.tier import SummaryPart, Tier
+from benchmarks.race.transfer import markdown, plot_regret, summarize_transfer
 
 
 def regret_summary(races: list[Race], runs: list[dict], summary: dict) -> dict | None:
@@ -16,8 +16,9 @@ def regret_summary(races: list[Race], runs: list[dict], summary: dict) -> dict |
     return summarize_transfer(races, runs, summary) if any(r.sweep for r in races) else None
 
 
-#: a tier's summary hook (:attr:`benchmarks.race.tier.Tier.summaries`) for races with a sweep
-REGRET = ("transfer", regret_summary)
+#: a tier's summary part (:attr:`benchmarks.race.tier.Tier.summaries`) for races with a sweep: the regret, its sections
+#: of the report and its figure ``quality_race_<tier>_regret.png``
+REGRET = SummaryPart("transfer", regret_summary, markdown=markdown, figure=plot_regret, figure_name="regret")
 
 
 #: the estimator before issue 31, on today's code: InfoNoise with an EMA of β = 0.9 a refresh and no clean-end bound

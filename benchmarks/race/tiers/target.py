@@ -1,0 +1,104 @@
+"""What InfoNoise allocates (issue 47): the fair race that scores a target. ``fair``: the transfer tier's tasks at their
+budgets, with an oracle re-run with every seed and six evaluations a run; ``fair_budget``: the budget tier's three
+fine-tunes at 800 steps, likewise. Their summary part is :mod:`benchmarks.race.fair` (beside the transfer tier's regret).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from benchmarks.race.fair import markdown as fair_markdown
+from benchmarks.race.fair import summarize_fair
+from benchmarks.race.races import Race, seed_lists
+from benchmarks.race.tier import SummaryPart, Tier
+from benchmarks.race.tiers.tracking import budget_races
+from benchmarks.race.tiers.transfer import transfer_races
+
+#: the fair race's summary part: the oracle's mean, regrets with their noise, speed-ups on raw curves
+FAIR = SummaryPart("fair", summarize_fair, markdown=fair_markdown)
+
+#: every arm's seeds in a fair race
+FAIR_SEEDS = 3
+#: the evaluations of a run (at every sixth of the budget)
+FAIR_EVALUATIONS = 6
+#: the arms every fair race compares: InfoNoise as the library ships it and the two defaults a user picks without a sweep
+FAIR_ARMS = ("infonoise", "logit_normal", "edm_lognormal")
+
+#: per transfer task, the best centre of the transfer tier's one-seed sweep of logit-normal's location (ln σ) and its
+#: better neighbour; both neighbours where the best lies at the sweep's edge (the fine-tune onto x0 × 0.25: −2, so −3
+#: and −1) or the two are within the seeds' spread of each other. From quality_race_transfer's final qualities.
+FAIR_ORACLES = {
+    "tf-bin16": ("logit_normal", "logit_normal@mean=1"),  # 46.8; +1: 53.3, −1: 55.8
+    "tf-bin16-x0.25": ("logit_normal@mean=-1", "logit_normal@mean=-2"),  # 58.3; −2: 63.4, 0: 71.2
+    "tf-bin16-x4": ("logit_normal@mean=1", "logit_normal@mean=2"),  # 45.0; +2: 48.0, 0: 63.2
+    "tf-deq16": ("logit_normal@mean=-1", "logit_normal"),  # 83.3; 0: 86.4, −2: 124.9
+    "tf-dna64": ("logit_normal@mean=1", "logit_normal@mean=2", "logit_normal"),  # 0.107; +2: 0.119, 0: 0.121
+    "tf-dna2mer32": ("logit_normal@mean=1", "logit_normal"),  # 0.175; 0: 0.176 (every arm within 2.3%)
+    "tf-ft16-x0.25": ("logit_normal@mean=-2", "logit_normal@mean=-3", "logit_normal@mean=-1"),  # 70.0; −1: 86.9; −3 unraced
+}
+#: the same for the budget tier's fine-tunes at 800 steps (its 3-seed finals; the best centre's unraced neighbours added)
+FAIR_BUDGET_ORACLES = {
+    "tf-ft-bm2bm-x0.25-800": ("logit_normal@mean=-1.5", "logit_normal@mean=-1"),  # 40.0, 40.3 (−2: 46.8)
+    "tk-ft-digits16-800": ("logit_normal", "logit_normal@mean=0.5"),  # 86.7; 0.5 led 0 at 400 steps (124.2 vs 125.6)
+    "tk-ft-bd-x0.25-800": ("logit_normal", "logit_normal@mean=-0.5", "logit_normal@mean=0.5"),  # 67.7; +0.5: 72.2
+}
+
+
+def _fair(race: Race, centres: tuple, evaluations: int = FAIR_EVALUATIONS) -> Race:
+    """``race`` with the fair arms and its oracle's centres, :data:`FAIR_SEEDS` seeds each, evaluated ``evaluations``
+    times at equal intervals, InfoNoise as the library ships it compared with logit-normal(0, 1)."""
+    arms = tuple(dict.fromkeys((*FAIR_ARMS, *centres)))
+    every = race.steps // evaluations
+    return dataclasses.replace(
+        race,
+        samplers=arms,
+        seeds=seed_lists(arms, FAIR_SEEDS),
+        sweep=centres,
+        baseline="logit_normal",
+        infonoise_arm="infonoise",
+        eval_every=every,
+        eval_steps=tuple(every * (i + 1) for i in range(evaluations)),
+        sampler_extra_args={},
+        extra_args=(),
+        jitter=False,
+    )
+
+
+def fair_races() -> list[Race]:
+    """Issue 47, step 1: the transfer tier's tasks (the 32x32 two left out: an evaluation there costs about 4 minutes of
+    2 cores, so six a run are for a lent GPU) with the fair oracle (:data:`FAIR_ORACLES`), the library's InfoNoise and
+    the two defaults, 3 seeds each, evaluated at every sixth of the budget (1000 samples each, as the transfer tier)."""
+    races = {r.name: r for r in transfer_races()}
+    return [_fair(races[name], centres) for name, centres in FAIR_ORACLES.items()]
+
+
+def fair_budget_races() -> list[Race]:
+    """Issue 47, step 1 on the fine-tunes at the longer budget: the budget tier's three 800-step fine-tunes with their
+    fair oracles (:data:`FAIR_BUDGET_ORACLES`), likewise, evaluated every 100 steps (8 evaluations)."""
+    races = {r.name: r for r in budget_races()}
+    return [_fair(races[name], centres, evaluations=8) for name, centres in FAIR_BUDGET_ORACLES.items()]
+
+
+def fair_priority(races: list[Race]) -> tuple:
+    """Breadth first: seed 0 of every task's arms, then seeds 1 and 2 task by task (a tier that runs over several
+    sessions has every task's first comparison from the first)."""
+    return tuple([(r.name, "all", (0,)) for r in races] + [(r.name, "all", (1, 2)) for r in races])
+
+
+TIERS = [
+    Tier(
+        "fair",
+        fair_races,
+        sizing="the transfer tier's tasks but the two at 32x32 (for a lent GPU); 3 seeds of every arm; 6 evaluations a run; "
+        "the oracle's two (three at the sweep's edge) best centres of the transfer tier's sweep",
+        priority=fair_priority(fair_races()),
+        summaries=(FAIR,),
+    ),
+    Tier(
+        "fair_budget",
+        fair_budget_races,
+        sizing="the budget tier's three 800-step fine-tunes; 3 seeds of every arm; 8 evaluations a run",
+        priority=fair_priority(fair_budget_races()),
+        summaries=(FAIR,),
+    ),
+]

@@ -1,0 +1,79 @@
+"""The fair race (issue 47, step 1), by hand-built runs: the oracle is the re-run centre with the best *mean* (not the
+best single run), regrets carry the seeds' noise (Welch), and the steps to target are read on raw curves."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.race import fair, summary, tiers
+from benchmarks.race.tiers import target
+
+
+def _race():
+    return next(r for r in tiers.tier_races("fair") if r.name == "tf-bin16")
+
+
+def _run(sampler, seed, curve, steps=(75, 150, 225, 300, 375, 450)):
+    return {"race": "tf-bin16", "sampler": sampler, "seed": seed, "steps": list(steps), "primary_metric": "fd_thresholded",
+            "quality": {"fd_thresholded": list(curve)}, "wall_time_s": {"total": 1.0},
+            "inference": {"scheduler": "EDMEulerScheduler"}}  # fmt: skip
+
+
+def test_the_fair_races_rerun_the_oracle_with_every_seed_and_six_evaluations():
+    for race in tiers.tier_races("fair"):
+        assert set(race.sweep) <= set(race.samplers) and len(race.sweep) >= 2
+        assert {"infonoise", "logit_normal", "edm_lognormal"} <= set(race.samplers)
+        assert all(race.seeds[a] == [0, 1, 2] for a in race.samplers)
+        assert len(race.eval_steps) == 6 and race.eval_steps[-1] == race.steps
+    assert [r.name for r in tiers.tier_races("fair")] == list(target.FAIR_ORACLES)
+    assert all(len(r.eval_steps) == 8 for r in tiers.tier_races("fair_budget"))
+
+
+def test_welch_by_hand():
+    # a = 1, 2, 3 (mean 2, var 1), b = 2, 4, 6 (mean 4, var 4): se = sqrt(1/3 + 4/3), t = -2 / se,
+    # dof = (5/3)^2 / ((1/3)^2/2 + (4/3)^2/2) = (25/9) / (17/18) = 50/17
+    w = fair.welch([1, 2, 3], [2, 4, 6])
+    assert w["diff"] == pytest.approx(-2.0) and w["se"] == pytest.approx(math.sqrt(5 / 3))
+    assert w["t"] == pytest.approx(-2.0 / math.sqrt(5 / 3)) and w["dof"] == pytest.approx(50 / 17)
+    assert fair.welch([1.0], [2.0, 3.0])["se"] is None
+
+
+def test_the_oracle_is_the_best_mean_and_the_speedups_read_raw_curves():
+    race = _race()  # sweep: logit_normal (centre 0) and centre +1
+    flat = [100, 80, 70, 60, 55]
+    runs = []
+    # centre 0: 40, 50, 60 (mean 50); centre +1: 44, 45, 46 (mean 45, though 0 has the best single run, 40)
+    runs += [_run("logit_normal", s, [*flat, v]) for s, v in enumerate((40.0, 50.0, 60.0))]
+    runs += [_run("logit_normal@mean=1", s, [*flat, v]) for s, v in enumerate((44.0, 45.0, 46.0))]
+    # EDM log-normal, the weaker default: mean 70
+    runs += [_run("edm_lognormal", s, [100, 90, 85, 80, 75, v]) for s, v in enumerate((69.0, 70.0, 71.0))]
+    # InfoNoise reaches 50 between its 2nd and 3rd evaluations: 60 at 150, 40 at 225 -> 150 + 75 * (60 - 50) / 20 = 187.5
+    runs += [_run("infonoise", s, [80, 60, 40, 40, 40, 40]) for s in range(3)]
+    out = summary.summarize([race], runs, {}, (target.FAIR,))
+    t = out["fair"]["tasks"]["tf-bin16"]
+    assert t["oracle"] == "logit_normal@mean=1" and t["oracle_mean"] == pytest.approx(45.0)
+    assert t["stronger_default"] == "logit_normal" and t["decides"]
+    info = t["arms"]["infonoise"]
+    assert info["regret"] == pytest.approx(40 / 45 - 1)
+    # se of the difference: InfoNoise's seeds agree (var 0), the oracle's var is 1: se = sqrt(1/3); relative to 45
+    assert info["regret_se"] == pytest.approx(math.sqrt(1 / 3) / 45) and info["welch_t"] == pytest.approx(-5 / math.sqrt(1 / 3))
+    # the stronger default's mean curve: 100, 80, 70, 60, 55, 50 -> its own final 50 at its budget, 450 steps
+    sp = info["speedup_vs_default"]
+    assert sp["target"] == pytest.approx(50.0) and sp["target_steps"] == pytest.approx(450.0)
+    assert [p["steps"] for p in sp["per_seed"]] == pytest.approx([187.5] * 3) and sp["median"] == pytest.approx(450 / 187.5)
+    # the oracle's mean curve ends at 45: InfoNoise reaches it at 150 + 75 * (60 - 45) / 20 = 206.25
+    assert info["speedup_vs_oracle"]["median"] == pytest.approx(450 / 206.25)
+    assert out["fair"]["worst_regret"]["edm_lognormal"]["regret"] == pytest.approx(70 / 45 - 1)
+    md = "\n".join(fair.markdown(out["fair"]))
+    assert "| tf-bin16 | `fd_thresholded`, 450, 6 | `logit_normal@mean=1` 45 | `infonoise` |" in md
+    assert "2.40 [2.40, 2.40, 2.40]" in md
+
+
+def test_a_task_with_too_few_seeds_decides_nothing():
+    race = _race()
+    runs = [_run(a, 0, [90, 80, 70, 60, 50, v]) for a, v in (("logit_normal", 40.0), ("logit_normal@mean=1", 45.0), ("infonoise", 42.0))]
+    t = fair.summarize_fair([race], runs, summary.summarize([race], runs, {}))["tasks"]["tf-bin16"]
+    assert not t["decides"] and t["arms"]["infonoise"]["regret_se"] is None
+    assert "tf-bin16 *" in "\n".join(fair.markdown({"tasks": {"tf-bin16": t}, "worst_regret": {}, "how": ""}))
