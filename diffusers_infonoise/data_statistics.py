@@ -252,7 +252,7 @@ class DataStatistics:
         per-dimension one when every batch on every rank had one shape; otherwise the variance over all
         elements (an upper bound of it, which still bounds the Bayes MMSE). The statistics freeze once
         about :data:`OBSERVE_SAMPLES` rows were seen over all ranks, or when ``freeze``, but never before
-        any data was seen: data given later still reaches the cap and the gate (issue 28).
+        any data was seen: data given later still reaches the cap and the gate.
         """
         if self.frozen:
             return
@@ -305,7 +305,7 @@ class DataStatistics:
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"state_dict['data'][{key!r}]: must be None or a finite number >= 0, got {v!r}")
         self.variance, self.min_gap = state.get("variance"), state.get("min_gap")
-        # a state frozen with nothing seen (written before issue 28) is not kept frozen: data given later counts
+        # a state frozen with nothing seen (as states once were) is not kept frozen: data given later counts
         self.frozen = bool(state.get("frozen", False)) and (self.variance is not None or self.min_gap is not None)
         self._open = None
         self._merged = None

@@ -11,8 +11,9 @@ model and the scheduler take::
     sampler.step()  # once per optimizer step
 
 Modules: :mod:`.base` (the interface every sampler answers, :class:`NoiseLevels`), :mod:`.fixed` (the fixed densities,
-:class:`FixedDensitySampler`), :mod:`.settings` (:class:`InfoNoiseSettings`, the adaptive samplers' settings, defined
-once), :mod:`.adaptive` (what the adaptive samplers share: estimator, the run's plan, refresh, state),
+:class:`FixedDensitySampler`), :mod:`.settings` (:class:`AdaptiveSettings`, :class:`InfoNoiseSettings`: the adaptive
+samplers' settings, defined once up to the command line), :mod:`.adaptive` (what the adaptive samplers share: estimator,
+the run's plan, refresh, state),
 :mod:`.infonoise` (:class:`InfoNoiseTrainingTimestepSampler`, its stored schedule written and read, its profile
 start), :mod:`.kingma_gao` (VDM++'s importance sampler, the objective-preserving contrast), :mod:`.loss_slope` (CDCD-style
 time warping from the slope of the loss), :mod:`.batches` (what a profile start measures on), :mod:`.starts` (which
@@ -20,8 +21,6 @@ start a run takes). :func:`make_sampler` builds any of them by name.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from ..paths import path_from_scheduler
 from . import starts
@@ -32,7 +31,7 @@ from .fixed import FIXED_DENSITY_NAMES, FixedDensitySampler, base_density
 from .infonoise import InfoNoiseTrainingTimestepSampler
 from .kingma_gao import KingmaGaoSampler
 from .loss_slope import LossSlopeSampler
-from .settings import SCHEDULE_SETTINGS, STORED_SETTINGS, InfoNoiseSettings, default_warmup_steps
+from .settings import SCHEDULE_SETTINGS, STORED_SETTINGS, AdaptiveSettings, InfoNoiseSettings, LossSlopeSettings, default_warmup_steps
 from .starts import *  # noqa: F401,F403  (the start policy: START_CHOICES, SamplerStart, choose_start, apply_start, ...)
 
 __all__ = [
@@ -40,7 +39,9 @@ __all__ = [
     "RunPlan",
     "TrainingTimestepSampler",
     "FixedDensitySampler",
+    "AdaptiveSettings",
     "InfoNoiseSettings",
+    "LossSlopeSettings",
     "InfoNoiseTrainingTimestepSampler",
     "KingmaGaoSampler",
     "LossSlopeSampler",
@@ -62,7 +63,7 @@ __all__ = [
     "X0_BATCH_KEYS",
 ]
 
-#: the adaptive samplers besides InfoNoise, by name: built from a path with InfoNoise's settings
+#: the adaptive samplers besides InfoNoise, by name: built from a path with the settings they read
 _ADAPTIVE_BASELINES = {"kingma_gao": KingmaGaoSampler, "loss_slope": LossSlopeSampler}
 
 #: every sampler :func:`make_sampler` builds: InfoNoise, the fixed densities, the adaptive baselines
@@ -71,7 +72,8 @@ SAMPLER_NAMES = ("infonoise", *FIXED_DENSITY_NAMES, *_ADAPTIVE_BASELINES)
 
 def unread_settings(name: str) -> tuple[str, ...]:
     """The settings of :class:`InfoNoiseSettings` that sampler ``name`` does not read: every one for a fixed density,
-    none for InfoNoise, a baseline's ``unread_settings`` (Kingma & Gao: the gate, the m̂ cap, the target's settings).
+    none for InfoNoise, those a baseline's ``_settings_class`` has not (Kingma & Gao: the gate, the m̂ cap, the target's
+    settings; the loss slope: the gate and the target's).
 
     Raises:
         ValueError: unknown name (the message lists the accepted ones).
@@ -79,8 +81,8 @@ def unread_settings(name: str) -> tuple[str, ...]:
     if name not in SAMPLER_NAMES:
         raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
     if name in FIXED_DENSITY_NAMES:
-        return tuple(f.name for f in dataclasses.fields(InfoNoiseSettings))
-    return _ADAPTIVE_BASELINES[name]._unread_settings if name in _ADAPTIVE_BASELINES else ()
+        return InfoNoiseSettings.names()
+    return _ADAPTIVE_BASELINES.get(name, InfoNoiseTrainingTimestepSampler)._unread_settings
 
 
 def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSampler:
@@ -91,12 +93,13 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
         noise_scheduler: a supported diffusers scheduler (see :func:`~diffusers_infonoise.paths.path_from_scheduler`).
         **kwargs: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` for every sampler;
             the density parameters of :func:`base_density` for fixed samplers (``P_mean``, ``P_std``;
-            ``mean``, ``std``; ``scale``; ``sigma_data``); the settings (:class:`InfoNoiseSettings`) for
-            ``infonoise`` (and ``use_stored_schedule``), ``kingma_gao`` and ``loss_slope`` (its accepted values:
-            :class:`LossSlopeSampler`).
+            ``mean``, ``std``; ``scale``; ``sigma_data``); the settings each adaptive sampler reads for it:
+            :class:`InfoNoiseSettings` for ``infonoise`` (and ``use_stored_schedule``), :class:`AdaptiveSettings` for
+            ``kingma_gao``, :class:`LossSlopeSettings` for ``loss_slope``.
 
     Raises:
-        ValueError: unknown name or keyword (the message lists the accepted ones).
+        ValueError: unknown name or keyword (the message lists the accepted ones); a setting of InfoNoise's that the
+            sampler does not read (naming it).
     """
     if name not in SAMPLER_NAMES:
         raise ValueError(f"name: unknown sampler {name!r}; accepted: {', '.join(SAMPLER_NAMES)}")
@@ -108,6 +111,7 @@ def make_sampler(name: str, noise_scheduler, **kwargs) -> TrainingTimestepSample
     path = path_from_scheduler(noise_scheduler, mu=mu)
     common.setdefault("prediction_type", default_prediction_type(noise_scheduler))
     if name in _ADAPTIVE_BASELINES:
-        InfoNoiseSettings.check_keywords(kwargs, name)
-        return _ADAPTIVE_BASELINES[name](path, **common, **kwargs)
+        cls = _ADAPTIVE_BASELINES[name]
+        cls._settings_class.check_keywords(kwargs, name, reader=cls._title)
+        return cls(path, **common, **kwargs)
     return FixedDensitySampler(path, base_density(name, path, **kwargs), name=name, **common)

@@ -1,4 +1,4 @@
-"""What the adaptive samplers share (METHOD.md §5.2-§5.4): their settings (:class:`~.settings.InfoNoiseSettings`),
+"""What the adaptive samplers share (METHOD.md §5.2-§5.4): their settings (:class:`~.settings.AdaptiveSettings`),
 the binned estimator, the run's plan (warm-up and profile budget, :meth:`_AdaptiveSampler.plan_run`), the periodic
 refresh across processes, the data statistics and the exact-resume state."""
 
@@ -17,7 +17,7 @@ from ..paths import NoisePath
 from ..schedule_io import ScheduleError
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, _check_global_step_arg
 from .fixed import _resolve_base
-from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, InfoNoiseSettings, _is_int, _plain_number, _real
+from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, AdaptiveSettings, _is_int, _plain_number, _real, default_mmse_cap, unread_by
 
 logger = get_logger(__name__)
 
@@ -41,7 +41,7 @@ MEASURED_MASS_WARNING = 0.5
 PI_TOLERANCE = 1e-6
 
 
-def estimator_for(path: NoisePath, settings: InfoNoiseSettings) -> ProfileEstimator:
+def estimator_for(path: NoisePath, settings: AdaptiveSettings) -> ProfileEstimator:
     """The empty estimator of an adaptive sampler with ``settings`` on ``path``: ``num_bins`` bins spanning the path's
     log-σ range (VE σ), a zero-terminal-SNR VP step (σ = inf) clamped into the top bin (METHOD.md §5.1)."""
     lo, hi = path.log_sigma_range
@@ -51,10 +51,10 @@ def estimator_for(path: NoisePath, settings: InfoNoiseSettings) -> ProfileEstima
     return estimator
 
 
-def apply_data_statistics(estimator: ProfileEstimator, settings: InfoNoiseSettings, variance: float | None, min_gap: float | None):
+def apply_data_statistics(estimator: ProfileEstimator, settings: AdaptiveSettings, variance: float | None, min_gap: float | None):
     """Apply the data's statistics to ``estimator`` (METHOD.md §5.4-5.5): V becomes the m̂ cap where ``settings``' is
     ``"auto"``, the smallest gap between values the value grid of the gate; None leaves either as it is."""
-    if variance is not None and variance > 0 and settings.mmse_cap == "auto":
+    if variance is not None and variance > 0 and getattr(settings, "mmse_cap", None) == "auto":  # none without a cap
         estimator.mmse_cap = variance
     if min_gap is not None:
         estimator.set_data_grid(min_gap)
@@ -66,22 +66,33 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     Args:
         path, prediction_type, loss_weighting, snr_gamma: as :class:`~.base.TrainingTimestepSampler`.
-        **settings: the fields of :class:`~.settings.InfoNoiseSettings` (``num_bins``, ``warmup_steps``, ...).
+        **settings: the fields of :attr:`_settings_class` (``num_bins``, ``warmup_steps``, ...); one with an m̂ cap
+            not given one takes :func:`~.settings.default_mmse_cap` (also for ``mmse_cap="default"``).
 
     Raises:
         TypeError: a keyword that is no setting (the message lists the accepted ones).
-        ValueError: an invalid setting, naming the argument and the accepted values.
+        ValueError: an invalid setting, naming the argument and the accepted values; a setting of InfoNoise's that
+            this sampler does not read (:meth:`~.settings.AdaptiveSettings.check_keywords`).
     """
 
-    #: the settings this sampler's π does not depend on (accepted and recorded, so that one list of settings serves
-    #: every adaptive sampler; the training scripts warn of them, and a resume does not compare them)
-    _unread_settings: tuple[str, ...] = ()
+    #: the settings this sampler reads, and accepts: those of InfoNoise it has not are refused by name, and the
+    #: training scripts warn of their options (:func:`~diffusers_infonoise.sampler.unread_settings`)
+    _settings_class: type[AdaptiveSettings] = AdaptiveSettings
+    #: the sampler in words, in the refusal of a setting it does not read
+    _title = "this sampler"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        #: the settings of InfoNoise's this sampler does not read (nor accept), from :attr:`_settings_class`
+        cls._unread_settings = unread_by(cls._settings_class)
 
     def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
         super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma)
-        InfoNoiseSettings.check_keywords(settings, type(self).__name__, error=TypeError)
+        self._settings_class.check_keywords(settings, type(self).__name__, error=TypeError, reader=self._title)
+        if "mmse_cap" in self._settings_class.names() and settings.get("mmse_cap", "default") == "default":
+            settings["mmse_cap"] = default_mmse_cap(prediction_type)
         #: the settings as they stand (replaced when the run fixes one: its length, a skipped warm-up, the "auto" cap)
-        self.settings = InfoNoiseSettings(**settings)
+        self.settings = self._settings_class(**settings)
         self._given_settings = self.settings  # as given, what a resume compares (resume_record)
         self.estimator = estimator_for(path, self.settings)
         edges = self.estimator.edges
@@ -97,6 +108,11 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
         self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
         self.value_tally = None  # a ValueTally while a profile start measures (its per-element bound), else None
+
+    @property
+    def _auto_cap(self) -> bool:
+        """Whether the m̂ cap is ``"auto"``: measured on the data (False for a sampler without a cap)."""
+        return getattr(self.settings, "mmse_cap", None) == "auto"
 
     # -- the run: its length, its start, the warm-up and the profile budget ---------------------
     def plan_run(self, num_training_steps: int | None = None, start=None) -> RunPlan:
@@ -173,7 +189,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     def _check_warmup_fits(self) -> None:
         """At the first :meth:`step` of this process, when the start (or a resumed state) is known: a run that
-        ends before its warm-up never leaves the base density (issue 28: not warned before the start)."""
+        ends before its warm-up never leaves the base density (warned here, when the start is known, not before it)."""
         self._warmup_checked = True
         n = self.settings.num_training_steps
         if n is not None and not self.is_adapted and self.warmup_steps >= n:
@@ -224,7 +240,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data.resolve(freeze=warmed_up)
         self._apply_data_statistics()
         # at step 0 (a start) the loop has not shown its data yet: not warned about before it could
-        if warmed_up and self.optimizer_step > 0 and self.data.variance is None and self.settings.mmse_cap == "auto":
+        if warmed_up and self.optimizer_step > 0 and self.data.variance is None and self._auto_cap:
             self._warn_once(
                 "no_data",
                 "noise sampler: mmse_cap='auto' (the default for epsilon and v losses) saw no "
@@ -245,7 +261,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     def _apply_data_statistics(self) -> None:
         apply_data_statistics(self.estimator, self.settings, self.data.variance, self.data.min_gap)
-        if self.data.variance is not None and self.data.variance > 0 and self.settings.mmse_cap == "auto" and self.data.frozen:
+        if self.data.variance is not None and self.data.variance > 0 and self._auto_cap and self.data.frozen:
             self.settings = self.settings.replace(mmse_cap=self.data.variance)
 
     def add_noise(self, x0, noise, levels):
@@ -359,7 +375,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self._check_measured_mass()
 
     def _check_measured_mass(self, stored: str | None = None) -> None:
-        """Warn (``UserWarning``, once) when most of π lies on bins never measured (issue 28): the
+        """Warn (``UserWarning``, once) when most of π lies on bins never measured: the
         interpolation and the extrapolated ends of METHOD.md §5.4 then decide π more than the data does.
         ``stored``: for a schedule just loaded, when it was saved (:func:`_stored_when`), named instead of this
         sampler's own step count, which is 0 before its run's first step whatever the schedule's age."""
@@ -464,14 +480,14 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 "warmup_setting": self.settings.warmup_steps,
                 "start": None if self.start_record is None else dict(self.start_record),
                 # what decides π and how the statistics are collected, to name what a resume command changes
-                "settings": {k: getattr(self.settings, k) for k in InfoNoiseSettings.names("pi", "statistics")},
+                "settings": {k: getattr(self.settings, k) for k in self.settings.names("pi", "statistics")},
                 "samples_trained": self.samples_trained,
                 # the loss π was built for: a resume of another loss rebuilds π at its next refresh, not checked against it
                 "objective": self.objective.record(),
                 "data": {
                     **self.data.state_dict(),
                     "mmse_cap": self.estimator.mmse_cap,
-                    "mmse_cap_auto": self.settings.mmse_cap == "auto",
+                    "mmse_cap_auto": self._auto_cap,
                 },
             }
         )
@@ -514,7 +530,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
         if "warmup_steps" in state:  # states written before the run-sized warm-up have none
             self.warmup_steps = int(state["warmup_steps"])
-        setting = state.get("warmup_setting")  # states written before issue 28 have none
+        setting = state.get("warmup_setting")  # states written before the warm-up's setting was kept have none
         if setting == "auto" or (_is_int(setting) and setting >= 0):
             self.settings = self.settings.replace(warmup_steps=setting)
         # how the run started, not how this (resume) command would have: None in states written before it was recorded
@@ -529,20 +545,21 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             cap = data.get("mmse_cap")
             if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
                 raise ValueError(f"state_dict['data']['mmse_cap']: must be None or a finite number > 0, got {cap!r}")
-            given = self._given_settings.mmse_cap
+            given = getattr(self._given_settings, "mmse_cap", None)
             if any(c.startswith("--infonoise_mmse_cap:") for c in changed):  # this run's cap, as for every other setting
                 self.estimator.mmse_cap = None if given == "auto" else given
                 self.settings = self.settings.replace(mmse_cap=given)
                 self._apply_data_statistics()  # "auto": the measured V, if the checkpoint's run measured it
             else:
                 self.estimator.mmse_cap = cap
-                self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
+                if "mmse_cap" in self.settings.names():  # a sampler without a cap (Kingma & Gao's) keeps none
+                    self.settings = self.settings.replace(mmse_cap="auto" if data.get("mmse_cap_auto") else self.estimator.mmse_cap)
         saved = state.get("settings")  # states written before the resume record: their settings as they stood
         if "resume_record" not in state and isinstance(saved, dict):
             changed = [
                 f"--infonoise_{k}: {v!r} -> {getattr(self.settings, k)!r}"
                 for k, v in saved.items()
-                if v != getattr(self.settings, k, v) and k not in self._unread_settings
+                if v != getattr(self.settings, k, v)  # one it does not read (a baseline once recorded them all): not compared
             ]
         self._warn_changed_settings(changed, state)
         objective = self.objective.record()
@@ -552,10 +569,9 @@ class _AdaptiveSampler(TrainingTimestepSampler):
 
     def _resume_record(self) -> dict:
         """:meth:`~.base.TrainingTimestepSampler.resume_record` with the base density, the grid and every setting of π
-        and of the statistics as given (not those the run fixed since: the measured cap), but this sampler's
-        ``_unread_settings``."""
+        and of the statistics as given (not those the run fixed since: the measured cap)."""
         given = self._given_settings
-        settings = {k: getattr(given, k) for k in InfoNoiseSettings.names("pi", "statistics") if k not in self._unread_settings}
+        settings = {k: getattr(given, k) for k in given.names("pi", "statistics")}
         return {**super()._resume_record(), "base": self.base_description, **settings}
 
     def _check_probs_follow_estimate(self, probs: torch.Tensor, what: str) -> None:

@@ -25,7 +25,7 @@ from ..schedule_io import FORMAT, VERSION, ScheduleError, StoredSchedule, read_s
 from .adaptive import _AdaptiveSampler, _stored_when, apply_data_statistics, estimator_for
 from .base import as_count, default_prediction_type
 from .batches import X0_BATCH_KEYS, batch_size_of, batch_stream, forward_passes, stratified_levels, world
-from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings
+from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings, default_mmse_cap
 from .starts import describe_bound
 
 logger = get_logger(__name__)
@@ -51,7 +51,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         loss_weighting, snr_gamma: the weight the user's loss applies (METHOD.md §4).
         **settings: the fields of :class:`~diffusers_infonoise.sampler.settings.InfoNoiseSettings` (``num_bins``,
             ``warmup_steps``, ``floor``, ``gate``, ...), each described there. ``mmse_cap`` defaults to ``"auto"``
-            for ``epsilon`` and ``v_prediction`` losses, to None for the others.
+            for ``epsilon`` and ``v_prediction`` losses, to None for the others (:func:`~.settings.default_mmse_cap`).
 
     Raises:
         ValueError / TypeError: for invalid arguments, each naming the argument and accepted values.
@@ -60,10 +60,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     name = "infonoise"
     learns_schedule = True
 
-    def __init__(self, path: NoisePath, *, prediction_type: str, loss_weighting=None, snr_gamma=None, **settings):
-        if settings.get("mmse_cap", "default") == "default":
-            settings["mmse_cap"] = _default_mmse_cap(prediction_type)
-        super().__init__(path, prediction_type=prediction_type, loss_weighting=loss_weighting, snr_gamma=snr_gamma, **settings)
+    _title = "InfoNoise"
+    _settings_class = InfoNoiseSettings
 
     def _statistic(self, levels, errors):
         return errors
@@ -676,7 +674,7 @@ def stored_estimator(stored: StoredSchedule, path: NoisePath) -> ProfileEstimato
         ValueError: a stored grid that does not overlap ``path``'s, or stored settings that are invalid (naming them).
     """
     settings = InfoNoiseSettings(
-        **{"mmse_cap": _default_mmse_cap(stored.prediction_type), **InfoNoiseSettings.stored_keywords(stored.payload)}
+        **{"mmse_cap": default_mmse_cap(stored.prediction_type), **InfoNoiseSettings.stored_keywords(stored.payload)}
     )
     estimator = estimator_for(path, settings)
     if stored.num_filled >= 2:
@@ -685,11 +683,6 @@ def stored_estimator(stored: StoredSchedule, path: NoisePath) -> ProfileEstimato
     variance, min_gap = data.get("variance"), data.get("min_gap")
     apply_data_statistics(estimator, settings, None if variance is None else float(variance), None if min_gap is None else float(min_gap))
     return estimator
-
-
-def _default_mmse_cap(prediction_type: str) -> str | None:
-    # on by default where the conversion factor grows with σ (METHOD.md §5.4)
-    return "auto" if prediction_type in ("epsilon", "v_prediction") else None
 
 
 def _floats(t: torch.Tensor) -> list:

@@ -7,6 +7,7 @@ import torch
 
 from .. import densities
 from .adaptive import _AdaptiveSampler
+from .settings import AdaptiveSettings
 
 __all__ = ["KingmaGaoSampler"]
 
@@ -19,27 +20,20 @@ class KingmaGaoSampler(_AdaptiveSampler):
     ``floor``, and each draw carries ``levels.loss_weights = base(σ)/p(σ)`` to multiply the
     per-sample loss with. No gate and no ``ρ̂/w`` are involved (METHOD.md §5, last paragraph).
 
-    Args: as :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler` (the settings of
-    :class:`~.settings.InfoNoiseSettings`; ``gate`` defaults to None; ``temperature`` must be 1 and
-    ``target_space`` ``"phi"``, as its π has no target to temper or place). It learns no schedule to store or start
-    from (``learns_schedule`` False).
+    Args: as :class:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler`, with the settings it reads,
+    :class:`~.settings.AdaptiveSettings` (no gate, m̂ cap or target: its π has no ρ̂ to gate, cap, temper or place).
+    It learns no schedule to store or start from (``learns_schedule`` False).
 
     Raises:
-        ValueError: ``temperature`` other than 1 or ``target_space`` other than ``"phi"`` (naming the setting).
+        ValueError: a setting of InfoNoise's target (``gate``, ``mmse_cap``, ``temperature``, ...), naming it; an
+            invalid setting, naming it and the accepted values.
+        TypeError: a keyword that is no setting.
     """
 
     name = "kingma_gao"
+    _title = "Kingma & Gao's sampler"
     # its π is the base times E[u·L] (no gate, no ρ̂ to cap, temper or place; the floor mixed in π)
-    _unread_settings = ("gate", "gate_fallback", "mmse_cap", "temperature", "target_space", "floor_space")
-
-    def __init__(self, path, **kwargs):
-        kwargs.setdefault("gate", None)
-        for setting, default in (("target_space", "phi"), ("temperature", 1.0)):
-            if kwargs.get(setting, default) != default:  # settings of InfoNoise's target, which this π does not have
-                raise ValueError(
-                    f"{setting}: a setting of InfoNoise's target, not of Kingma & Gao's sampler (only {default!r}); got {kwargs[setting]!r}"
-                )
-        super().__init__(path, **kwargs)
+    _settings_class = AdaptiveSettings
 
     def _statistic(self, levels, errors):
         # u·L = w·e: the weighted loss the objective averages

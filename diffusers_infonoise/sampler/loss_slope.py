@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..paths import NoisePath
 from .adaptive import _AdaptiveSampler
+from .settings import LossSlopeSettings
 
 __all__ = ["LossSlopeSampler", "isotonic_increasing"]
 
@@ -60,30 +60,20 @@ class LossSlopeSampler(_AdaptiveSampler):
     that and ``dF/d ln σ = 2σ²s⁴/(σ²+s²)²``, peaked at σ = s (the test of this class).
 
     Args:
-        path: the corruption path. Keywords: those of InfoNoise but ``gate`` (there is none; only ``None`` is
-            accepted), ``temperature`` (only 1) and ``target_space`` (only ``"phi"``); ``gate_fallback`` and
-            ``floor_space`` are accepted and unused (``_unread_settings``): the floor is always mixed in π.
+        path: the corruption path. Keywords: ``prediction_type``, ``loss_weighting``, ``snr_gamma`` and the settings it
+            reads, :class:`~.settings.LossSlopeSettings` (InfoNoise's but the gate and the target's: the floor is always
+            mixed in π).
 
     Raises:
-        ValueError: invalid arguments, each naming the argument and the accepted values.
+        ValueError: invalid arguments, each naming the argument and the accepted values; a setting of InfoNoise's
+            target (``gate``, ``temperature``, ...), naming it.
+        TypeError: a keyword that is no setting.
     """
 
     name = "loss_slope"
+    _title = "the loss-slope sampler"
     # no gate and no ρ̂ to temper or place; the floor always mixed in π
-    _unread_settings = ("gate", "gate_fallback", "temperature", "target_space", "floor_space")
-
-    def __init__(self, path: NoisePath, *, prediction_type: str, mmse_cap="default", gate=None, floor_space: str = "pi", **kwargs):
-        if floor_space not in ("phi", "pi"):
-            raise ValueError(f"floor_space: must be 'phi' or 'pi' (either way this sampler mixes the floor in pi), got {floor_space!r}")
-        if gate is not None:
-            raise ValueError(f"gate: the loss-slope sampler has no gate (it does not form an entropy rate); got {gate!r}")
-        for name, default in (("temperature", 1.0), ("target_space", "phi")):
-            if kwargs.get(name, default) != default:
-                raise ValueError(f"{name}: a setting of InfoNoise's target, not of the loss-slope sampler; got {kwargs[name]!r}")
-        if mmse_cap == "default":
-            # as InfoNoise (METHOD.md §5.4): an ε- or v-model's error times σ² exceeds the data's variance at high noise
-            mmse_cap = "auto" if prediction_type in ("epsilon", "v_prediction") else None
-        super().__init__(path, prediction_type=prediction_type, mmse_cap=mmse_cap, gate=None, floor_space="pi", **kwargs)
+    _settings_class = LossSlopeSettings
 
     def _statistic(self, levels, errors):
         return errors  # the unweighted x0-space error, binned as InfoNoise bins it

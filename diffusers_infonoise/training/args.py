@@ -15,12 +15,7 @@ from pathlib import Path
 
 from ..argtypes import (
     auto_arg,
-    bool_arg,
-    ema_decay_arg,
     finite_float,
-    gate_arg,
-    memory_arg,
-    mmse_cap_arg,
     nonnegative_float,
     nonnegative_int,
     output_dir_arg,
@@ -29,7 +24,6 @@ from ..argtypes import (
     positive_int,
     seed_arg,
     unit_interval_arg,
-    warmup_arg,
 )
 from ..densities import DensityRangeError
 from ..logs import get_logger, process_rank
@@ -40,6 +34,7 @@ from ..sampler import (
     PROFILE_BOUNDS,
     SAMPLER_NAMES,
     START_CHOICES,
+    InfoNoiseSettings,
     SamplerStart,
     TrainingTimestepSampler,
     choose_start,
@@ -86,8 +81,10 @@ _EDM, _LOGIT = DENSITY_FLAGS["edm_lognormal"], DENSITY_FLAGS["logit_normal"]
 
 
 def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
-    """``--noise_sampler``, its ``--infonoise_*`` hyperparameters, baseline density parameters,
-    ``--snr_gamma`` and ``--show_noise_schedule``."""
+    """``--noise_sampler``, an ``--infonoise_<name>`` option for each setting of
+    :class:`~diffusers_infonoise.sampler.settings.InfoNoiseSettings` that has one (its default, type, choices and help
+    are the field's; a study setting's is left out of ``--help``), baseline density parameters, ``--snr_gamma``, the
+    start's options and ``--show_noise_schedule``."""
     g = parser.add_argument_group("training-noise sampler (diffusers-infonoise)")
     g.add_argument(
         "--noise_sampler",
@@ -98,99 +95,15 @@ def add_noise_sampler_args(parser: argparse.ArgumentParser) -> None:
         help="Distribution of training noise levels: 'infonoise' (default) adapts it to the conditional-entropy rate; "
         f"a fixed density instead: {', '.join(FIXED_DENSITY_NAMES)}.",
     )
-    g.add_argument("--infonoise_num_bins", type=positive_int, default=64, help="Bins uniform in log sigma.")
-    g.add_argument(
-        "--infonoise_warmup_steps",
-        type=warmup_arg,
-        default="auto",
-        help="Optimizer steps on the base density; 'auto': a tenth of the run, between one refresh and 500.",
-    )
-    g.add_argument("--infonoise_refresh_every", type=positive_int, default=50, help="Optimizer steps between refreshes of pi.")
-    g.add_argument(
-        "--infonoise_memory",
-        type=memory_arg,
-        default="auto",
-        help="Memory of the estimate in optimizer steps (a loss a steps old weighs exp(-a/memory)); 'auto': an "
-        "eighth of the run, at least the steps that bring min_count samples a bin, at most 500 (docs/METHOD.md 5.10).",
-    )
-    g.add_argument(
-        "--infonoise_ema_decay",
-        type=ema_decay_arg,
-        default=None,
-        help="The former estimate instead of --infonoise_memory (which stays auto): weight on the old bin value at each refresh (0.9 was "
-        "the default before 0.3). Default: none.",
-    )
-    g.add_argument(
-        "--infonoise_clean_end_bound",
-        type=bool_arg,
-        default=True,
-        help="Bound the estimated x0 error by sigma^2, the identity predictor's (docs/METHOD.md 5.10). Default: true.",
-    )
-    g.add_argument(
-        "--infonoise_min_count",
-        type=positive_int,
-        default=8,
-        help="Samples a bin needs to be updated; a bin with fewer keeps them for the next refresh.",
-    )
-    g.add_argument("--infonoise_smoothing", type=float, default=1.0, help="Gaussian smoothing width in bins (0: off).")
-    g.add_argument(
-        "--infonoise_gate",
-        type=gate_arg,
-        default="auto",
-        help="Clean-end gate: 'auto' (a tenth of the smallest gap between the data's values: 0.2 on binarized "
-        "data, none on 8-bit or continuous data), 'profile' (the paper's rule, repaired), 'none', or a pinned VE "
-        "sigma such as 0.2 (METHOD.md 5.5).",
-    )
-    g.add_argument(
-        "--infonoise_gate_fallback",
-        type=float,
-        default=0.2,
-        help="Pivot used while the gate rule has nothing to go on (no data seen yet) or misfires.",
-    )
-    g.add_argument(
-        "--infonoise_floor",
-        type=float,
-        default=0.05,
-        help="Share of the effective allocation pi*w given to the base density (METHOD.md 5.7).",
-    )
-    g.add_argument(
-        "--infonoise_temperature",
-        type=positive_float,
-        default=1.0,
-        help="tau of a tempered target phi ~ rho_hat^tau (1, the default: the entropy rate itself; < 1 widens the "
-        "allocation; a variant for the margin study, docs/METHOD.md 5).",
-    )
-    g.add_argument(
-        "--infonoise_floor_space",
-        type=str,
-        default="phi",
-        choices=("phi", "pi"),
-        help=argparse.SUPPRESS,  # a study knob, accepted because stored settings carry it (sampler/settings.py)
-    )
-    g.add_argument(
-        "--infonoise_target_space",
-        type=str,
-        default="phi",
-        choices=("phi", "pi"),
-        help="Where InfoNoise realises rho_hat: 'phi' (the default, the method: pi ~ rho_hat/w, so that the effective "
-        "allocation pi*w follows rho_hat) or 'pi' (a study variant of issue 31: the draws follow rho_hat and the loss "
-        "weight only scales them; docs/METHOD.md 5.10).",
-    )
-    g.add_argument(
-        "--infonoise_mmse_cap",
-        type=mmse_cap_arg,
-        default=None,
-        help="Cap on the estimated x0 MMSE: 'none', 'auto' (the per-dimension variance of the data the "
-        "model is trained on: pixels, or the VAE latents; it bounds the Bayes MMSE) or a value. "
-        "Default: auto for epsilon/v prediction (the x0-space error of an imperfect model grows like "
-        "sigma^2 at high noise there), none otherwise.",
-    )
-    g.add_argument(
-        "--infonoise_base",
-        type=str,
-        default=None,
-        help="Warm-up/floor density name (default: EDM log-normal on edm, uniform t on ddpm, logit-normal on flow).",
-    )
+    for name, option in InfoNoiseSettings.options().items():  # the settings' own defaults, types and help
+        g.add_argument(
+            f"--infonoise_{name}",
+            type=option["type"],
+            default=option["default"],
+            choices=option["choices"],
+            # a study setting's option works (the benchmarks compare with it) but is not advertised
+            help=argparse.SUPPRESS if option["help"] is None else option["help"],
+        )
     g.add_argument("--edm_p_mean", type=finite_float, default=_EDM["edm_p_mean"], help="P_mean of 'edm_lognormal'.")
     g.add_argument("--edm_p_std", type=positive_float, default=_EDM["edm_p_std"], help="P_std of 'edm_lognormal'.")
     g.add_argument(
@@ -315,28 +228,20 @@ def _refuse_unused_density_flags(args, used: str | None, what: str) -> None:
             )
 
 
-#: values that state a flag's default although the parser's default is another (unset): the m̂ cap's documented ``auto``
-_DEFAULT_SPELLED = {"infonoise_mmse_cap": ("auto",)}
-
-
-def _infonoise_flag_defaults() -> dict:
-    """Every ``--infonoise_*`` flag of :func:`add_noise_sampler_args` with its parser default (no script changes these
-    defaults; a ``set_defaults`` of one would have to be read here too)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_noise_sampler_args(parser)
-    return {k: v for k, v in vars(parser.parse_args([])).items() if k.startswith("infonoise_")}
+#: values that state an option's default although the parser's default is another (unset): the m̂ cap's documented ``auto``
+_DEFAULT_SPELLED = {"mmse_cap": ("auto",)}
 
 
 def unread_infonoise_flags(args, name: str) -> list[str]:
     """The ``--infonoise_*`` flags changed from their defaults that sampler ``name`` does not read (``--flag`` each,
     those of :func:`~diffusers_infonoise.sampler.unread_settings`: any for a fixed density, a baseline's own, none for
     InfoNoise). The start's flags are no settings: :func:`sampler_start` refuses them where they do not apply."""
-    unread = {f"infonoise_{setting}" for setting in unread_settings(name)}
-    defaults = _infonoise_flag_defaults()
+    unread = unread_settings(name)
     return [
-        f"--{flag}"
-        for flag, default in defaults.items()
-        if flag in unread and getattr(args, flag, default) not in (default, *_DEFAULT_SPELLED.get(flag, ()))
+        f"--infonoise_{setting}"
+        for setting, option in InfoNoiseSettings.options().items()  # the options' defaults (no script changes them)
+        if setting in unread
+        and getattr(args, f"infonoise_{setting}", option["default"]) not in (option["default"], *_DEFAULT_SPELLED.get(setting, ()))
     ]
 
 
@@ -389,27 +294,12 @@ def build_noise_sampler(
         _refuse_unused_density_flags(args, base or path_base, f"--noise_sampler {name} with the base {base or path_base}")
         if isinstance(base, str) and baseline_density_params(args, base) is not None:
             base = (base, baseline_density_params(args, base))
-        kw = {
-            "num_bins": args.infonoise_num_bins,
-            "floor_space": args.infonoise_floor_space,
-            "warmup_steps": args.infonoise_warmup_steps,
-            "refresh_every": args.infonoise_refresh_every,
-            "ema_decay": args.infonoise_ema_decay,
-            "memory": args.infonoise_memory,
-            "min_count": args.infonoise_min_count,
-            "smoothing": args.infonoise_smoothing,
-            "floor": args.infonoise_floor,
-            "base": base,
-            "temperature": args.infonoise_temperature,
-            "target_space": args.infonoise_target_space,
-            "gate": args.infonoise_gate,
-            "gate_fallback": args.infonoise_gate_fallback,
-            "clean_end_bound": args.infonoise_clean_end_bound,
-        }
-        cap = getattr(args, "infonoise_mmse_cap", None)
+        unread = unread_settings(name)  # a baseline's (warned of above)
+        kw = {k: getattr(args, f"infonoise_{k}") for k in InfoNoiseSettings.options() if k not in unread}
+        kw["base"] = base
+        cap = kw.pop("mmse_cap", None)
         if cap is not None:  # unset: the library's default (auto for ε and v)
             kw["mmse_cap"] = None if cap == "none" else cap
-        kw = {k: v for k, v in kw.items() if k not in unread_settings(name)}  # a baseline's (warned of above)
         if name == "infonoise":
             kw["use_stored_schedule"] = False  # the start is chosen explicitly: sampler_start
         with _density_flags_named(args, base[0] if isinstance(base, tuple) else base):
@@ -614,16 +504,12 @@ def _led_by_flag(message: str) -> str:
     """A library error led by an InfoNoise setting's name (``floor: must be ...``) or a density flag's
     (``mode_scale: ...``) led instead by the option that sets it (``--infonoise_floor: must be ...``), the name a
     script's user typed."""
-    import dataclasses
-
-    from ..sampler.settings import InfoNoiseSettings
-
     density_flag = lambda text: any(text in flags for flags in DENSITY_FLAGS.values())  # noqa: E731
     name, sep, rest = message.partition(": ")
     if sep and name == "base" and density_flag(rest.partition(": ")[0]):
         # the base density's own check (base: mode_scale: ...): the flag that set the density, not --infonoise_base
         return _led_by_flag(rest)
-    if sep and name in {f.name for f in dataclasses.fields(InfoNoiseSettings)} and name != "num_training_steps":
+    if sep and name in InfoNoiseSettings.options():
         return f"--infonoise_{name}: {rest}"
     if sep and density_flag(name):  # a density's own check (mode_scale: ...)
         return f"--{name}: {rest}"
