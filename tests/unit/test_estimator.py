@@ -326,7 +326,7 @@ def test_nonfinite_losses_are_excluded_and_counted():
     b.update(NoiseLevels(levels.timesteps[keep], levels.sigmas[keep], levels.log_snr[keep]), loss[keep])
     a.step()
     b.step()
-    assert a._num_nonfinite == int(bad.sum()) and b.num_nonfinite == 0
+    assert a._num_nonfinite == int(bad.sum()) and b._num_nonfinite == 0
     assert torch.equal(a.probs, b.probs) and bool(torch.isfinite(a.probs).all())
 
 
