@@ -70,7 +70,7 @@ def _x0_weight(race: Race, schedule: dict) -> np.ndarray:
     ref = make_sampler(
         "uniform", train_scheduler(race), prediction_type=schedule["prediction_type"], loss_weighting=schedule["loss_weighting"]
     )
-    return ref.x0_loss_weight(torch.exp(centres)).numpy()
+    return ref.objective.x0_loss_weight(torch.exp(centres), sigma_data=ref.sigma_data).numpy()
 
 
 def _run_pi(race: Race, run: dict, edges: np.ndarray) -> np.ndarray:
