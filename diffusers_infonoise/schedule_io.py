@@ -109,6 +109,13 @@ def validate_payload(payload: Any) -> dict:
         check_number_list(rho, f"{CONFIG_KEY}: rho_hat", nulls=True, error=ScheduleError)
         if len(rho) != k:
             raise ScheduleError(f"{CONFIG_KEY}: rho_hat must be null or hold one value a bin ({k}), got {len(rho)}")
+        bad = [i for i, v in enumerate(rho) if v is not None and not (math.isfinite(v) and v >= 0)]
+        if bad:  # an entropy rate is a density: finite and non-negative (the first offending bin, by its value and σ)
+            i = bad[0]
+            raise ScheduleError(
+                f"{CONFIG_KEY}: rho_hat must hold finite, non-negative densities (null where undefined), got rho_hat[{i}] = "
+                f"{float(rho[i]):g} in the bin at VE sigma {math.exp(float(e[i] + e[i + 1]) / 2):.4g}"
+            )
     if not isinstance(payload["hyperparameters"], dict):
         raise ScheduleError(f"{CONFIG_KEY}: hyperparameters must be an object, got {type(payload['hyperparameters']).__name__}")
     gate = payload["hyperparameters"].get("gate", "auto")

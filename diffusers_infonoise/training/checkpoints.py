@@ -29,6 +29,7 @@ __all__ = [
     "resume_checkpoint",
     "resume_training_state",
     "maybe_save_checkpoint",
+    "check_model_output",
     "prune_checkpoints",
     "register_model_checkpointing",
 ]
@@ -61,8 +62,9 @@ def register_sampler_checkpointing(accelerator, sampler: TrainingTimestepSampler
         except ValueError as err:  # most often another path, sampler or grid; also a damaged state file
             raise ValueError(
                 f"--resume_from_checkpoint: {input_dir}: its noise-sampler state does not load ({' '.join(str(err).split())}); "
-                "a checkpoint of other options resumes only with the options it was saved with (--diffusion, --noise_sampler, "
-                "--sigma_data, --prediction_type, --infonoise_base, --infonoise_num_bins), or train into another --output_dir"
+                "where the reason is a changed option, resume with the options it was saved with (--diffusion, --noise_sampler, "
+                "--sigma_data, --prediction_type, --infonoise_base, --infonoise_num_bins); where the state is damaged, resume "
+                "from an earlier checkpoint-N; or train into another --output_dir"
             ) from None
 
     def load_hook(models, input_dir):
@@ -233,6 +235,30 @@ def _does_not_load(resume_dir: str, err: Exception) -> ValueError:
     )
 
 
+def check_model_output(resume_dir: str | None, model_output: dict | None) -> None:
+    """Refuse to resume a checkpoint whose network was trained to output something else: its marker's ``model_output``
+    (the scheduler's ``prediction_type``; on EDM the sign of ``c_out``) against this run's. Markers written before it
+    was recorded pass.
+
+    Raises:
+        ValueError: one line naming ``--resume_from_checkpoint``, the folder and each option that differs.
+    """
+    if not resume_dir or not model_output:
+        return
+    try:
+        with open(os.path.join(resume_dir, COMPLETE_MARKER)) as f:
+            saved = json.load(f).get("model_output") or {}
+    except (OSError, ValueError, AttributeError):
+        return
+    changed = [f"--{k} {saved[k]} -> {v}" for k, v in model_output.items() if k in saved and saved[k] != v]
+    if changed:
+        raise ValueError(
+            f"--resume_from_checkpoint: {resume_dir} trained the network with another output ({', '.join(changed)}): the "
+            "resumed steps would train it toward another target; resume with the option it was saved with, or train into "
+            "another --output_dir"
+        )
+
+
 def _warn_if_process_count_changed(accelerator, resume_dir: str) -> None:
     try:
         with open(os.path.join(resume_dir, COMPLETE_MARKER)) as f:
@@ -247,12 +273,14 @@ def _warn_if_process_count_changed(accelerator, resume_dir: str) -> None:
         )
 
 
-def maybe_save_checkpoint(accelerator, run, global_step: int) -> None:
+def maybe_save_checkpoint(accelerator, run, global_step: int, model_output: dict | None = None) -> None:
     """Every ``--checkpointing_steps`` optimizer steps, a checkpoint that a kill at any moment cannot
     spoil: ``accelerator.save_state`` (all processes) writes ``output_dir/.checkpoint-<step>.tmp``, the
     main process adds :data:`COMPLETE_MARKER` and renames it to ``checkpoint-<step>`` (complete before
     visible), and only then prunes to ``--checkpoints_total_limit``. A ``checkpoint-<step>`` of another program (no
-    marker) is never replaced (:func:`check_no_foreign_checkpoints` refuses such a run before its first step).
+    marker) is never replaced (:func:`check_no_foreign_checkpoints` refuses such a run before its first step). The marker
+    records the process count and ``model_output`` (what the network's output means: the scheduler's
+    ``prediction_type``), which a resume checks (:func:`check_model_output`).
 
     Raises:
         FileExistsError: such a folder appeared during the run; the save stays in ``.checkpoint-<step>.tmp``.
@@ -268,7 +296,7 @@ def maybe_save_checkpoint(accelerator, run, global_step: int) -> None:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         with open(os.path.join(tmp, COMPLETE_MARKER), "w") as f:
-            json.dump({"step": global_step, "num_processes": accelerator.num_processes}, f)
+            json.dump({"step": global_step, "num_processes": accelerator.num_processes, "model_output": model_output or {}}, f)
         if os.path.isdir(final):  # a resumed run saving the same step again; another program's folder is never replaced
             if not is_complete_checkpoint(final):
                 raise FileExistsError(f"--output_dir: the save of checkpoint-{global_step} is left in {tmp}: {_foreign(final)}")

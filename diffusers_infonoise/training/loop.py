@@ -16,6 +16,7 @@ from ..logs import get_logger
 from ..sampler import NoiseLevels, SamplerStart, TrainingTimestepSampler, apply_start, batch_size_of
 from ..weighting import per_sample_mse
 from .checkpoints import (
+    check_model_output,
     check_no_foreign_checkpoints,
     maybe_save_checkpoint,
     optimizer_steps_per_epoch,
@@ -311,6 +312,7 @@ def run_training_loop(
     on_epoch_end: Callable | None = None,
     start: SamplerStart | None = None,
     option_errors: Callable[[], ContextManager] = contextlib.nullcontext,
+    model_output: dict | None = None,
 ) -> dict:
     """The one training loop of every script, resume included.
 
@@ -334,6 +336,8 @@ def run_training_loop(
         option_errors: what the steps before step 1 that read the options' sources (the checkpoint a resume names,
             the batches a start reads) run inside: the scripts' :func:`~.args.option_errors` ends a mistake there in
             one line; by default it is raised.
+        model_output: what the network's output means (``{"prediction_type": ...}``, the scheduler's), recorded in each
+            checkpoint; a resume of a checkpoint that recorded another is refused (:func:`~.checkpoints.check_model_output`).
 
     Returns:
         ``{"global_step", "step_times", "total_batch_size", "max_steps"}``; ``step_times`` holds
@@ -346,6 +350,7 @@ def run_training_loop(
     _, max_steps, num_epochs = training_length(run, dataloader)
     with option_errors():  # a checkpoint that does not fit the options: one line, as argparse's, before any step
         resume_dir = resume_checkpoint(run)
+        check_model_output(resume_dir, model_output)
     # the warm-up and the profile start's budget, settled once from the run's length and the start it applies (a
     # resumed run applies none: its checkpoint brings the sampler's state)
     sampler.plan_run(int(max_steps), start=None if resume_dir else start)
@@ -427,7 +432,7 @@ def run_training_loop(
             logs["step_time_s"] = step_times[-1]
             progress.set_postfix(loss=f"{logs['train_loss']:.4f}")
             accelerator.log(logs, step=global_step)
-            maybe_save_checkpoint(accelerator, run, global_step)
+            maybe_save_checkpoint(accelerator, run, global_step, model_output)
             last = time.perf_counter()  # checkpoint writes are not part of a step's time
             if global_step >= max_steps:
                 break

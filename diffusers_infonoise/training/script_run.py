@@ -74,6 +74,7 @@ class ScriptRun:
             ema=self.ema,
             start=self.start,
             option_errors=option_errors,
+            model_output={"prediction_type": getattr(self.noise_scheduler.config, "prediction_type", None)},
             **callbacks,
         )
 

@@ -527,5 +527,8 @@ def test_a_resume_that_does_not_fit_ends_in_one_line(script, unet_config, tmp_pa
         (["--resume_from_checkpoint", "checkpoint-3"], does_not_load.format("checkpoint-3", "RuntimeError: PytorchStreamReader")),
         (["--resume_from_checkpoint", "checkpoint-2", "--model_config_name_or_path", bigger], size_mismatch),
         (["--resume_from_checkpoint", "checkpoint-2", "--use_ema"], r"\S*checkpoint-2 has no unet_ema: it was saved without --use_ema"),
+        # EDM's prediction type is the sign of c_out: the sampler's loss is the same, the network's target is not
+        (["--resume_from_checkpoint", "checkpoint-2", "--prediction_type", "v_prediction"],
+         r"\S*checkpoint-2 trained the network with another output \(--prediction_type epsilon -> v_prediction\)"),
     ):  # fmt: skip
         assert_option_error(capsys, says, script.main, args + ["--max_train_steps", "6", *map(str, extra)])

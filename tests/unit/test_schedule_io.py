@@ -245,6 +245,10 @@ def _corrupt(payload, how):
         p["edges"][3], p["edges"][4] = p["edges"][4], p["edges"][3]
     elif how == "m_hat_negative":
         p["m_hat"][5] = -1.0
+    elif how == "rho_hat_negative":
+        p["rho_hat"][1] = -3.0
+    elif how == "rho_hat_nan":
+        p["rho_hat"][2] = math.nan  # json.dumps writes NaN
     elif how == "not_a_dict":
         p = [1, 2, 3]
     elif how == "m_hat_infinity":
@@ -297,6 +301,8 @@ def _corrupt(payload, how):
         ("text", "edges must be a flat list of numbers"),
         ("edges_order", "edges"),
         ("m_hat_negative", r"m_hat must hold .*, got m_hat\[5\] = -1 in the bin at VE sigma [0-9.]+$"),
+        ("rho_hat_negative", r"rho_hat must hold finite, non-negative densities .*, got rho_hat\[1\] = -3 in the bin at VE sigma"),
+        ("rho_hat_nan", r"rho_hat must hold finite, non-negative densities .*, got rho_hat\[2\] = nan in the bin"),
         ("not_a_dict", "JSON object"),
         ("m_hat_infinity", "m_hat"),
         ("hyper_null", "hyperparameters"),
