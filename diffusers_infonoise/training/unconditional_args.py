@@ -128,6 +128,13 @@ def check_unconditional_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"--sigma_min {args.sigma_min} must be below --sigma_max {args.sigma_max}")
     # a fine-tune takes the pretrained scheduler as it is: the path options given here are checked against it
     args.scheduler_flags_given = [f for f in SCHEDULER_FLAGS if getattr(args, f) != parser.get_default(f)]
+    # from scratch, a path option only another path's scheduler reads would be ignored without a word (as --snr_gamma
+    # outside ddpm is refused); a fine-tune checks every given option against the pretrained scheduler instead
+    takes = PATH_CLASSES[DIFFUSION_PATHS[args.diffusion]].scheduler_options
+    readers = {f: [c.diffusion for c in PATH_CLASSES.values() if key in c.scheduler_options] for f, key in SCHEDULER_FLAGS.items()}
+    unread = [f"--{f} ({' or '.join(readers[f])})" for f in args.scheduler_flags_given if SCHEDULER_FLAGS[f] not in takes]
+    if unread and not args.pretrained_model_name_or_path:
+        parser.error(f"{', '.join(unread)}: not read by --diffusion {args.diffusion}, whose scheduler takes none of it; drop it")
     if args.snr_gamma is not None and args.diffusion != "ddpm":
         parser.error("--snr_gamma (Min-SNR) applies to --diffusion ddpm only")
     if args.dataset_name and args.train_data_dir:

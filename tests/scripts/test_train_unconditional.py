@@ -494,6 +494,22 @@ def test_options_a_library_would_refuse_later_are_refused_at_parse_time(name, sc
         assert main([*model, "--mixed_precision", "fp16"]).mixed_precision == "fp16"
 
 
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["--diffusion", "edm", "--flow_shift", "3"], r"--flow_shift \(flow\): not read by --diffusion edm"),
+        (["--diffusion", "ddpm", "--sigma_data", "0.9"], r"--sigma_data \(edm\): not read by --diffusion ddpm"),
+        (["--diffusion", "flow", "--ddpm_num_steps", "500", "--sigma_max", "40"],
+         r"--ddpm_num_steps \(ddpm\), --sigma_max \(edm\): not read by --diffusion flow"),
+    ],
+)  # fmt: skip
+def test_a_path_option_the_path_does_not_read_is_refused(argv, says, script, tmp_path, capsys):
+    """--flow_shift with --diffusion edm and --sigma_data with ddpm trained on without a word (a fresh user's report);
+    --snr_gamma outside ddpm was already refused."""
+    assert_option_error(capsys, says, script.parse_args, [*argv, "--output_dir", str(tmp_path / "out")])
+    assert script.parse_args(["--diffusion", "edm", "--sigma_data", "0.9", "--output_dir", str(tmp_path / "out")]).sigma_data == 0.9
+
+
 @pytest.mark.parametrize("flag", ["--pretrained_model_name_or_path", "--dataset_name"])
 def test_a_mistyped_owner_name_path_is_refused_without_waiting_for_the_hub(flag, script, tmp_path, capsys, monkeypatch):
     """`rnus/zA` (no ./rnus here) is a Hub repo id; offline, diffusers and datasets retried the Hub for about 40 s
