@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
+from .. import densities
 from ..data_statistics import BOUND_WORK_PER_SECOND, MAX_BOUND_WORK, ValueTally, per_element_bayes_mmse, per_element_bound_work
 from ..estimator import ProfileEstimator
 from ..logs import get_logger
@@ -29,6 +30,9 @@ from .settings import SCHEDULE_SETTINGS, InfoNoiseSettings, default_mmse_cap
 from .starts import describe_bound
 
 logger = get_logger(__name__)
+
+#: the study target spaces whose draws carry a per-sample factor (settings.InfoNoiseSettings.target_space)
+_IMPORTANCE_SPACES = ("importance", "rho_draws")
 
 __all__ = [
     "InfoNoiseTrainingTimestepSampler",
@@ -63,6 +67,14 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     _title = "InfoNoise"
     _settings_class = InfoNoiseSettings
 
+    def __init__(self, path: NoisePath, **kwargs):
+        super().__init__(path, **kwargs)
+        if self.settings.target_space in _IMPORTANCE_SPACES and path.is_discrete:
+            raise ValueError(
+                f"target_space: {self.settings.target_space!r} weights each draw by its density, which a VP path's integer "
+                "timesteps do not have; it is for the EDM and flow paths (give 'phi', the default, or 'pi')"
+            )
+
     def _statistic(self, levels, errors):
         return errors
 
@@ -82,8 +94,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         """π's bin masses from the target ρ̂ (``ρ̂^τ`` with a ``temperature`` τ ≠ 1) and the floor (METHOD.md
         §4, §5.6-7)."""
         rho_mass = self._rho_mass(self.settings.temperature)
-        if self.settings.target_space == "pi":  # a study knob (settings.py): the draws follow ρ̂, w only scales them
+        if self.settings.target_space in ("pi", "rho_draws"):  # study knobs (settings.py): the draws follow ρ̂
             return (1 - self.settings.floor) * rho_mass + self.settings.floor * self.base_masses
+        if self.settings.target_space == "importance":  # a study knob: draws ∝ ρ̂·ŝ, ŝ ≈ m̂ (docs/METHOD.md §4)
+            draws = rho_mass * self.estimator.filled_m_hat()
+            return (1 - self.settings.floor) * draws / draws.sum() + self.settings.floor * self.base_masses
         w = self._bin_weights()
         if self.settings.floor_space == "pi":  # a study knob (settings.py): the floor mixed in π-space
             target = rho_mass / w
@@ -93,8 +108,28 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         probs = phi / w
         return probs / probs.sum()
 
+    def _importance_weights(self, sigmas, timesteps, levels):
+        """The per-sample factor ``c·ρ̂(σ)/(π(σ)·w(σ))`` of the importance study spaces (``target_space``
+        ``"importance"``, ``"rho_draws"``; None otherwise and while on the base): the loss's effective allocation
+        is then ρ̂ per unit ln σ, and ``c = 1/Σ_k ρ̂_k/w_k`` (bin masses, w at the centres) makes its mean under π 1
+        (docs/METHOD.md §4)."""
+        if self.settings.target_space not in _IMPORTANCE_SPACES or self.probs is None:
+            return None
+        x = torch.log(sigmas.to(torch.float64))
+        rho_mass = self._rho_mass(self.settings.temperature)
+        edges = self.estimator.edges
+        k = densities.searchsorted(edges, x, right=True).sub(1).clamp(0, len(rho_mass) - 1)
+        rho_density = (rho_mass / self.estimator.widths)[k]
+        pi_density = torch.exp(self.density.log_prob(x))
+        w = self.objective.x0_loss_weight(torch.exp(x), sigma_data=self.sigma_data).to(torch.float64)
+        c = 1.0 / float((rho_mass / self._bin_weights()).sum())
+        return (c * rho_density / (pi_density * w)).to(torch.float32).to(levels.sigmas.device)
+
     def _effective_allocation(self) -> torch.Tensor:
-        """(K,) float64 bin masses of the effective allocation ``φ = π·w`` normalised (METHOD.md §4)."""
+        """(K,) float64 bin masses of the effective allocation ``φ = π·w`` normalised (METHOD.md §4); with an
+        importance study space (``target_space``), ``π·w`` times the per-sample factor: ρ̂ (or ρ̂^τ) itself."""
+        if self.settings.target_space in _IMPORTANCE_SPACES and self.probs is not None:
+            return self._rho_mass(self.settings.temperature)
         probs = self.probs if self.probs is not None else self.base_masses
         phi = probs * self._bin_weights()
         return phi / phi.sum()
@@ -164,7 +199,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         }
         if self.estimator.is_ready:
             out["tv_phi_rho"] = self._allocation_total_variation()
-            if self.settings.target_space == "pi":  # the study variant: its draws, not φ, follow ρ̂
+            if self.settings.target_space != "phi":  # a study variant: its draws, not φ = π·w, follow ρ̂
                 out["tv_pi_rho"] = self._draws_total_variation()
             if self.settings.temperature != 1.0:  # a tempered target: the floor bounds the distance to ρ̂^τ, not to ρ̂
                 out["tv_phi_target"] = self._allocation_total_variation(target=True)
@@ -177,7 +212,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def _describe_refresh(self) -> dict:
         gate = self.estimator.last_gate
         extra = {"tv_phi_target": self._allocation_total_variation(target=True)} if self.settings.temperature != 1.0 else {}
-        if self.settings.target_space == "pi":  # a study variant: its draws, not φ, follow the target
+        if self.settings.target_space != "phi":  # a study variant: its draws, not φ = π·w, follow the target
             extra["tv_pi_rho"] = self._draws_total_variation()
             if self.settings.temperature != 1.0:
                 extra["tv_pi_target"] = self._draws_total_variation(target=True)

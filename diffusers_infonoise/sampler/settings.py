@@ -46,6 +46,9 @@ MEMORY_FRACTION = 1 / 8
 MAX_MEMORY_STEPS = 500
 
 _SPACES = ("phi", "pi")
+#: where ρ̂ is realised (``target_space``): the two spaces, and the two study spaces whose draws carry a per-sample factor
+#: so that the effective allocation is ρ̂ itself (issue 47's candidate B and its split; docs/METHOD.md §4)
+_TARGET_SPACES = (*_SPACES, "importance", "rho_draws")
 _NOT_BEFORE = object()  # a setting every payload records
 
 
@@ -368,7 +371,12 @@ class InfoNoiseSettings(AdaptiveSettings):
         target_space: where ρ̂ is realised: ``"phi"`` (default, the method: ``π ∝ ρ̂/w``, so that the effective
             allocation ``φ = π·w`` follows ρ̂, METHOD.md §4) or ``"pi"`` (a study setting: the draws follow ρ̂,
             ``π = (1 − η)·ρ̂ + η·π_base``, and the loss weight w is left to scale them; TV(φ, ρ̂) then measures how far
-            the run is from the method, and ``tv_pi_rho`` of a refresh TV(π, ρ̂)).
+            the run is from the method, and ``tv_pi_rho`` of a refresh TV(π, ρ̂)); or, study settings that realise
+            ``φ = ρ̂`` by importance sampling (docs/METHOD.md §4, issue 47's candidate B): the draws are
+            ``(1 − η)·ρ̂·ŝ + η·π_base`` normalised, ``ŝ = m̂`` (``"importance"``: the draws that minimise the weighted
+            loss's variance when a level's RMS error is proportional to its mean) or ``ŝ = 1`` (``"rho_draws"``), and
+            each draw carries the per-sample factor ``c·ρ̂(σ)/(π(σ)·w(σ))`` (``levels.loss_weights``, mean 1 under π),
+            so the loss's effective allocation is ρ̂ whatever w is. Continuous paths only (EDM, flow).
 
     Raises:
         ValueError: an invalid setting, naming the argument and its accepted values.
@@ -410,8 +418,11 @@ class InfoNoiseSettings(AdaptiveSettings):
         "phi",
         "pi",
         16,
-        option=_option(str, choices=_SPACES),
-        check=(lambda v: v in _SPACES, "'phi' (METHOD.md §4) or 'pi' (a study knob)"),
+        option=_option(str, choices=_TARGET_SPACES),
+        check=(
+            lambda v: v in _TARGET_SPACES,
+            "'phi' (METHOD.md §4), or a study knob: 'pi', 'importance' or 'rho_draws' (docs/METHOD.md §4)",
+        ),
         before="phi",
         study=True,
     )
@@ -421,10 +432,10 @@ class InfoNoiseSettings(AdaptiveSettings):
         object.__setattr__(self, "temperature", float(self.temperature))  # a number whatever its type
 
     def _check_together(self) -> None:
-        if self.target_space == "pi" and self.floor_space == "pi":  # the draws already mix the floor in π
+        if self.target_space != "phi" and self.floor_space == "pi":  # the draws already mix the floor in π
             raise ValueError(
-                "floor_space: 'pi' has no effect with target_space='pi' (the draws follow rho_hat and the floor is mixed into "
-                "pi already); give floor_space='phi' (the default)"
+                f"floor_space: 'pi' has no effect with target_space={self.target_space!r} (its draws mix the floor into pi "
+                "already); give floor_space='phi' (the default)"
             )
 
     # -- stored payloads: the reader (the writer is AdaptiveSettings.stored) ------------------------

@@ -392,3 +392,37 @@ def test_target_space_pi_draws_on_rho_and_leaves_the_weight_to_scale_them():
     for other in ("kingma_gao", "loss_slope"):
         with pytest.raises(ValueError, match="target_space"):
             make_sampler(other, EDMEulerScheduler(), target_space="pi")
+
+
+@pytest.mark.parametrize("space", ["importance", "rho_draws"])
+def test_importance_target_spaces_realise_rho_by_draws_and_a_per_sample_factor(space):
+    """target_space="importance" / "rho_draws" (issue 47's candidate B and its split, docs/METHOD.md §4): the draws are
+    (1 − η)·ρ·ŝ + η·base with ŝ = m̂ (or 1), by hand from Gaussian data of std 0.125 (≠ σ_d, so that B differs from
+    the paper's ρ/w: METHOD.md §2's ρ ∝ m/σ², m = σ²s²/(σ²+s²)); each draw's factor c·ρ/(π·w) has mean 1 under π and
+    the draws weighted by w·factor follow ρ (the effective allocation); VP is refused."""
+    s_d, floor = 0.125, 0.2
+    sched = EDMEulerScheduler()
+    s = InfoNoiseTrainingTimestepSampler.from_scheduler(sched, warmup_steps=2, refresh_every=1, floor=floor, target_space=space)
+    _feed(s, steps=8, batch=8192, mmse=lambda sig: gauss_mmse(sig, s_d))
+    edges, base = grid_by_hand("ve", sched)
+    width = edges[1] - edges[0]
+    sig = np.exp(0.5 * (edges[1:] + edges[:-1]))
+    m = gauss_mmse(sig, s_d)
+    rho = m / sig**2
+    draws = rho * m if space == "importance" else rho
+    expected = (1 - floor) * draws / draws.sum() + floor * base
+    pi = _pi_masses(s, sig, width)
+    assert total_variation(pi, expected) <= 0.02, total_variation(pi, expected)
+    levels = s.sample(200_000, generator=torch.Generator().manual_seed(1))
+    factor = levels.loss_weights.double()
+    assert float(factor.mean()) == pytest.approx(1.0, abs=0.02)
+    w = torch.from_numpy(weight_by_hand("sample", "edm", levels.sigmas.double().numpy()))
+    k = np.clip(np.searchsorted(edges, np.log(levels.sigmas.double().numpy())) - 1, 0, len(sig) - 1)
+    phi = np.bincount(k, weights=(w * factor).numpy(), minlength=len(sig))
+    assert total_variation(phi, rho) <= 0.03, total_variation(phi, rho)
+    assert s._allocation_total_variation() == pytest.approx(0.0, abs=1e-12)  # φ = ρ̂ by construction
+    assert s.metrics()["infonoise/tv_pi_rho"] == pytest.approx(total_variation(pi, rho), abs=0.02)
+    with pytest.raises(ValueError, match="target_space: .* VP path"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), target_space=space)
+    with pytest.raises(ValueError, match="floor_space"):
+        InfoNoiseTrainingTimestepSampler.from_scheduler(sched, target_space=space, floor_space="pi")

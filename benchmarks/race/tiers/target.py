@@ -79,6 +79,28 @@ def fair_budget_races() -> list[Race]:
     return [_fair(races[name], centres, evaluations=8) for name, centres in FAIR_BUDGET_ORACLES.items()]
 
 
+#: issue 47, step 3: the candidates raced beside the fair arms (run with ``--reuse fair``: only these are new), per task.
+#: B (``target_space=importance``: φ = ρ̂ by draws ∝ ρ̂·m̂ and a per-sample factor) was the one candidate closer to
+#: the oracle than the paper's target on most tasks in step 2 (benchmarks/results/target_candidates.md); on the
+#: x0 × 0.25 fine-tune also the split φ = ρ̂ by draws (``rho_draws``: draws ∝ ρ̂, factor ∝ 1/w) vs by weights (today's).
+CANDIDATE_ARMS = {
+    "tf-ft16-x0.25": ("infonoise-target_space=importance", "infonoise-target_space=rho_draws"),
+    "tf-dna64": ("infonoise-target_space=importance",),
+    "tf-bin16-x4": ("infonoise-target_space=importance",),
+}
+
+
+def candidate_races() -> list[Race]:
+    """The fair races of :data:`CANDIDATE_ARMS`' tasks with their candidate arms added, 3 seeds each."""
+    races = {r.name: r for r in fair_races()}
+    out = []
+    for name, arms in CANDIDATE_ARMS.items():
+        race = races[name]
+        samplers = (*race.samplers, *arms)
+        out.append(dataclasses.replace(race, samplers=samplers, seeds=seed_lists(samplers, FAIR_SEEDS)))
+    return out
+
+
 def fair_priority(races: list[Race]) -> tuple:
     """Breadth first: seed 0 of every task's arms, then seeds 1 and 2 task by task (a tier that runs over several
     sessions has every task's first comparison from the first)."""
@@ -92,6 +114,14 @@ TIERS = [
         sizing="the transfer tier's tasks but the two at 32x32 (for a lent GPU); 3 seeds of every arm; 6 evaluations a run; "
         "the oracle's two (three at the sweep's edge) best centres of the transfer tier's sweep",
         priority=fair_priority(fair_races()),
+        summaries=(FAIR,),
+    ),
+    Tier(
+        "fair_candidates",
+        candidate_races,
+        sizing="the fair races of three failures with issue 47's candidates B (and on x0 x 0.25 the split by draws) added, "
+        "3 seeds each; run with --reuse fair so that only the candidates' runs are new",
+        priority=fair_priority(candidate_races()),
         summaries=(FAIR,),
     ),
     Tier(
