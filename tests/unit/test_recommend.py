@@ -542,3 +542,105 @@ def test_a_flow_timestep_range_from_the_clean_end_is_a_density():
     assert float(dens.cdf(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(2 / 3, rel=1e-9)
     full = family_density("timestep_range", {"s_min": 0.0, "s_max": 1.0}, path)
     assert float(full.cdf(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(0.5, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 48: settled profiles, model error, warnings in the row's line, no no-op rows, VP profiles
+# ----------------------------------------------------------------------------------------------
+
+
+def test_an_unsettled_schedule_is_refused_with_its_reason_and_no_flags(capsys, tmp_path):
+    """A stored schedule whose π was refreshed once (the warm-up's samples only): the library refuses it naming the
+    source; the command prints why, no flags, and exits 0 (nothing wrong with the command)."""
+    sched = EDMEulerScheduler()
+    payload, _ = stored_schedule(
+        sched, lambda x: normal_pdf(x, 0.0, 1.0), edm_w, prediction_type="sample", loss_weighting="edm", refreshes=1
+    )
+    with pytest.raises(ValueError, match="source: not fitted: pi was refreshed 1 time"):
+        recommend_parameters(payload, sched)
+    assert recommend_fixed_density(payload, sched).refused.startswith("pi was refreshed 1 time")
+    (tmp_path / "s.json").write_text(json.dumps(payload))
+    rc, out, err = run(capsys, "recommend", tmp_path / "s.json", "--json", tmp_path / "r.json")
+    assert rc == 0, err
+    assert "no flags: stored schedule" in out and "pi was refreshed 1 time(s)" in out
+    assert "--edm_p_mean" not in out and "TV" not in out
+    assert json.loads((tmp_path / "r.json").read_text())["refused"].startswith("pi was refreshed 1 time")
+    # saved within its warm-up: the base density, refused as such
+    within = dict(payload, optimizer_steps=3, warmup_steps_resolved=10)
+    assert "within its warm-up (step 3 of 10)" in recommend_fixed_density(within, sched).refused
+    # three refreshes at step 0: fitted, with a note that m̂ still weighs the warm-up (0 steps < the memory)
+    settled = dict(payload, num_updates=3)
+    rec = recommend_fixed_density(settled, sched)
+    assert rec.refused is None and any("fewer than the estimator's memory" in n for n in rec.notes)
+    assert not any("memory" in n for n in recommend_fixed_density(dict(settled, optimizer_steps=4000), sched).notes)
+
+
+def test_a_model_profile_whose_clean_end_is_model_error_says_so_in_its_rows():
+    """A model whose x0 error is 0.01 at every σ below 0.1 does no better than returning its input there (σ² ≤ 0.01,
+    the bound of METHOD.md §5.10): each row that puts 5% of its draws there warns; the Bayes profile of Gaussian data
+    (error σ²s²/(σ² + s²) < σ²) does not."""
+    sched = EDMEulerScheduler()
+    x = log_sigma_grid(sched, 32)
+    sig = torch.exp(x)
+    bayes = analytic_mmse_gaussian(sig, 0.5)
+    young = torch.where(sig < 0.1, torch.full_like(sig, 0.01), bayes)
+    for errors, warned in ((young, True), (bayes, False)):
+        prof = profile_from_errors(sig, errors, gate=None, loss_weighting="edm", meta={"source": "model"})
+        rec = recommend_fixed_density(prof, sched)
+        (row,) = [r for r in rec.trainers if "settings" in r]
+        said = [w for w in row["settings"][0]["warnings"] + row["default"]["warnings"] if "model's error reaches sigma^2" in w]
+        assert bool(said) == warned, (said, row)
+
+
+def test_the_n_eff_warning_is_in_the_rows_line_and_a_no_op_row_is_dropped(capsys, tmp_path):
+    """A flow profile with π* = N(−1, 1) in ln σ under the x0 loss: its logit-normal fit draws where m̂ varies more
+    than the SimpleTuner default's draws, and its line says so. A VP profile whose π* sits at both ends of the table:
+    its 1%-99% range is the whole table, diffusers' bias multiplier 1, the default: no row, a line instead."""
+    flow = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
+    x = log_sigma_grid(flow, 64)
+    sig = torch.exp(x)
+    prof = profile_from_errors(sig, errors_for(sig, normal_pdf(x, -1.0, 1.0)), gate=None, meta={"path": flow.config()})
+    (tmp_path / "flow.json").write_text(json.dumps({"profile": prof.to_dict()}))
+    rc, out, err = run(capsys, "recommend", tmp_path / "flow.json", "--trainer", "simpletuner", "--prediction-type", "sample")
+    assert rc == 0, err
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("logit_normal") and "--flow_sigmoid_scale" in ln]
+    assert re.search(r"n_eff [0-9.]+x batch +--flow_sigmoid_scale .* \| warning: n_eff [0-9.]+x batch, below", line), line
+
+    vp = path_from_scheduler(DDPMScheduler())
+    xv = torch.log(vp.sigmas_table)
+    ends = torch.zeros(1000, dtype=torch.float64)
+    ends[:20], ends[-20:] = 1.0, 1.0
+    prof = profile_from_errors(torch.exp(xv), errors_for(torch.exp(xv), ends * torch.exp(-2 * xv) / vp.cell_edges().diff()), gate=None)
+    (tmp_path / "vp.json").write_text(json.dumps({"profile": prof.to_dict()}))
+    rc, out, err = run(capsys, "recommend", tmp_path / "vp.json", "--scheduler", "ddpm", "--trainer", "diffusers")
+    assert rc == 0, err
+    assert "(timestep_range: the default already fits (the fit gives the default's draws))" in out
+    assert "--timestep_bias_multiplier" not in out
+
+
+@pytest.fixture(scope="module")
+def vp_pipe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vp")
+    tiny_unet2d(8).save_pretrained(root / "pipe" / "unet")
+    DDPMScheduler().save_pretrained(root / "pipe" / "scheduler")
+    return root
+
+
+def test_a_vp_profile_json_reads_the_scheduler_it_records(capsys, vp_pipe, tmp_path):
+    """A VP profile does not store its ᾱ table: ``recommend profile.json`` reads the scheduler ``infonoise profile``
+    recorded (its scheduler_source); when that is gone it names what to pass in terms of what was profiled, not a flag
+    the user never gave alone."""
+    common = ("--dataset", "digits", "--num-samples", 4, "--num-levels", 8, "--num-noise-draws", 1, "--no-progress")
+    pipe = vp_pipe / "pipe"
+    rc, _, err = run(capsys, "profile", "--model", pipe, *common, "--output", tmp_path / "p", "--samplers", "uniform")
+    assert rc == 0, err
+    rc, out, err = run(capsys, "recommend", tmp_path / "p" / "profile.json", "--trainer", "kohya")
+    assert rc == 0, err
+    assert "training: vp path" in out and "--min_timestep" in out
+    data = json.loads((tmp_path / "p" / "profile.json").read_text())
+    data["profile"]["meta"]["scheduler_source"] = str(tmp_path / "gone" / "scheduler_config.json")
+    (tmp_path / "moved.json").write_text(json.dumps(data))
+    rc, _, err = run(capsys, "recommend", tmp_path / "moved.json")
+    assert_one_line_error(rc, err, "SOURCE:", "a profile on a VP path", "cannot be read here", f"the model you profiled ({pipe})")
+    rc, out, err = run(capsys, "recommend", tmp_path / "moved.json", "--scheduler", pipe, "--trainer", "kohya")
+    assert rc == 0 and "--min_timestep" in out, err
