@@ -42,7 +42,8 @@ The arithmetic, per mechanism (x = ln σ of the continuous draw before a trainer
   z ≥ 24·ln 2 is exactly 1.0, and ``int(1.0·N) = N`` is one past the table: an ``IndexError`` (:data:`Z_SAT`).
 * **floor** (kohya SD3): ``t = int(u'·N)``, s = t/N, with ``logit(u') = x``: rounded *down*; t = 0 is σ = 0.
 * **ceil** (OneTrainer flow): ``t = int(shift(k, u)·N)`` (float32), s = (t + 1)/N: rounded *up*; t = N − 1 is
-  s = 1 (σ = ∞), and t = N (a sigmoid of 1.0, or float32 rounding of a shift > 2 near u = 1) indexes past its table.
+  s = 1 (σ = ∞), and t = N (a sigmoid of 1.0, or the float32 shift of a uniform u near 1 for most shifts above 2)
+  indexes past its table.
 * **continuous** (kohya FLUX.1 and musubi-tuner ``--timestep_sampling shift``, SimpleTuner): s = shift(sigmoid(·)),
   no table.
 * **integer t** (VP: kohya ``randint(min, max)``, diffusers/SimpleTuner ``multinomial`` of timestep-bias weights,
@@ -955,7 +956,11 @@ def _trainer_rows(target: RecommendTarget, fits: dict[str, FamilyFit], trainer: 
                 flags, draws = s.build(params, target.path)
             fig = _figures(draws, target)
             if _same_draws(fig, default):
-                dropped.append(f"{s.family or flags}: the default already fits (the fit gives the default's draws)")
+                dropped.append(
+                    f"{s.family}: the default already fits (the fit gives the default's draws)"
+                    if s.family
+                    else f"{flags}: the default itself"
+                )
                 continue
             warnings = _warnings(fig, default, target)
             if draws.note:
