@@ -561,32 +561,46 @@ def _cmd_grid(args) -> int:
     return 0
 
 
-def _vp_profile_scheduler(data: dict, p: Path):
-    """The scheduler of a VP profile JSON: a profile does not store the VP ᾱ table, so it is read from where the
-    profile says its scheduler came from (``infonoise profile`` records ``meta.scheduler_source``)."""
-    meta = (data.get("profile", data).get("meta") or {}) if isinstance(data.get("profile", data), dict) else {}
+def _recorded_profile_scheduler(data: dict, p: Path, why: str):
+    """The scheduler of a profile JSON whose path config does not rebuild it (``why``; a VP path: the ᾱ table is not
+    stored), read from where the profile says its scheduler came from (``infonoise profile`` records
+    ``meta.scheduler_source``)."""
+    prof = data.get("profile", data)
+    meta = (prof.get("meta") or {}) if isinstance(prof, dict) else {}
     where = meta.get("scheduler_source")
     model = meta.get("model_path")
     if isinstance(where, str) and where:
         spec = where.split(" ", 1)[1] if where.startswith("default ") else where
-        shortcut = {"DDPMScheduler": "ddpm"}.get(spec, spec)
         try:
-            scheduler, _ = _load_scheduler(shortcut)
+            scheduler, _ = _load_scheduler({"DDPMScheduler": "ddpm"}.get(spec, spec))
             return scheduler
         except CLIError:
             pass
     recorded = f"the scheduler it records ({where}) cannot be read here" if where else "it records no scheduler"
     folder = f" ({model})" if model else ""
     raise CLIError(
-        f"SOURCE: {p} is a profile on a VP path, whose alphas_cumprod table a profile does not store, and {recorded}; "
-        f"pass --scheduler with the pipeline or scheduler folder of the model you profiled{folder}"
+        f"SOURCE: {p}: the profile does not rebuild its scheduler ({why}) and {recorded}; pass --scheduler with the "
+        f"pipeline or scheduler folder of the model you profiled{folder}"
     )
 
 
+def _unbuildable_path(path_config) -> str | None:
+    """Why a profile's recorded path config does not rebuild its scheduler, or None when it does (or records none)."""
+    from ..paths import PATH_CLASSES
+
+    if not isinstance(path_config, dict) or path_config.get("kind") not in PATH_CLASSES:
+        return None
+    try:
+        PATH_CLASSES[path_config["kind"]].scheduler_from_config(path_config)
+    except (TypeError, ValueError) as err:
+        return _one_line(err)
+    return None
+
+
 def _recommend_source(args):
-    """``(source, scheduler or None, description)`` of ``recommend``'s SOURCE: a profile JSON's dict (a VP one with
-    the scheduler it records), or a stored schedule's payload with the scheduler it is stored in (None when
-    ``--scheduler`` replaces it)."""
+    """``(source, scheduler or None, description)`` of ``recommend``'s SOURCE: a profile JSON's dict (one whose path
+    does not rebuild its scheduler, VP, with the scheduler it records), or a stored schedule's payload with the
+    scheduler it is stored in (None when ``--scheduler`` replaces it)."""
     from ..schedule_io import FORMAT, ScheduleSourceError, read_schedule_from
 
     p = Path(args.source).expanduser()
@@ -594,9 +608,8 @@ def _recommend_source(args):
         data = _read_json(p)
         if "profile" in data or ("log_sigma" in data and "rho_hat" in data):
             prof = data.get("profile", data)
-            kind = ((prof.get("meta") or {}).get("path") or {}).get("kind") if isinstance(prof, dict) else None
-            scheduler = _vp_profile_scheduler(data, p) if kind == "vp" and not args.scheduler else None
-            return data, scheduler, f"profile {p}"
+            why = _unbuildable_path((prof.get("meta") or {}).get("path")) if isinstance(prof, dict) and not args.scheduler else None
+            return data, (_recorded_profile_scheduler(data, p, why) if why else None), f"profile {p}"
     config, where = _load_config(args.source, revision=args.revision, cache_dir=args.cache_dir)
     try:
         payload, _ = read_schedule_from(config)

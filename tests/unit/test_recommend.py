@@ -641,6 +641,8 @@ def test_a_vp_profile_json_reads_the_scheduler_it_records(capsys, vp_pipe, tmp_p
     data["profile"]["meta"]["scheduler_source"] = str(tmp_path / "gone" / "scheduler_config.json")
     (tmp_path / "moved.json").write_text(json.dumps(data))
     rc, _, err = run(capsys, "recommend", tmp_path / "moved.json")
-    assert_one_line_error(rc, err, "SOURCE:", "a profile on a VP path", "cannot be read here", f"the model you profiled ({pipe})")
+    assert_one_line_error(
+        rc, err, "SOURCE:", "alphas_cumprod table is not stored", "cannot be read here", f"the model you profiled ({pipe})"
+    )
     rc, out, err = run(capsys, "recommend", tmp_path / "moved.json", "--scheduler", pipe, "--trainer", "kohya")
     assert rc == 0 and "--min_timestep" in out, err
