@@ -550,7 +550,7 @@ def loss_variance_ratio(masses: torch.Tensor, target: RecommendTarget, below: fl
 def allocation_tv(density: densities.Density, target: RecommendTarget) -> float:
     """``TV(φ, ρ̂)`` of a training density on the target's grid, φ = π·w normalised (METHOD.md §4): π on a cell is the
     density's mass there (inside the path's σ range) over the cell's width. 1.0 when it has no mass on the grid. (The
-    criterion of the fit before issue 48; kept as the effective-allocation view of a fit.)"""
+    criterion of the fit before the KL fit of the draws; kept as the effective-allocation view of a fit.)"""
     phi = densities.bin_masses(density, target.edges) * target.w
     z = float(phi.sum())
     if not z > 0:
