@@ -940,7 +940,7 @@ def _public(fig: dict) -> dict:
     return {k: v for k, v in fig.items() if not k.startswith("_")}
 
 
-def _trainer_rows(target: RecommendTarget, fits: dict[str, FamilyFit], trainer: str) -> list[dict]:
+def _trainer_rows(target: RecommendTarget, trainer: str) -> list[dict]:
     rows = []
     for t in TRAINERS:
         if t.trainer != trainer or not t.trains(target.path):
@@ -1044,5 +1044,5 @@ def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **t
     if target.unsettled:
         return Recommendation(target, {}, [], refused=target.unsettled, notes=list(target.notes))
     fits = fit_families(target)
-    rows = [row for n in names for row in _trainer_rows(target, fits, n)]
+    rows = [row for n in names for row in _trainer_rows(target, n)]
     return Recommendation(target, fits, rows, notes=list(target.notes))
