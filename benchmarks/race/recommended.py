@@ -162,7 +162,8 @@ def load_pipeline_model(folder):
 def fit(profile, scheduler, arm: str, objective) -> dict:
     """The arm's parameters fitted to ``profile`` for a training on ``scheduler`` with ``objective`` (an
     :class:`~diffusers_infonoise.objective.Objective`):
-    ``{"arm", "params", "tv", "family"}`` (``family``: the METHOD.md §6.1 family fitted, ``tv``: TV(φ_fit, ρ̂))."""
+    ``{"arm", "params", "tv", "family"}`` (``family``: the METHOD.md §6.1 family fitted, ``tv``: TV(π_fit, π*) of the
+    fitted family)."""
     from diffusers_infonoise.diagnostics import recommend_parameters
     from diffusers_infonoise.paths import path_from_scheduler
 

@@ -324,9 +324,10 @@ def _recommended_section(tasks: dict) -> list[str]:
         "### Fixed densities recommended from a profile (`infonoise recommend`, issue 32)",
         "",
         "Each run's parameters fitted at run time (docs/METHOD.md §6.1) to a profile of the fine-tune's pretrain at step 0, or "
-        "of a pilot of a quarter of the steps with the family's default (from scratch); fit TV = TV(φ_fit, ρ̂ of that "
-        "profile). Cost: the pilot's steps and the profile's forward passes, as a share of one run (3 forward passes per "
-        "trained sample); the arm needs 1 + that share of a run per task.",
+        "of a pilot of a quarter of the steps with the family's default (from scratch); fit TV = the fit's TV as the run "
+        "recorded it (TV(φ_fit, ρ̂) of that profile for runs fitted before issue 48, TV(π_fit, π*) since). Cost: the "
+        "pilot's steps and the profile's forward passes, as a share of one run (3 forward passes per trained sample); the "
+        "arm needs 1 + that share of a run per task.",
         "",
         "| task | arm | resolved to | fit TV | from | pilot steps | profile forward passes | runs needed | regret |",
         "|---|---|---|---|---|---|---|---|---|",

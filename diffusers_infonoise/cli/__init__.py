@@ -11,8 +11,10 @@ Subcommands (``infonoise SUBCOMMAND --help`` for each):
 * ``dataset-profile --dataset NAME_OR_PATH``: the optimal-empirical-denoiser profile of a data set.
 * ``compare --samplers a,b --scheduler PATH``: effective allocations side by side, no data needed.
 * ``recommend SOURCE`` (or ``--model PATH --dataset NAME``): the fixed density of each family a trainer offers
-  (logit-normal, flow shift, EDM log-normal, timestep range) closest to ρ̂ under the training's weighting, with the
-  flags of diffusers' scripts, kohya-ss/sd-scripts, SimpleTuner, OneTrainer and ai-toolkit (METHOD.md §6.1).
+  (logit-normal, flow shift, EDM log-normal, timestep range) closest to the draw density π* = ρ̂/w of the training's
+  weighting, clamped to what each trainer represents, with the flags of diffusers' scripts, kohya-ss/sd-scripts,
+  SimpleTuner, OneTrainer, ai-toolkit and musubi-tuner, the TV and effective batch of the draws they give beside the
+  default's (METHOD.md §6.1).
 
 All noise levels are VE σ (METHOD.md §1). Errors a user can fix (a path without a learned schedule,
 an unknown sampler name, a model that does not fit the data or scheduler, an uncached Hub repo while
@@ -224,9 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         "recommend",
         help="the fixed density of each family your trainer offers that fits your data, with the flags to paste",
         description="Fit, for each family of fixed training densities a trainer offers (logit-normal, a flow shift on "
-        "uniform or logit-normal(0, 1) sampling, EDM log-normal, a timestep range), the parameters whose effective "
-        "allocation phi = pi*w is closest to rho_hat in total variation (docs/METHOD.md section 6.1), and print each "
-        "trainer's flags with TV(phi, rho_hat) beside its default's. rho_hat comes from a stored schedule, a "
+        "uniform or logit-normal(0, 1) sampling, EDM log-normal, a timestep range), the member closest in KL to the draw "
+        "density pi* = rho_hat/w of the training's loss (closed form, docs/METHOD.md section 6.1), clamp it to what each "
+        "trainer represents, and print each trainer's flags with the TV(pi, pi*) and effective batch (n_eff = batch/RV of "
+        "the weighted loss) of the draws they give, beside its default's; a line warns where a fit is noisier than the "
+        "default or rests on model error. rho_hat comes from a stored schedule (fitted once its run has settled), a "
         "profile.json of 'infonoise profile', or a profile measured here (--model and --dataset, forward passes only).",
     )
     p.add_argument(

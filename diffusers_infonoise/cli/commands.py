@@ -561,16 +561,55 @@ def _cmd_grid(args) -> int:
     return 0
 
 
+def _recorded_profile_scheduler(data: dict, p: Path, why: str):
+    """The scheduler of a profile JSON whose path config does not rebuild it (``why``; a VP path: the ᾱ table is not
+    stored), read from where the profile says its scheduler came from (``infonoise profile`` records
+    ``meta.scheduler_source``)."""
+    prof = data.get("profile", data)
+    meta = (prof.get("meta") or {}) if isinstance(prof, dict) else {}
+    where = meta.get("scheduler_source")
+    model = meta.get("model_path")
+    if isinstance(where, str) and where:
+        spec = where.split(" ", 1)[1] if where.startswith("default ") else where
+        try:
+            scheduler, _ = _load_scheduler({"DDPMScheduler": "ddpm"}.get(spec, spec))
+            return scheduler
+        except CLIError:
+            pass
+    recorded = f"the scheduler it records ({where}) cannot be read here" if where else "it records no scheduler"
+    folder = f" ({model})" if model else ""
+    raise CLIError(
+        f"SOURCE: {p}: the profile does not rebuild its scheduler ({why}) and {recorded}; pass --scheduler with the "
+        f"pipeline or scheduler folder of the model you profiled{folder}"
+    )
+
+
+def _unbuildable_path(path_config) -> str | None:
+    """Why a profile's recorded path config does not rebuild its scheduler, or None when it does (or records none)."""
+    from ..paths import PATH_CLASSES
+
+    if not isinstance(path_config, dict) or path_config.get("kind") not in PATH_CLASSES:
+        return None
+    try:
+        PATH_CLASSES[path_config["kind"]].scheduler_from_config(path_config)
+    except (TypeError, ValueError) as err:
+        return _one_line(err)
+    return None
+
+
 def _recommend_source(args):
-    """``(source, scheduler or None, description)`` of ``recommend``'s SOURCE: a profile JSON's dict, or a stored
-    schedule's payload with the scheduler it is stored in (None when ``--scheduler`` replaces it)."""
+    """``(source, scheduler or None, description)`` of ``recommend``'s SOURCE: a profile JSON's dict (one whose path
+    does not rebuild its scheduler, VP, with the scheduler it records), or a stored schedule's payload with the
+    scheduler it is stored in (None when ``--scheduler`` replaces it)."""
     from ..schedule_io import FORMAT, ScheduleSourceError, read_schedule_from
 
     p = Path(args.source).expanduser()
     if p.is_file() and p.suffix == ".json":
         data = _read_json(p)
         if "profile" in data or ("log_sigma" in data and "rho_hat" in data):
-            return data, None, f"profile {p}"
+            prof = data.get("profile", data)
+            why = _unbuildable_path((prof.get("meta") or {}).get("path")) if isinstance(prof, dict) and not args.scheduler else None
+            return data, (_recorded_profile_scheduler(data, p, why) if why else None), f"profile {p}"
     config, where = _load_config(args.source, revision=args.revision, cache_dir=args.cache_dir)
     try:
         payload, _ = read_schedule_from(config)
@@ -583,6 +622,10 @@ def _recommend_source(args):
     # a bare payload's path is rebuilt by the library, which names --scheduler where it cannot be (VP)
     scheduler = None if args.scheduler or config.get("format") == FORMAT else _scheduler_from_config(config, where)
     return payload, scheduler, f"stored schedule {where}"
+
+
+def _figures_text(d: dict) -> str:
+    return f"TV {d['tv']:.3f}  n_eff {d['n_eff_per_batch']:.2f}x batch"
 
 
 def _cmd_recommend(args) -> int:
@@ -627,18 +670,33 @@ def _cmd_recommend(args) -> int:
         + (f", snr_gamma={obj['snr_gamma']}" if obj.get("snr_gamma") is not None else "")
         + " (the fit depends on w: pass the loss your trainer trains with --prediction-type, --loss-weighting)"
     )
-    print("fitted families, TV(phi, rho_hat) with phi = pi*w normalised on the grid (docs/METHOD.md 6.1; 0 is what InfoNoise aims at):")
+    for note in rec.notes:
+        print(f"note: {note}")
+    if rec.refused:
+        print(f"no flags: {what}: {rec.refused}; fit a schedule saved later in the run, or a profile of the model (--model, --dataset)")
+        if args.json:
+            _write_json(Path(args.json), {**rec.to_dict(), "settings": {k: v for k, v in vars(args).items() if k != "func"}})
+            print(f"wrote {args.json}")
+        return 0
+    print(
+        "fitted families: KL-closest to the draw density pi* = rho_hat/w (docs/METHOD.md 6.1); TV(pi, pi*) on the grid, "
+        "n_eff = batch/RV of the weighted loss:"
+    )
     for name, fit in rec.families.items():
         params = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fit.params.items())
-        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}")
+        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}  n_eff {1 / fit.rv:.2f}x batch")
     for row in rec.trainers:
         if "unsupported" in row:
             print(f"{row['trainer']}: nothing for a {path['kind']} path: {row['unsupported']}")
             continue
         print(f"{row['trainer']} {row['scripts']} ({row['source'].split(':')[0]}); its loss: {row['loss']}")
-        print(f"  {'default':<20} TV {row['default']['tv']:.3f}  {row['default']['flags']}")
+        d = row["default"]
+        print(f"  {'default':<20} {_figures_text(d)}  {d['flags']}" + (" | warning: " + "; ".join(d["warnings"]) if d["warnings"] else ""))
         for s in row["settings"]:
-            print(f"  {s['family'] or 'choice':<20} TV {s['tv']:.3f}  {s['flags']}")
+            warn = " | warning: " + "; ".join(s["warnings"]) if s["warnings"] else ""
+            print(f"  {s['family'] or 'choice':<20} {_figures_text(s)}  {s['flags']}{warn}")
+        for line in row["dropped"]:
+            print(f"  ({line})")
     if args.plot:
         plot_allocations(
             rec.allocations(),

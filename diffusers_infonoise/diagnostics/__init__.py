@@ -22,11 +22,12 @@ grid point is the centre of a cell whose edges are the midpoints to its neighbou
 over the elements of one sample): a constant factor cancels in every normalised quantity (§3).
 
 Modules: :mod:`.grid` (grids, normalisation, the result types), :mod:`.profiles`, :mod:`.empirical`,
-:mod:`.allocations`, :mod:`.plotting`, :mod:`.recommend` (the fixed density of each family that is closest to ρ̂;
-METHOD.md §6.1) and :mod:`.trainers` (the flags that set it in each trainer).
+:mod:`.allocations`, :mod:`.plotting`, :mod:`.recommend` (the fixed density of each family that is closest to the draw
+density π* = ρ̂/w, in closed form; METHOD.md §6.1) and :mod:`.trainers` (the flags that set it in each trainer, and
+the draws they really give).
 
-matplotlib, tqdm and scipy (:mod:`.recommend`'s solver) are optional dependencies (extras ``train`` /
-``benchmarks``): they are imported only by the functions that need them.
+matplotlib and tqdm are optional dependencies (extras ``train`` / ``benchmarks``): they are imported only by the
+functions that need them.
 """
 
 from __future__ import annotations

@@ -1,30 +1,33 @@
-"""The fixed training density closest to a profile, and the flags that set it in the trainer you use
-(METHOD.md §6.1).
+"""The fixed training density closest to a profile's draw density, and how good it is (METHOD.md §6.1).
 
 A trainer that will not run an adaptive sampler still offers a family of fixed densities: logit-normal
 ``(mean, std)`` on the flow noise level, a flow ``shift`` on uniform or on logit-normal(0, 1) sampling, EDM's
 log-normal ``(P_mean, P_std)``, a timestep range. Given the entropy-rate profile ρ̂ of your model on your data
-(a stored schedule, or a profile measured by forward passes) and the training you will run (its path,
-prediction type and loss weighting, hence ``w(σ)``, METHOD.md §4), :func:`fit_families` finds in each family
-the parameters θ whose effective allocation ``φ_θ = π_θ·w`` (normalised) is closest to ρ̂ in total variation on
-the profile's grid (:mod:`.trainers` turns them into each trainer's flags, beside the TV of the trainer's
-default). Everything is on VE ``log σ`` (natural log); a family's density is truncated to the training path's
-σ range, as the trainers' draws are.
+(a stored schedule, or a profile measured by forward passes) and the training you will run (its path, prediction
+type and loss weighting, hence ``w(σ)``, METHOD.md §4), the target is the draw density InfoNoise would use,
+``π* ∝ ρ̂/w`` (:meth:`RecommendTarget.draw_density`), and :func:`fit_families` finds in each family the member
+closest to it in KL(π*‖π_θ), in closed form: for a family normal in ln σ, the mean and variance of ln σ under π*
+(moment matching, with Sheppard's correction for the cells); for a shift of a fixed base, the location that
+matches the base's location statistic; for a range, π*'s central quantiles. Each fit is reported with
+``TV(π_θ, π*)`` on the profile's grid and the relative variance of the weighted loss it implies,
+``RV = E_π[(w·ŝ)²]/(E_π[w·m̂])²`` (the batch's effective size is ``batch/RV``). Everything is on VE ``log σ``
+(natural log).
 
-* :func:`target_from_schedule`, :func:`target_from_profile`: the :class:`RecommendTarget` (grid, ρ̂, w, path).
-* :func:`fit_families` and :func:`recommend_parameters` (plain data, for tools and benchmarks).
+* :func:`target_from_schedule`, :func:`target_from_profile`: the :class:`RecommendTarget` (grid, ρ̂, w, m̂, path;
+  for a stored schedule whether it has settled, for a measured profile where its clean end is model error).
+* :func:`fit_family`, :func:`fit_families`, :func:`recommend_parameters` (plain data, for tools and benchmarks).
+* :func:`draw_moments`, :func:`draw_tv`, :func:`loss_variance_ratio`: the pieces, for tests and the trainers' rows.
 * :data:`FAMILIES`.
 
-The trainers' flags for these fits are :mod:`.trainers` (:func:`~.trainers.recommend_fixed_density`).
+The trainers' flags for these fits, clamped to what each trainer represents, are :mod:`.trainers`
+(:func:`~.trainers.recommend_fixed_density`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
 
-import numpy as np
 import torch
 
 from .. import densities
@@ -34,20 +37,30 @@ from .grid import _F64, Allocation, _widths, grid_edges, normalize_density, prof
 
 __all__ = [
     "FAMILIES",
+    "MIN_SETTLED_REFRESHES",
+    "RANGE_TAIL",
     "RecommendTarget",
     "FamilyFit",
     "target_from_schedule",
     "target_from_profile",
     "family_density",
+    "draw_moments",
+    "draw_tv",
+    "loss_variance_ratio",
     "allocation_tv",
     "fit_family",
     "fit_families",
     "recommend_parameters",
 ]
 
+#: a stored schedule is fitted only after this many refreshes of π from the run's own measurements (METHOD.md §6.1)
+MIN_SETTLED_REFRESHES = 3
+#: a range family covers π*'s central quantiles [RANGE_TAIL, 1 − RANGE_TAIL] (METHOD.md §6.1)
+RANGE_TAIL = 0.01
+
 
 # ----------------------------------------------------------------------------------------------
-# The target: ρ̂ and the training's w on one grid
+# The target: π* = ρ̂/w on the profile's grid, and what the loss variance needs
 # ----------------------------------------------------------------------------------------------
 
 
@@ -59,12 +72,20 @@ class RecommendTarget:
         log_sigma: (K,) float64 grid, VE log σ, increasing (cell centres; cells between midpoints).
         rho_hat: (K,) float64 ρ̂ per unit log σ, normalised on the grid (the target φ ∝ ρ̂, METHOD.md §4).
         w: (K,) float64 x0-space loss weight ``w(σ)`` of the training the user will run (METHOD.md §4), > 0.
-        path: the training's :class:`~diffusers_infonoise.paths.NoisePath` (its σ range truncates every family).
+        path: the training's :class:`~diffusers_infonoise.paths.NoisePath` (its σ range bounds every draw).
         objective: ``{"prediction_type", "loss_weighting", "snr_gamma"}`` of that training.
         source: where ρ̂ came from, in words.
+        m_hat: (K,) float64 x0-space error estimate per cell (VE σ, any constant factor), for the loss variance;
+            default ``ρ̂·σ²`` (METHOD.md §2 without the gate: the shape is all RV needs).
+        s_hat: (K,) float64 RMS of the per-sample x0 error per cell, or None: then ``ŝ = m̂`` (:attr:`notes` says so).
+        model_error: (K,) bool, cells where a measured model's error reaches the identity predictor's ``σ²``
+            (METHOD.md §5.10: no better than returning its input: model error, not data), or None.
+        unsettled: why a stored schedule is not fitted (within its warm-up, too few refreshes), or None.
+        notes: what the figures rest on, in words (one line each).
 
     Derived on construction: ``edges`` ((K+1,) cell edges clipped to the path's σ range), ``widths`` ((K,) cell
-    widths) and ``rho_mass`` ((K,) ρ̂'s cell masses, summing to 1).
+    widths before clipping), ``rho_mass`` ((K,) ρ̂'s cell masses) and ``pi_mass`` ((K,) π*'s cell masses on the
+    clipped cells, :meth:`draw_density` times their widths, summing to 1).
     """
 
     log_sigma: torch.Tensor
@@ -73,6 +94,11 @@ class RecommendTarget:
     path: NoisePath
     objective: dict
     source: str = ""
+    m_hat: torch.Tensor | None = None
+    s_hat: torch.Tensor | None = None
+    model_error: torch.Tensor | None = None
+    unsettled: str | None = None
+    notes: list = field(default_factory=list)
 
     def __post_init__(self):
         lo, hi = self.path.log_sigma_range
@@ -80,15 +106,33 @@ class RecommendTarget:
         self.edges = grid_edges(self.log_sigma).clamp(lo, hi)
         self.widths = _widths(self.log_sigma)
         self.rho_mass = self.rho_hat * self.widths / float((self.rho_hat * self.widths).sum())
+        if self.m_hat is None:
+            self.m_hat = self.rho_hat * torch.exp(2 * self.log_sigma)
+            self.notes.append("m_hat taken as rho_hat*sigma^2 (METHOD.md 2; only rho_hat is stored)")
+        if self.s_hat is None:
+            self.notes.append("the per-level loss's RMS taken as its mean m_hat (its spread is not stored)")
+        mass = self.draw_density() * (self.edges[1:] - self.edges[:-1])
+        if not float(mass.sum()) > 0:
+            raise ValueError("source: rho_hat has no mass inside the training path's sigma range")
+        self.pi_mass = mass / mass.sum()
+
+    def draw_density(self) -> torch.Tensor:
+        """(K,) π* per unit log σ: the draw density the fits aim at (METHOD.md §4: π ∝ ρ̂/w, so that φ = π·w ∝ ρ̂),
+        normalised on the grid. The one place the target is defined: another target (a tempered ρ̂, a floor) is
+        another body here."""
+        return normalize_density(self.rho_hat / self.w, self.log_sigma)
 
     def to_dict(self) -> dict:
         return {
             "log_sigma": self.log_sigma.tolist(),
             "rho_hat": self.rho_hat.tolist(),
             "w": self.w.tolist(),
+            "pi_star_mass": self.pi_mass.tolist(),
             "path": self.path.config(),
             "objective": {k: ("custom" if callable(v) else v) for k, v in self.objective.items()},
             "source": self.source,
+            "unsettled": self.unsettled,
+            "notes": list(self.notes),
         }
 
 
@@ -107,6 +151,48 @@ def _training_scheduler(noise_scheduler, path_config: dict | None, what: str):
         ) from None
 
 
+def _memory_steps(payload: dict) -> float:
+    """The estimator's memory H in optimizer steps (METHOD.md §5.10) as far as a payload tells it: an explicit
+    ``memory``; the former EMA rule (``ema_decay`` β per ``refresh_every``): ``refresh_every/(1 − β)``; ``"auto"``:
+    ``min(500, max(refresh_every, L/8))`` with the run's length L taken as its saved ``optimizer_steps`` (a schedule
+    saved at the end of its run; the sample-rate term is not stored)."""
+    hp = payload.get("hyperparameters") or {}
+    every = float(hp.get("refresh_every") or 1)
+    if hp.get("ema_decay") is not None:
+        return every / max(1e-9, 1.0 - float(hp["ema_decay"]))
+    memory = hp.get("memory", "auto")
+    if memory not in (None, "auto"):
+        return float(memory)
+    return min(500.0, max(every, float(payload.get("optimizer_steps") or 0) / 8))
+
+
+def schedule_settledness(payload: dict) -> tuple[str | None, str | None]:
+    """``(refusal, warning)`` for fitting a stored schedule (METHOD.md §6.1), each a sentence or None.
+
+    A payload holds no history of π, only its counters: the refusal is a run still within its warm-up
+    (``optimizer_steps < warmup_steps_resolved``: π is the base density) or one whose π was refreshed fewer than
+    :data:`MIN_SETTLED_REFRESHES` times; the warning, a run whose steps since its warm-up are fewer than the
+    estimator's memory (:func:`_memory_steps`), so that its m̂ still weighs the warm-up's younger model by more
+    than e⁻¹. Whether the last refreshes still moved π cannot be read from a payload."""
+    steps, warmup = int(payload.get("optimizer_steps") or 0), int(payload.get("warmup_steps_resolved") or 0)
+    updates = int(payload.get("num_updates") or 0)
+    if steps < warmup:
+        return f"the run was saved within its warm-up (step {steps} of {warmup}): pi is still the base density", None
+    if updates < MIN_SETTLED_REFRESHES:
+        return (
+            f"pi was refreshed {updates} time(s) (at least {MIN_SETTLED_REFRESHES} are needed before a fit: the first turns "
+            "the warm-up's samples into pi, and a change is seen only over the next ones)",
+            None,
+        )
+    memory = _memory_steps(payload)
+    if steps - warmup < memory:
+        return None, (
+            f"{steps - warmup} steps since the warm-up, fewer than the estimator's memory (~{memory:.0f} steps): m_hat still "
+            "weighs the warm-up's younger model"
+        )
+    return None, None
+
+
 def target_from_schedule(
     payload: dict,
     noise_scheduler=None,
@@ -123,7 +209,9 @@ def target_from_schedule(
     The stored m̂ is an x0-space error, independent of w; it is rebuilt into ρ̂ exactly as a run that starts from the
     schedule rebuilds it (METHOD.md §5.9 'stored': :meth:`~diffusers_infonoise.InfoNoiseTrainingTimestepSampler.load_schedule`
     with the payload's own settings, gate and data statistics; onto another path or grid through VE σ). The grid is
-    the training sampler's bin centres (the payload's number of bins over the training path's range).
+    the training sampler's bin centres (the payload's number of bins over the training path's range); ``m_hat`` is
+    the rebuilt sampler's (filled and capped). Whether the run had settled (:func:`schedule_settledness`) is
+    ``unsettled`` (a refusal) or a note.
 
     Args:
         payload: the stored schedule.
@@ -151,6 +239,7 @@ def target_from_schedule(
     if payload.get("adapted") is False or not sampler.estimator.is_ready:
         raise ValueError(f"{source}: the stored schedule was saved before it adapted; it holds no estimate of rho_hat to fit")
     prof = sampler.profile()
+    refusal, warning = schedule_settledness(payload)
     return RecommendTarget(
         log_sigma=prof["log_sigma"].clone(),
         rho_hat=normalize_density(prof["rho_hat"], prof["log_sigma"]),
@@ -158,7 +247,45 @@ def target_from_schedule(
         path=path,
         objective=objective.keywords(),
         source=source,
+        m_hat=prof["m_hat"].to(_F64).clone(),
+        unsettled=refusal,
+        notes=[warning] if warning else [],
     )
+
+
+def _optional_series(profile, key: str, k: int) -> torch.Tensor | None:
+    """A (k,) float64 series ``key`` of a Profile or its dict (null → NaN), or None when absent or malformed."""
+    from .grid import Profile
+
+    if isinstance(profile, Profile):
+        v = getattr(profile, key, None)
+        return None if v is None else torch.as_tensor(v, dtype=_F64).flatten()
+    data = profile.get("profile", profile) if isinstance(profile, dict) else None
+    values = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(values, list) or len(values) != k:
+        return None
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return None
+    return torch.tensor([math.nan if v is None else float(v) for v in values], dtype=_F64)
+
+
+def _profile_errors(profile, x: torch.Tensor, rho: torch.Tensor, meta: dict):
+    """``(m_hat, s_hat, model_error)`` of a profile (see :class:`RecommendTarget`): m̂ = q·σ² where the profile
+    holds q (filled), else ρ̂·σ²; ŝ² = m̂² + n·se² from the standard errors over n probe samples when both are
+    recorded; model error where the measured error reaches σ² (VE σ)."""
+    k, sig2 = x.numel(), torch.exp(2 * x)
+    q = _optional_series(profile, "q", k)
+    m_hat = q * sig2 if q is not None and bool(torch.isfinite(q).all()) and bool((q >= 0).all()) else None
+    mmse = _optional_series(profile, "mmse", k)
+    se = _optional_series(profile, "mmse_se", k)
+    n = meta.get("num_probe_samples")
+    s_hat = None
+    if m_hat is not None and se is not None and isinstance(n, int) and n >= 2 and bool(torch.isfinite(se).all()):
+        s_hat = torch.sqrt(m_hat**2 + n * se**2)
+    model_error = None
+    if mmse is not None and meta.get("source") == "model":
+        model_error = torch.isfinite(mmse) & (mmse >= sig2)
+    return m_hat, s_hat, model_error
 
 
 def target_from_profile(
@@ -174,6 +301,10 @@ def target_from_profile(
     """The target of a measured profile (a :class:`~diffusers_infonoise.diagnostics.Profile` of
     :func:`~diffusers_infonoise.diagnostics.profile_from_model`, or its ``to_dict()``: the ``"profile"`` of
     ``infonoise profile``'s JSON) for a training on ``noise_scheduler``'s path, on the profile's own grid.
+
+    ``m_hat`` is the profile's ``q·σ²`` (its measured error, filled), ``s_hat`` its per-sample spread where the
+    standard errors and the number of probe samples are recorded, and ``model_error`` the cells where a model's
+    measured error is at least σ² (METHOD.md §5.10's bound ``m̂ ≤ min(V, σ²)``, reached at the clean end).
 
     Args:
         profile: the profile (its ``rho_hat`` on its ``log_sigma``, VE; gated as measured).
@@ -197,6 +328,7 @@ def target_from_profile(
     w = objective.x0_loss_weight(torch.exp(x), sigma_data=path.data_scale or 0.5)
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
         raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the profile's grid")
+    m_hat, s_hat, model_error = _profile_errors(profile, x, rho, meta)
     return RecommendTarget(
         log_sigma=x.clone(),
         rho_hat=normalize_density(rho, x),
@@ -204,6 +336,9 @@ def target_from_profile(
         path=path,
         objective=objective.keywords(),
         source=source,
+        m_hat=m_hat,
+        s_hat=s_hat,
+        model_error=model_error,
     )
 
 
@@ -249,10 +384,7 @@ def family_density(name: str, params: dict, path: NoisePath) -> densities.Densit
     Raises:
         ValueError: an unknown family, one not defined on the path's kind, or parameters out of range.
     """
-    if name not in FAMILIES:
-        raise ValueError(f"family: unknown {name!r}; accepted: {', '.join(FAMILIES)}")
-    if path.kind not in FAMILIES[name].kinds:
-        raise ValueError(f"family: {name!r} is defined on {'/'.join(FAMILIES[name].kinds)} paths, not on a {path.kind} path")
+    _check_family(name, path)
     if name == "logit_normal":
         return densities.Normal(params["mean"], params["std"])
     if name == "edm_lognormal":
@@ -275,22 +407,151 @@ def family_density(name: str, params: dict, path: NoisePath) -> densities.Densit
     return densities.Truncated(densities.Logistic(0.0), _logit(s_lo), _logit(s_hi))
 
 
+def _check_family(name: str, path: NoisePath) -> None:
+    if name not in FAMILIES:
+        raise ValueError(f"family: unknown {name!r}; accepted: {', '.join(FAMILIES)}")
+    if path.kind not in FAMILIES[name].kinds:
+        raise ValueError(f"family: {name!r} is defined on {'/'.join(FAMILIES[name].kinds)} paths, not on a {path.kind} path")
+
+
 def _logit(s: float) -> float:
     return -math.inf if s <= 0 else math.inf if s >= 1 else math.log(s / (1 - s))
 
 
-def _cell_masses(density: densities.Density, target: RecommendTarget) -> torch.Tensor:
-    return densities.bin_masses(density, target.edges)
+# ----------------------------------------------------------------------------------------------
+# The fit: KL(π*‖π_θ) in closed form (METHOD.md §6.1)
+# ----------------------------------------------------------------------------------------------
+
+
+def draw_moments(target: RecommendTarget) -> tuple[float, float]:
+    """``(mean, variance)`` of ln σ under π* (METHOD.md §6.1): the cell masses at the cell midpoints, the variance
+    with Sheppard's correction ``− Σ_k p_k·h_k²/12`` (a normal binned on the cells has grouped variance
+    ``s² + h²/12``, so a binned normal comes back exactly), floored at ``Σ_k p_k·h_k²/12`` (the variance of one
+    uniform cell: a π* within one cell has no width the grid resolves).
+
+    Returns floats: VE ln σ and its square.
+    """
+    e = target.edges
+    mid, h2 = 0.5 * (e[1:] + e[:-1]), (e[1:] - e[:-1]) ** 2
+    p = target.pi_mass
+    mean = float((p * mid).sum())
+    grouped = float((p * (mid - mean) ** 2).sum())
+    cell = float((p * h2).sum()) / 12.0
+    return mean, max(grouped - cell, cell)
+
+
+def _logistic_location(target: RecommendTarget) -> float:
+    """The location of ``Logistic(loc, 1)`` closest to π* in KL between cell masses: the root of
+    ``Σ_k p_k·∂_loc ln P_k(loc) = 0``, ``P_k`` the logistic's mass in cell k. ``P_k(loc)`` is log-concave in loc (a
+    log-concave density integrated over an interval, Prékopa), so the sum is concave and its derivative decreasing:
+    bisection finds the unique root (to 1e-10 in ln σ). For a symmetric π* it is π*'s centre; it is not π*'s mean
+    in general (METHOD.md §6.1)."""
+    e, p = target.edges, target.pi_mass
+    keep = p > 0
+    a, b, p = e[:-1][keep], e[1:][keep], p[keep]
+
+    def slope(loc: float) -> float:
+        ya, yb = a - loc, b - loc
+        # the logistic's mass of [a, b] from the side where it is not a difference of two numbers near 1
+        upper = ya > 0
+        mass = torch.where(upper, torch.sigmoid(-ya) - torch.sigmoid(-yb), torch.sigmoid(yb) - torch.sigmoid(ya))
+        fa, fb = torch.sigmoid(ya) * torch.sigmoid(-ya), torch.sigmoid(yb) * torch.sigmoid(-yb)
+        return float((p * (fa - fb) / mass.clamp_min(1e-300)).sum())
+
+    lo, hi = float(e[0]) - 40.0, float(e[-1]) + 40.0
+    for _ in range(200):
+        midpoint = 0.5 * (lo + hi)
+        if slope(midpoint) > 0:
+            lo = midpoint
+        else:
+            hi = midpoint
+        if hi - lo < 1e-10:
+            break
+    return 0.5 * (lo + hi)
+
+
+def _quantile(target: RecommendTarget, alpha: float) -> float:
+    """π*'s ``alpha`` quantile in ln σ (uniform within a cell)."""
+    e, cum = target.edges, torch.cumsum(target.pi_mass, 0)
+    k = int(torch.searchsorted(cum, torch.tensor(alpha, dtype=_F64)).clamp(max=cum.numel() - 1))
+    before = float(cum[k - 1]) if k > 0 else 0.0
+    frac = (alpha - before) / max(float(target.pi_mass[k]), 1e-300)
+    return float(e[k] + min(max(frac, 0.0), 1.0) * (e[k + 1] - e[k]))
+
+
+def _range_params(target: RecommendTarget, x_lo: float, x_hi: float) -> dict:
+    """The integer range a trainer's flags express that holds ``[x_lo, x_hi]`` (VE ln σ), widened outward: VP, the
+    steps whose cells hold the two ends; flow, unshifted s on the grid of 1/N."""
+    path = target.path
+    n = int(path.num_train_timesteps)
+    if path.is_discrete:
+        t = path.sigma_to_timesteps(torch.exp(torch.tensor([x_lo, x_hi], dtype=_F64)))
+        return {"t_min": int(t[0]), "t_max": int(t[1])}
+    s_lo = math.floor(n / (1 + math.exp(-x_lo)) + 1e-9)
+    s_hi = math.ceil(n / (1 + math.exp(-x_hi)) - 1e-9)
+    s_lo, s_hi = min(max(s_lo, 0), n - 1), min(max(s_hi, s_lo + 1), n)
+    return {"s_min": s_lo / n, "s_max": s_hi / n}
+
+
+def _round(v: float, digits: int = 4) -> float:
+    """``v`` to ``digits`` significant digits: what the flags print, so the reported TV is the flags' own."""
+    return float(f"{v:.{digits}g}")
+
+
+def fitted_parameters(target: RecommendTarget, name: str) -> dict:
+    """The KL-closest member of family ``name`` to π*, unrounded (METHOD.md §6.1): a normal in ln σ
+    (``logit_normal``, ``edm_lognormal``) takes :func:`draw_moments`; ``shift_logit_normal`` the mean (the base
+    N(0, 1) has mean 0); ``shift_uniform`` the logistic location of :func:`_logistic_location`; ``timestep_range``
+    π*'s ``[RANGE_TAIL, 1 − RANGE_TAIL]`` quantiles widened to the trainer's integers.
+
+    Raises:
+        ValueError: an unknown family or one not defined on the target's path kind.
+    """
+    _check_family(name, target.path)
+    if name in ("logit_normal", "edm_lognormal"):
+        mean, var = draw_moments(target)
+        keys = ("mean", "std") if name == "logit_normal" else ("P_mean", "P_std")
+        return {keys[0]: mean, keys[1]: math.sqrt(var)}
+    if name == "shift_logit_normal":
+        return {"shift": math.exp(draw_moments(target)[0])}
+    if name == "shift_uniform":
+        return {"shift": math.exp(_logistic_location(target))}
+    return _range_params(target, _quantile(target, RANGE_TAIL), _quantile(target, 1 - RANGE_TAIL))
+
+
+# ----------------------------------------------------------------------------------------------
+# How good a fit is: TV(π, π*) and the weighted loss's relative variance
+# ----------------------------------------------------------------------------------------------
+
+
+def draw_tv(masses: torch.Tensor, target: RecommendTarget) -> float:
+    """``TV(π, π*) = ½(Σ_k |p_k − π*_k| + (1 − Σ_k p_k))`` (METHOD.md §6.1): ``masses`` (K,) the draws' masses in the
+    target's cells; what is missing from 1 fell outside the grid (σ = 0, σ = ∞, levels beyond the path's range),
+    where π* has none."""
+    m = torch.as_tensor(masses, dtype=_F64)
+    return float(0.5 * ((m - target.pi_mass).abs().sum() + max(0.0, 1.0 - float(m.sum()))))
+
+
+def loss_variance_ratio(masses: torch.Tensor, target: RecommendTarget, below: float = 0.0, above: float = 0.0) -> float:
+    """``RV = E_π[(w·ŝ)²] / (E_π[w·m̂])²`` of draws with cell masses ``masses`` (K,) (METHOD.md §6.1): the second
+    moment of the weighted per-sample loss over its squared mean; a batch of B draws carries the information of
+    ``B/RV`` (``n_eff/batch = 1/RV``). Draws outside the grid count with the edge cell on their side (``below``,
+    ``above``: their masses). ŝ is the target's ``s_hat``, or m̂."""
+    m = torch.as_tensor(masses, dtype=_F64).clone()
+    m[0] += below
+    m[-1] += above
+    m = m / m.sum()
+    wm = target.w * target.m_hat
+    ws = target.w * (target.s_hat if target.s_hat is not None else target.m_hat)
+    first = float((m * wm).sum())
+    return float((m * ws**2).sum()) / first**2 if first > 0 else math.inf
 
 
 def allocation_tv(density: densities.Density, target: RecommendTarget) -> float:
-    """``TV(φ, ρ̂)`` of a training density on the target's grid, φ = π·w normalised (METHOD.md §6.1): π on a cell is
-    the density's mass there (inside the path's σ range) over the cell's width. 1.0 when it has no mass on the grid.
-
-    The value of :func:`~diffusers_infonoise.diagnostics.total_variation` on the cell masses (½ Σ_k |φ_k − ρ̂_k|, each
-    normalised to sum 1), computed from masses the target holds so that a solver can call it thousands of times.
-    """
-    phi = _cell_masses(density, target) * target.w
+    """``TV(φ, ρ̂)`` of a training density on the target's grid, φ = π·w normalised (METHOD.md §4): π on a cell is the
+    density's mass there (inside the path's σ range) over the cell's width. 1.0 when it has no mass on the grid. (The
+    criterion of the fit before the KL fit of the draws; kept as the effective-allocation view of a fit.)"""
+    phi = densities.bin_masses(density, target.edges) * target.w
     z = float(phi.sum())
     if not z > 0:
         return 1.0
@@ -299,124 +560,46 @@ def allocation_tv(density: densities.Density, target: RecommendTarget) -> float:
 
 def _allocation(name: str, density: densities.Density, target: RecommendTarget) -> Allocation:
     x = target.log_sigma
-    pi = normalize_density(_cell_masses(density, target) / target.widths, x)
+    pi = normalize_density(densities.bin_masses(density, target.edges) / target.widths, x)
     return Allocation(name, x, pi, target.w, normalize_density(pi * target.w, x), {"density": density.describe()})
 
 
 @dataclass
 class FamilyFit:
-    """The member of a family closest to ρ̂: ``params`` (plain floats/ints), ``tv`` = TV(φ_fit, ρ̂), its density."""
+    """The member of a family closest to π*: ``params`` (plain floats/ints, as the flags print them), ``tv`` =
+    TV(π_fit, π*) of the continuous family on the grid, ``rv`` its loss variance ratio, its density."""
 
     name: str
     params: dict
     tv: float
+    rv: float
     density: densities.Density = field(repr=False)
 
     def to_dict(self) -> dict:
-        return {"params": dict(self.params), "tv": self.tv}
+        return {"params": dict(self.params), "tv": self.tv, "rv": self.rv, "n_eff_per_batch": 1.0 / self.rv}
 
 
-def _round(v: float, digits: int = 4) -> float:
-    """``v`` to ``digits`` significant digits: what the flags print, so the reported TV is the flags' own."""
-    return float(f"{v:.{digits}g}")
-
-
-def _fit_normal(target: RecommendTarget, names: tuple[str, str]) -> dict:
-    """2-D: grid search over (mean at the cell centres) × (24 log-spaced std), then bounded Nelder-Mead on (mean, ln std)."""
-    from scipy.optimize import minimize
-
-    e = target.edges
-    lo, hi = float(e[0]), float(e[-1])
-    h = float(target.widths.median())
-    bounds = [(lo, hi), (math.log(h / 4), math.log(hi - lo))]
-
-    def tv(p):
-        return allocation_tv(densities.Normal(float(p[0]), math.exp(float(p[1]))), target)
-
-    starts = [(float(m), math.log(s)) for m in target.log_sigma.clamp(lo, hi) for s in np.geomspace(h / 2, hi - lo, 24)]
-    best = np.array(min(starts, key=tv))
-    # a simplex of one cell in the mean and 0.1 in ln std, inside the bounds
-    step = np.array([h if best[0] + h <= hi else -h, 0.1 if best[1] + 0.1 <= bounds[1][1] else -0.1])
-    simplex = np.array([best, best + [step[0], 0.0], best + [0.0, step[1]]])
-    opts = {"xatol": 1e-5, "fatol": 1e-9, "maxiter": 800, "initial_simplex": simplex}
-    res = minimize(tv, best, method="Nelder-Mead", bounds=bounds, options=opts)
-    p = res.x if res.fun <= tv(best) else best
-    return {names[0]: _round(p[0]), names[1]: _round(math.exp(p[1]))}
-
-
-def _fit_shift(target: RecommendTarget, make: Callable[[float], densities.Density]) -> dict:
-    """1-D in ln shift: a grid of 4K points over the grid's span, then bounded Brent between the best point's neighbours."""
-    from scipy.optimize import minimize_scalar
-
-    e = target.edges
-    grid = np.linspace(float(e[0]), float(e[-1]), 4 * target.log_sigma.numel() + 1)
-
-    def tv(loc):
-        return allocation_tv(make(float(loc)), target)
-
-    k = int(np.argmin([tv(v) for v in grid]))
-    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
-    res = minimize_scalar(tv, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
-    loc = float(res.x) if res.fun <= tv(grid[k]) else float(grid[k])
-    return {"shift": _round(math.exp(loc))}
-
-
-def _fit_range(target: RecommendTarget) -> dict:
-    """Exhaustive over every range a trainer's integer flags can express (METHOD.md §6.1): ``N(N+1)/2`` intervals
-    ``[i/N, j/N]`` in the CDF coordinate of uniform sampling (VP: uniform t, each step 1/N; flow: unshifted s), whose
-    mass in each grid cell is the overlap with the cell's CDF interval, in closed form."""
-    path = target.path
-    n = int(path.num_train_timesteps)
-    base = path.uniform_density() if path.is_discrete else densities.Logistic(0.0)
-    g = base.cdf(target.edges).numpy()
-    w = target.w.numpy()
-    r = target.rho_mass.numpy()
-    p = np.arange(n + 1) / n
-    best_tv, best = math.inf, (0, n)
-    for i in range(n):
-        q = p[i + 1 :, None]
-        m = np.clip(np.minimum(q, g[None, 1:]) - np.maximum(p[i], g[None, :-1]), 0.0, None)
-        phi = m * w
-        z = phi.sum(1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tv = np.where(z[:, 0] > 0, 0.5 * np.abs(phi / z - r).sum(1), np.inf)
-        j = int(np.argmin(tv))
-        if tv[j] < best_tv:
-            best_tv, best = float(tv[j]), (i, i + 1 + j)
-    i, j = best
-    if path.is_discrete:
-        return {"t_min": i, "t_max": j - 1}
-    return {"s_min": i / n, "s_max": j / n}
+def density_masses(density: densities.Density, target: RecommendTarget) -> tuple[torch.Tensor, float, float]:
+    """``(masses (K,), below, above)`` of a continuous density on the target's grid: its cell masses and its mass
+    below and above the grid's range."""
+    c = density.cdf(target.edges)
+    return (c[1:] - c[:-1]).clamp_min(0), float(c[0]), float(1.0 - c[-1])
 
 
 def fit_family(target: RecommendTarget, name: str) -> FamilyFit:
-    """The member of family ``name`` (:data:`FAMILIES`) whose effective allocation is closest to ρ̂ in TV on the
-    target's grid (METHOD.md §6.1). Continuous parameters are rounded to 4 significant digits (what the flags
-    print) and the TV is that of the rounded parameters.
+    """The member of family ``name`` (:data:`FAMILIES`) closest to π* in KL (:func:`fitted_parameters`), with
+    continuous parameters rounded to 4 significant digits (what the flags print) and the TV and RV of the rounded
+    member on the target's grid (METHOD.md §6.1).
 
     Raises:
-        ValueError: an unknown family or one not defined on the target's path kind. ImportError: no scipy.
+        ValueError: an unknown family or one not defined on the target's path kind.
     """
-    if name not in FAMILIES:
-        raise ValueError(f"family: unknown {name!r}; accepted: {', '.join(FAMILIES)}")
-    if target.path.kind not in FAMILIES[name].kinds:
-        raise ValueError(f"family: {name!r} is defined on {'/'.join(FAMILIES[name].kinds)} paths, not on a {target.path.kind} path")
-    try:
-        import scipy.optimize  # noqa: F401
-    except ImportError as err:  # optional dependency
-        raise ImportError("recommend needs scipy: pip install scipy (or the 'benchmarks' extra)") from err
-    if name == "logit_normal":
-        params = _fit_normal(target, ("mean", "std"))
-    elif name == "edm_lognormal":
-        params = _fit_normal(target, ("P_mean", "P_std"))
-    elif name == "shift_uniform":
-        params = _fit_shift(target, densities.Logistic)
-    elif name == "shift_logit_normal":
-        params = _fit_shift(target, lambda loc: densities.Normal(loc, 1.0))
-    else:
-        params = _fit_range(target)
+    params = {
+        k: (_round(v) if isinstance(v, float) and k not in ("s_min", "s_max") else v) for k, v in fitted_parameters(target, name).items()
+    }
     density = family_density(name, params, target.path)
-    return FamilyFit(name, params, allocation_tv(density, target), density)
+    masses, below, above = density_masses(density, target)
+    return FamilyFit(name, params, draw_tv(masses, target), loss_variance_ratio(masses, target, below, above), density)
 
 
 def fit_families(target: RecommendTarget, families=None) -> dict[str, FamilyFit]:
@@ -439,7 +622,7 @@ def _target(source, noise_scheduler, training: dict) -> RecommendTarget:
 
 def recommend_parameters(source, noise_scheduler=None, *, families=None, **training) -> dict:
     """The fitted parameters per family as plain data, for tools and benchmarks:
-    ``{family: {"params": {...}, "tv": float}}`` (METHOD.md §6.1).
+    ``{family: {"params": {...}, "tv": float, "rv": float, "n_eff_per_batch": float}}`` (METHOD.md §6.1).
 
     Args:
         source: a stored schedule payload (``format`` = the schedule format), a measured
@@ -448,6 +631,12 @@ def recommend_parameters(source, noise_scheduler=None, *, families=None, **train
             :func:`target_from_profile` take it.
         families: names of :data:`FAMILIES` (default: those of the training's path kind).
         **training: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` of the training (defaults there).
+
+    Raises:
+        ValueError: a stored schedule that has not settled (:func:`schedule_settledness`, the message says why), and
+            the errors of the target's constructors and of :func:`fit_family`.
     """
     target = _target(source, noise_scheduler, training)
+    if target.unsettled:
+        raise ValueError(f"source: not fitted: {target.unsettled}")
     return {n: f.to_dict() for n, f in fit_families(target, families).items()}

@@ -1,115 +1,392 @@
 """The trainers' flags for the fitted fixed densities (METHOD.md §6.1): which family of :mod:`.recommend` each trainer
-offers on which path, the flags that set it, and :func:`recommend_fixed_density`, which fits every family of the
-training's path kind and gives each trainer's flags beside the TV of its default.
+offers on which path, the flags that set it, the draws those flags really give (each trainer's own indexing, integer
+truncation and shift, re-implemented from its source), and :func:`recommend_fixed_density`, which fits every family
+of the training's path kind, clamps each fit to what the trainer represents, and gives each trainer's flags with
+``TV(π, π*)`` and the loss's effective batch beside its default's.
 
 * :data:`TRAINERS` (every trainer's scripts per path kind), :data:`TRAINER_SOURCES`, :data:`TRAINER_NAMES`,
-  :data:`UNSUPPORTED`; :class:`Recommendation`.
+  :data:`UNSUPPORTED`; :class:`Draws`; :class:`Recommendation`.
 
-Sources of every trainer flag below (read in the repository snapshot named; the flag names, their defaults and
-how each script turns them into a noise level):
+Sources of every trainer flag and of the sampling arithmetic below (read in the repository snapshot named; the flag
+names, their defaults and how each script turns them into a noise level):
 
 ==================== ======================================== ===============================================================
 trainer              repository @ commit (version)            files read
 ==================== ======================================== ===============================================================
 diffusers            huggingface/diffusers @ 58eb52c0         examples/dreambooth/train_dreambooth_lora_sd3.py, _flux.py (and
                      (0.40.0.dev0)                            the other flow scripts), examples/text_to_image/
-                                                              train_text_to_image_sdxl.py, src/diffusers/training_utils.py
+                                                              train_text_to_image_sdxl.py, src/diffusers/training_utils.py,
+                                                              src/diffusers/schedulers/scheduling_flow_match_euler_discrete.py
 kohya                kohya-ss/sd-scripts @ 48d368fa           library/train_util.py, library/sd3_train_utils.py,
                      (v0.10.1-5)                              library/flux_train_utils.py, sd3_train_network.py,
                                                               flux_train_network.py
-simpletuner          bghira/SimpleTuner @ bc8e6ab7 (4.8.0)    simpletuner/helpers/models/common.py (sample_flow_sigmas),
-                                                              helpers/training/custom_schedule.py, field_registry/
-                                                              sections/advanced.py, documentation/OPTIONS.md
+simpletuner          bghira/SimpleTuner @ bc8e6ab7 (4.8.0)    simpletuner/helpers/models/common.py (sample_flow_sigmas, the
+                                                              VP timestep draw), helpers/training/custom_schedule.py,
+                                                              field_registry/sections/advanced.py, documentation/OPTIONS.md
 onetrainer           Nerogar/OneTrainer @ 23df3832            modules/util/config/TrainConfig.py, modules/modelSetup/mixin/
-                                                              ModelSetupNoiseMixin.py, ModelSetupFlowMatchingMixin.py
+                                                              ModelSetupNoiseMixin.py, ModelSetupFlowMatchingMixin.py,
+                                                              modules/modelSetup/BaseFluxSetup.py
 ai-toolkit           ostris/ai-toolkit @ 27a03a91 (0.12.26)   toolkit/config_modules.py, jobs/process/BaseSDTrainProcess.py,
                                                               toolkit/samplers/custom_flowmatch_sampler.py
+musubi-tuner         kohya-ss/musubi-tuner @ 30c658c4         src/musubi_tuner/training/trainer_base.py
+                                                              (get_noisy_model_input_and_timesteps), training/parser_common.py,
+                                                              training/timesteps.py, modules/scheduling_flow_match_discrete.py
 diffusers-infonoise  this package                             diffusers_infonoise/training/args.py (--noise_sampler ...)
 ==================== ======================================== ===============================================================
 
+The arithmetic, per mechanism (x = ln σ of the continuous draw before a trainer quantises it; N = 1000 table steps):
+
+* **table index** (diffusers' flow scripts; kohya FLUX.1 and musubi-tuner ``--timestep_sampling sigma``):
+  ``i = int(u·N)`` indexes the descending table ``s_i = shift(k₀, (N − i)/N)``; u = sigmoid of a normal (or uniform),
+  so x = ln k₀ − logit(u) is rounded *up* to the next level; ``i = 0`` is s = 1 (σ = ∞). A float32 sigmoid of
+  z ≥ 24·ln 2 is exactly 1.0, and ``int(1.0·N) = N`` is one past the table: an ``IndexError`` (:data:`Z_SAT`).
+* **floor** (kohya SD3): ``t = int(u'·N)``, s = t/N, with ``logit(u') = x``: rounded *down*; t = 0 is σ = 0.
+* **ceil** (OneTrainer flow): ``t = int(shift(k, u)·N)`` (float32), s = (t + 1)/N: rounded *up*; t = N − 1 is
+  s = 1 (σ = ∞), and t = N (a sigmoid of 1.0, or the float32 shift of a uniform u near 1 for most shifts above 2)
+  indexes past its table.
+* **continuous** (kohya FLUX.1 and musubi-tuner ``--timestep_sampling shift``, SimpleTuner): s = shift(sigmoid(·)),
+  no table.
+* **integer t** (VP: kohya ``randint(min, max)``, diffusers/SimpleTuner ``multinomial`` of timestep-bias weights,
+  OneTrainer ``int(N·strength)``), **ai-toolkit**'s ``randint(min, max)`` over ``linspace(1000, 1, 1000)``.
+
 Sign conventions (METHOD.md §1): diffusers' flow scripts draw ``u`` and index the scheduler's descending table,
 so their noise level is ``s ≈ shift(1 − u)`` with the scheduler's own ``shift`` and a positive ``--logit_mean``
-means *less* noise; kohya's SD3 ``--weighting_scheme`` and its FLUX.1 ``--timestep_sampling shift``, SimpleTuner
-and OneTrainer draw the noise level itself (the SD3 paper's convention: positive = more noise) and then apply
-their own shift flag.
+means *less* noise; kohya's SD3 ``--weighting_scheme`` and its FLUX.1 ``--timestep_sampling shift``, SimpleTuner,
+OneTrainer and musubi-tuner draw the noise level itself (the SD3 paper's convention: positive = more noise) and then
+apply their own shift flag.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .. import densities
 from ..paths import PATH_CLASSES, NoisePath
 from .grid import _F64, Allocation
-from .recommend import FamilyFit, RecommendTarget, _allocation, _target, allocation_tv, fit_families, fit_family
+from .recommend import (
+    FamilyFit,
+    RecommendTarget,
+    _allocation,
+    _round,
+    _target,
+    density_masses,
+    draw_moments,
+    draw_tv,
+    fit_families,
+    fitted_parameters,
+    loss_variance_ratio,
+)
 
 __all__ = [
     "TRAINERS",
     "TRAINER_SOURCES",
     "TRAINER_NAMES",
     "UNSUPPORTED",
+    "PILE_UP",
+    "CRASH",
+    "Z_SAT",
+    "Draws",
     "Recommendation",
     "recommend_fixed_density",
 ]
 
-
-def _flag_values(family: str, params: dict, path: NoisePath) -> dict:
-    """What a trainer's flag template may name, from a family's fitted parameters: the parameters (4 significant
-    digits) and the conversions the trainers' conventions need (METHOD.md §1, §6.1)."""
-    g = {k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in params.items()}
-    if family == "logit_normal":
-        m, s = params["mean"], params["std"]
-        # diffusers indexes the descending table that carries the scheduler's shift: ln sigma = ln(shift) - logit_mean
-        g.update(diffusers_mean=f"{path.log_shift - m:.4g}", exp_mean=f"{math.exp(m):.4g}", std_minus_1=f"{s - 1.0:.4g}")
-    elif family == "timestep_range" and not path.is_discrete:  # flow's s
-        lo, hi = params["s_min"], params["s_max"]
-        # kohya SD3: s = t/1000 with t in [min, max); ai-toolkit: index i of linspace(1000, 1) is s = 1 - i/1000, i in [min, max)
-        g.update(t_lo=round(1000 * lo), t_hi=round(1000 * hi), i_lo=round(1000 * (1 - hi)), i_hi=min(999, round(1000 * (1 - lo)) + 1))
-    elif family == "timestep_range":
-        n, lo, hi = path.num_train_timesteps, params["t_min"], params["t_max"]
-        # OneTrainer picks int(N*strength): half a step inside, no rounding can miss the step
-        g.update(t_end=hi + 1, strength_lo=f"{(lo + 0.5) / n:.6g}", strength_hi=f"{min(1.0, (hi + 1.5) / n):.6g}")
-    return g
+#: float32 ``sigmoid(z)`` is exactly 1.0 for z ≥ 24·ln 2 (1 + e^(−z) rounds to 1 below half an ulp of 1, 2^-24)
+Z_SAT = 24 * math.log(2)
+#: at most this share of a fit's draws may land beyond a trainer's representable levels on each side (METHOD.md §6.1)
+PILE_UP = 0.05
+#: at most this probability per draw of a draw that crashes the trainer (an index past its table)
+CRASH = 1e-12
+#: the table of kohya's, OneTrainer's, ai-toolkit's and musubi-tuner's flow scripts (their num_train_timesteps)
+TRAINER_STEPS = 1000
+#: a fit's share of draws where a model's error reaches σ² above which its rows warn
+MODEL_ERROR_SHARE = 0.05
 
 
-def _range_bias(params: dict, path: NoisePath) -> tuple[str, densities.Density]:
-    """diffusers' train_text_to_image_sdxl.py and SimpleTuner: weights 1 everywhere, ``multiplier`` on
-    ``weights[begin:end]`` (end exclusive, as their code slices). The multiplier is the smallest integer that puts
-    99% of the draws inside the range; the TV reported is this mixture's."""
-    n, lo, hi = path.num_train_timesteps, params["t_min"], params["t_max"]
-    inside = hi - lo + 1
-    mult = max(1, math.ceil(99 * (n - inside) / inside))
-    probs = torch.ones(n, dtype=_F64)
-    probs[lo : hi + 1] = mult
-    flags = f"--timestep_bias_strategy range --timestep_bias_begin {lo} --timestep_bias_end {hi + 1} --timestep_bias_multiplier {mult}"
-    return flags, densities.Piecewise(path.cell_edges(), probs)
+def _logit(p):
+    p = torch.as_tensor(p, dtype=_F64)
+    return torch.log(p) - torch.log1p(-p)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The draws a trainer really makes, on the target's grid
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Draws:
+    """The noise levels a trainer draws with given flags: discrete ``levels`` (L,) VE ln σ (±inf allowed: σ = 0 or
+    ∞) with ``probs`` (L,), or a continuous ``density`` of ln σ; ``crash`` is the probability per draw of an index
+    past the trainer's table (an exception in the trainer); ``note``: a change the trainer's arithmetic forced on the
+    printed numbers, in words."""
+
+    levels: torch.Tensor | None = None
+    probs: torch.Tensor | None = None
+    density: densities.Density | None = None
+    crash: float = 0.0
+    note: str | None = None
+
+    def masses(self, target: RecommendTarget) -> tuple[torch.Tensor, float, float]:
+        """``(masses (K,), below, above)`` on the target's cells: a continuous density's CDF differences; a level's
+        mass spread over its own cell (midpoints to its neighbouring levels, METHOD.md §5.8) clipped to the grid, a
+        level outside the grid (or at σ = 0, ∞) counted below or above. A crash counts as neither."""
+        if self.density is not None:
+            m, below, above = density_masses(self.density, target)
+            scale = 1.0 - self.crash
+            return m * scale, below * scale, above * scale
+        e = target.edges
+        lo, hi = float(e[0]), float(e[-1])
+        x, p = self.levels.to(_F64), self.probs.to(_F64).clamp_min(0)
+        order = torch.argsort(x)
+        x, p = x[order], p[order]
+        below, above = float(p[x < lo].sum()), float(p[x > hi].sum())
+        finite = torch.isfinite(x)
+        xf = x[finite]
+        mid = 0.5 * (xf[1:] + xf[:-1])
+        first = (xf[0] - (mid[0] - xf[0])).reshape(1) if xf.numel() > 1 else xf[:1] - 0.5
+        last = (xf[-1] + (xf[-1] - mid[-1])).reshape(1) if xf.numel() > 1 else xf[-1:] + 0.5
+        cell = torch.cat([first, mid, last])
+        inside = (xf >= lo) & (xf <= hi)
+        masses = torch.zeros(e.numel() - 1, dtype=_F64)
+        if bool(inside.any()):
+            idx = torch.nonzero(inside).flatten()
+            a, b = int(idx[0]), int(idx[-1])
+            xp = cell[a : b + 2].clamp(lo, hi).numpy()
+            cum = np.concatenate([[0.0], np.cumsum(p[finite][a : b + 1].numpy())])
+            at = np.interp(e.numpy(), xp, cum)
+            masses = torch.from_numpy(np.clip(np.diff(at), 0.0, None))
+        return masses, below, above
+
+
+def _continuous(density: densities.Density) -> Draws:
+    return Draws(density=density)
+
+
+def _table_index(law: densities.Density, log_k0: float, n: int, crash_below: float | None) -> Draws:
+    """diffusers' flow scripts (train_dreambooth_lora_sd3.py: ``indices = (u * num_train_timesteps).long()``,
+    ``timesteps = noise_scheduler_copy.timesteps[indices]``), kohya's FLUX.1 and musubi-tuner's ``sigma`` sampling: the
+    table ``s_i = shift(k₀, (N − i)/N)`` (FlowMatchEulerDiscreteScheduler.__init__), i = int(N·u). ``law``: of
+    x = ln k₀ − logit(u); level i holds x in (ℓ_{i+1}, ℓ_i]; i = N (x below ``crash_below``) is past the table."""
+    i = torch.arange(n, dtype=_F64)
+    lev = log_k0 + _logit((n - i) / n)  # i = 0: +inf (s = 1)
+    lower = torch.cat([lev[1:], torch.tensor([-math.inf if crash_below is None else crash_below], dtype=_F64)])
+    upper = lev.clone()
+    upper[0] = math.inf
+    f_hi, f_lo = law.cdf(upper), law.cdf(lower)
+    crash = 0.0 if crash_below is None else float(law.cdf(torch.tensor(crash_below, dtype=_F64)))
+    return Draws(levels=lev, probs=(f_hi - f_lo).clamp_min(0), crash=crash)
+
+
+def _floor_levels(law: densities.Density, n: int) -> Draws:
+    """kohya's SD3 (library/sd3_train_utils.py, get_noisy_model_input_and_timesteps: ``u = (u * shift) / (1 + (shift
+    - 1) * u)``, ``indices = (u * (t_max - t_min) + t_min).long()``, ``sigmas = timesteps / 1000``) with the default
+    t range [0, 1000): level t = logit(t/N) holds x = logit(u') in [logit(t/N), logit((t + 1)/N)); t = 0 is σ = 0."""
+    t = torch.arange(n, dtype=_F64)
+    lev = _logit(t / n)  # t = 0: -inf
+    lower = lev.clone()
+    upper = torch.cat([lev[1:], torch.tensor([math.inf], dtype=_F64)])
+    return Draws(levels=lev, probs=(law.cdf(upper) - law.cdf(lower)).clamp_min(0))
+
+
+def _ceil_levels(law: densities.Density, n: int, crash_above: float | None) -> Draws:
+    """OneTrainer's flow models (ModelSetupNoiseMixin._get_timestep_discrete: ``timestep = num_train_timesteps * shift
+    * timestep / ((shift - 1) * timestep + num_train_timesteps)``, ``timestep.int()``; ModelSetupFlowMatchingMixin:
+    ``sigma = (timestep + 1) / num_train_timesteps``): level j = logit((j + 1)/N) holds x = logit(shift(u)) in
+    [logit(j/N), logit((j + 1)/N)); j = N − 1 is σ = ∞; x above ``crash_above`` is t = N, past the table."""
+    j = torch.arange(n, dtype=_F64)
+    lev = _logit((j + 1) / n)  # j = N - 1: +inf
+    lower = _logit(j / n)
+    upper = torch.cat([lower[1:], torch.tensor([math.inf if crash_above is None else crash_above], dtype=_F64)])
+    crash = 0.0 if crash_above is None else float(1.0 - law.cdf(torch.tensor(crash_above, dtype=_F64)))
+    return Draws(levels=lev, probs=(law.cdf(upper) - law.cdf(lower)).clamp_min(0), crash=crash)
+
+
+def _uniform_levels(levels: torch.Tensor) -> Draws:
+    return Draws(levels=levels, probs=torch.full_like(levels, 1.0 / levels.numel()))
+
+
+def _vp_draws(path: NoisePath, probs: torch.Tensor) -> Draws:
+    """Integer VP steps t with ``probs`` (N,), each at its table σ (METHOD.md §5.8)."""
+    return Draws(levels=torch.log(path.sigmas_table), probs=probs / probs.sum())
+
+
+class _OrderStatistics(densities.Density):
+    """ai-toolkit's default ``timestep_type: sigmoid`` (toolkit/samplers/custom_flowmatch_sampler.py,
+    set_train_timesteps: ``t = sigmoid(randn(n))``, ``timesteps = sort((1 - t) * 1000, descending)``, a new table every
+    step; jobs/process/BaseSDTrainProcess.py: ``randint(min_noise_steps, max_noise_steps)`` with the default max 999):
+    one of the n draws ``x = ln σ = −z ~ N(0, 1)`` chosen uniformly among all but the one of least noise. CDF
+    ``(n·F(x) − (1 − (1 − F(x))ⁿ))/(n − 1)``, F the standard normal's."""
+
+    def __init__(self, n: int):
+        self.n, self.base = n, densities.Normal(0.0, 1.0)
+
+    def cdf(self, x):
+        f = self.base.cdf(torch.as_tensor(x, dtype=_F64))
+        return ((self.n * f - (1 - (1 - f) ** self.n)) / (self.n - 1)).clamp(0, 1)
+
+    def describe(self):
+        return {"name": "ai-toolkit sigmoid table", "n": self.n}
+
+
+# ----------------------------------------------------------------------------------------------
+# float32 re-implementations at the noisy end: where an index goes past a table
+# ----------------------------------------------------------------------------------------------
+
+
+def _onetrainer_crash_u(shift: float, n: int = TRAINER_STEPS) -> float | None:
+    """The smallest float32 u < 1 (a sigmoid's or a uniform draw near 1) for which OneTrainer's shift and truncation
+    give ``int(T) ≥ N`` (ModelSetupNoiseMixin._get_timestep_discrete, float32 as it runs), or None when only u = 1.0
+    does. Scans u = 1 − j·2⁻²⁴ (the float32 values below 1, which is also torch.rand's grid)."""
+    j = torch.arange(1, 1 << 14, dtype=torch.float32)
+    u = 1.0 - j * 2.0**-24
+    t = u * n + 0.0
+    big = n * shift * t / ((shift - 1) * t + n)
+    bad = torch.nonzero(big.int() >= n).flatten()
+    return None if bad.numel() == 0 else float(u[int(bad.max())])
+
+
+def _onetrainer_uniform_crash(shift: float, n: int = TRAINER_STEPS) -> float:
+    """Probability per draw that OneTrainer's UNIFORM draw (``torch.rand``: multiples of 2⁻²⁴ in [0, 1)) shifted by
+    ``shift`` indexes past its table."""
+    u = _onetrainer_crash_u(shift, n)
+    return 0.0 if u is None else round((1.0 - u) * 2**24) / 2.0**24  # every grid value from u up (conservative)
+
+
+def _onetrainer_crash_x(shift: float, n: int = TRAINER_STEPS) -> float:
+    """The ln σ (after the shift) above which OneTrainer's LOGIT_NORMAL draw indexes past its table: a sigmoid of
+    z ≥ :data:`Z_SAT` is 1.0; a sigmoid at or above the first crashing u of :func:`_onetrainer_crash_u` too."""
+    u = _onetrainer_crash_u(shift, n)
+    z = Z_SAT if u is None else float(_logit(u - 2.0**-25))
+    return z + math.log(shift)
+
+
+def _onetrainer_uniform_shift(shift: float, n: int = TRAINER_STEPS) -> float:
+    """The 4-significant-digit shift nearest ``shift`` whose UNIFORM draws never index past OneTrainer's table: whether
+    one does depends on float32 rounding (none in [1, 1.5]; 55% of the shifts in [2, 2.5] do, 88% in [3, 5]), so the
+    neighbours in the fourth digit are tried, outward, until one does not."""
+    k = _round(shift)
+    if _onetrainer_uniform_crash(k, n) == 0.0:
+        return k
+    step = 10.0 ** (math.floor(math.log10(abs(k))) - 3)
+    for i in range(1, 5000):
+        for cand in (_round(k + i * step), _round(k - i * step)):
+            if cand > 0 and _onetrainer_uniform_crash(cand, n) == 0.0:
+                return cand
+    return 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# The clamp: the KL-closest member whose draws stay where the trainer represents them (METHOD.md §6.1)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Where a trainer's draws are representable, in ln σ of the continuous draw before it is quantised: at most
+    :data:`PILE_UP` of the draws below ``lo`` or above ``hi`` (they land on an edge level, at σ = 0 or ∞, or off the
+    path's range), at most :data:`CRASH` below ``crash_lo`` or above ``crash_hi`` (past the table)."""
+
+    lo: float
+    hi: float
+    crash_lo: float | None = None
+    crash_hi: float | None = None
+
+
+def _normal_z(eps: float) -> float:
+    return float(torch.special.ndtri(torch.tensor(1.0 - eps, dtype=_F64)))
+
+
+def _kl_normal(m: float, s: float, mu: float, var: float) -> float:
+    """KL(π*‖N(m, s²)) up to a constant: ``ln s + (var + (mu − m)²)/(2s²)``."""
+    return math.log(s) + (var + (mu - m) ** 2) / (2 * s * s)
+
+
+def _clamped_normal(mu: float, var: float, bounds: Bounds) -> tuple[float, float]:
+    """The normal N(m, s²) closest to π* (its moments ``mu``, ``var``) in KL subject to :class:`Bounds`: each
+    limit is a half-plane ``m − z·s ≥ B`` or ``m + z·s ≤ B`` (z the normal quantile of its share). The optimum is the
+    unconstrained one (moment matching), or on one boundary line, where ``d/ds`` of the KL is the quadratic
+    ``s² ∓ z·d·s − (var + d²) = 0`` (d = mu − B), or at a corner of two lines; the feasible candidate of least KL."""
+    cons = []
+    zp, zc = _normal_z(PILE_UP), _normal_z(CRASH / 10)  # a tenth: room for the 4 digits the flags print
+    for side, b, z in (("lo", bounds.lo, zp), ("hi", bounds.hi, zp), ("lo", bounds.crash_lo, zc), ("hi", bounds.crash_hi, zc)):
+        if b is not None and math.isfinite(b):
+            cons.append((side, b, z))
+
+    def feasible(m, s):
+        return s > 0 and all((m - z * s >= b - 1e-9) if side == "lo" else (m + z * s <= b + 1e-9) for side, b, z in cons)
+
+    cands = [(mu, math.sqrt(var))]
+    for side, b, z in cons:
+        d = mu - b
+        root = math.sqrt(z * z * d * d + 4 * (var + d * d))
+        s = (-z * d + root) / 2 if side == "lo" else (z * d + root) / 2
+        cands.append((b + z * s if side == "lo" else b - z * s, s))
+    for i in range(len(cons)):
+        for j in range(i + 1, len(cons)):
+            (si, bi, zi), (sj, bj, zj) = cons[i], cons[j]
+            gi, gj = (-zi if si == "lo" else zi), (-zj if sj == "lo" else zj)  # m + g·s = b
+            if abs(gi - gj) > 1e-12:
+                s = (bi - bj) / (gi - gj)
+                cands.append((bi - gi * s, s))
+    ok = [c for c in cands if feasible(*c)]
+    if not ok:  # the range is narrower than any normal the limits allow: its centre, the widest that fits
+        lo, hi = bounds.lo, bounds.hi
+        return 0.5 * (lo + hi), max((hi - lo) / (2 * zp), 1e-6)
+    return min(ok, key=lambda c: _kl_normal(c[0], c[1], mu, var))
+
+
+def _clamped_location(loc: float, base: str, bounds: Bounds) -> float:
+    """A shift family's location clamped to :class:`Bounds` (the KL in the location is unimodal: the constrained
+    optimum is the nearest feasible location); ``base``: ``"logistic"`` or ``"normal"`` (unit scale)."""
+
+    def z(eps):
+        return math.log((1 - eps) / eps) if base == "logistic" else _normal_z(eps)
+
+    lo, hi = bounds.lo + z(PILE_UP), bounds.hi - z(PILE_UP)
+    if bounds.crash_lo is not None:
+        lo = max(lo, bounds.crash_lo + z(CRASH / 10))
+    if bounds.crash_hi is not None:
+        hi = min(hi, bounds.crash_hi - z(CRASH / 10))
+    if lo > hi:
+        return 0.5 * (lo + hi)
+    return min(max(loc, lo), hi)
+
+
+# ----------------------------------------------------------------------------------------------
+# The settings: flags, the draws they give, and the trainer's limits
+# ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class TrainerSetting:
-    """One way a trainer sets its density. ``family``: a family of :data:`FAMILIES` whose fit fills ``flags`` (a
-    template of :func:`_flag_values`' names, or a function of the parameters and the path returning the flags and
-    the density they realise), or ``None`` for a fixed choice whose density on a path is ``density``."""
+    """One way a trainer sets its density. ``family``: a family of :data:`~.recommend.FAMILIES` whose fit (clamped to
+    ``bounds``) ``build`` turns into ``(flags, draws)``: the flags printed (4 significant digits) and the
+    :class:`Draws` the trainer makes with exactly those numbers; ``None`` for a fixed choice (``build`` takes no fit).
+    ``bounds``: the trainer's representable range for a fitted normal or shift (None: nothing to clamp)."""
 
     family: str | None
-    flags: str | Callable[[dict, NoisePath], tuple[str, densities.Density]]
-    density: Callable[[NoisePath], densities.Density] | None = None
+    build: Callable[[dict, NoisePath], tuple[str, Draws]]
+    bounds: Callable[[NoisePath], Bounds] | None = None
 
 
 @dataclass(frozen=True)
 class TrainerScripts:
-    """A trainer's scripts for one path kind: its default (flags and density), the settings it offers, and the loss
-    it trains by default in this package's terms (what to pass as the training's objective: the fit depends on w)."""
+    """A trainer's scripts for one path kind: its default (flags and draws), the settings it offers, and the loss it
+    trains by default in this package's terms (what to pass as the training's objective: the fit depends on w)."""
 
     trainer: str
     kind: str
     scripts: str
     default_flags: str
-    default_density: Callable[[NoisePath], densities.Density]
+    default_draws: Callable[[NoisePath], Draws]
     settings: tuple[TrainerSetting, ...]
     source: str
     loss: str = "flow velocity (noise - latents): prediction_type flow"
@@ -124,6 +401,7 @@ _KOHYA = "kohya-ss/sd-scripts@48d368fa"
 _SIMPLETUNER = "bghira/SimpleTuner@bc8e6ab7"
 _ONETRAINER = "Nerogar/OneTrainer@23df3832"
 _AI_TOOLKIT = "ostris/ai-toolkit@27a03a91"
+_MUSUBI = "kohya-ss/musubi-tuner@30c658c4"
 
 #: the trainers (``--trainer``) and where their flags were read
 TRAINER_SOURCES = {
@@ -132,22 +410,261 @@ TRAINER_SOURCES = {
     "simpletuner": _SIMPLETUNER,
     "onetrainer": _ONETRAINER,
     "ai-toolkit": _AI_TOOLKIT,
+    "musubi-tuner": _MUSUBI,
     "diffusers-infonoise": "this package's training scripts",
 }
 TRAINER_NAMES = tuple(TRAINER_SOURCES)
 
-
-def _uniform_t(path: NoisePath) -> densities.Density:
-    return path.uniform_density()
-
-
-def _table_normal(path: NoisePath) -> densities.Density:
-    return densities.Normal(path.log_shift, 1.0)  # logit-normal(0, 1) on a table that carries the scheduler's shift
+_N = TRAINER_STEPS
+_LOGIT_LO, _LOGIT_HI = math.log(1 / (_N - 1)), math.log(_N - 1)  # logit(1/N), logit((N-1)/N)
 
 
-_DIFFUSERS_LN = TrainerSetting("logit_normal", "--weighting_scheme logit_normal --logit_mean {diffusers_mean} --logit_std {std}")
-_KOHYA_SD3 = "--weighting_scheme {} --training_shift {}"
+def _grid(path: NoisePath) -> Bounds:
+    lo, hi = path.log_sigma_range
+    return Bounds(lo, hi)
+
+
+def _normal(p: dict) -> tuple[float, float]:
+    return (p["mean"], p["std"]) if "mean" in p else (p["P_mean"], p["P_std"])
+
+
+# diffusers' flow scripts ------------------------------------------------------------------------
+
+
+def _diffusers_table_bounds(path: NoisePath) -> Bounds:
+    n, k = path.num_train_timesteps, path.log_shift
+    return Bounds(k + math.log(1 / (n - 1)), k + math.log(n - 1), crash_lo=k - Z_SAT)
+
+
+def _diffusers_ln(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    m, s = _normal(p)
+    mean_u, std = _round(path.log_shift - m), _round(s)  # --logit_mean counts the other way on the table (METHOD.md §1)
+    law = densities.Normal(path.log_shift - mean_u, std)
+    flags = f"--weighting_scheme logit_normal --logit_mean {_fmt(mean_u)} --logit_std {_fmt(std)}"
+    return flags, _table_index(law, path.log_shift, path.num_train_timesteps, path.log_shift - Z_SAT)
+
+
+def _diffusers_default_ln(path: NoisePath) -> Draws:
+    return _table_index(densities.Normal(path.log_shift, 1.0), path.log_shift, path.num_train_timesteps, path.log_shift - Z_SAT)
+
+
+def _diffusers_default_uniform(path: NoisePath) -> Draws:
+    return _table_index(densities.Logistic(path.log_shift), path.log_shift, path.num_train_timesteps, None)
+
+
+# kohya ------------------------------------------------------------------------------------------
+
+
+def _kohya_sd3_bounds(path: NoisePath) -> Bounds:
+    return Bounds(_LOGIT_LO, _LOGIT_HI)
+
+
+def _kohya_sd3(family: str):
+    def build(p: dict, path: NoisePath) -> tuple[str, Draws]:
+        if family == "logit_normal":
+            m, s = _round(p["mean"]), _round(p["std"])
+            flags = f"--weighting_scheme logit_normal --logit_mean {_fmt(m)} --logit_std {_fmt(s)} --training_shift 1.0"
+            law = densities.Normal(m, s)
+        elif family == "shift_uniform":
+            k = _round(p["shift"])
+            flags, law = f"--weighting_scheme uniform --training_shift {_fmt(k)}", densities.Logistic(math.log(k))
+        else:
+            k = _round(p["shift"])
+            flags = f"--weighting_scheme logit_normal --logit_mean 0 --logit_std 1 --training_shift {_fmt(k)}"
+            law = densities.Normal(math.log(k), 1.0)
+        return flags, _floor_levels(law, _N)
+
+    return build
+
+
+def _kohya_sd3_range(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    # t = int(u * (max - min) + min) in [min, max - 1], s = t/1000; t = 0 (sigma = 0) left out
+    a, b = max(1, round(_N * p["s_min"])), min(_N, round(_N * p["s_max"]) + 1)
+    flags = f"--weighting_scheme uniform --training_shift 1.0 --min_timestep {a} --max_timestep {b}"
+    return flags, _uniform_levels(_logit(torch.arange(a, b, dtype=_F64) / _N))
+
+
+_RAW = " --model_prediction_type raw"
+
+
+def _kohya_flux(family: str):
+    def build(p: dict, path: NoisePath) -> tuple[str, Draws]:
+        if family == "logit_normal":
+            scale, k = _round(p["std"]), _round(math.exp(p["mean"]))
+            flags = f"--timestep_sampling shift --sigmoid_scale {_fmt(scale)} --discrete_flow_shift {_fmt(k)}" + _RAW
+            return flags, _continuous(densities.Normal(math.log(k), scale))
+        k = _round(p["shift"])
+        if family == "shift_logit_normal":
+            flags = f"--timestep_sampling shift --sigmoid_scale 1.0 --discrete_flow_shift {_fmt(k)}" + _RAW
+            return flags, _continuous(densities.Normal(math.log(k), 1.0))
+        flags = f"--timestep_sampling sigma --weighting_scheme uniform --discrete_flow_shift {_fmt(k)}" + _RAW
+        return flags, _table_index(densities.Logistic(math.log(k)), math.log(k), _N, None)
+
+    return build
+
+
+# SimpleTuner ------------------------------------------------------------------------------------
+
+
+def _simpletuner_flow(family: str):
+    def build(p: dict, path: NoisePath) -> tuple[str, Draws]:
+        if family == "logit_normal":
+            scale, k = _round(p["std"]), _round(math.exp(p["mean"]))
+            return f"--flow_sigmoid_scale {_fmt(scale)} --flow_schedule_shift {_fmt(k)}", _continuous(densities.Normal(math.log(k), scale))
+        k = _round(p["shift"])
+        if family == "shift_uniform":
+            return f"--flow_use_uniform_schedule --flow_schedule_shift {_fmt(k)}", _continuous(densities.Logistic(math.log(k)))
+        return f"--flow_sigmoid_scale 1.0 --flow_schedule_shift {_fmt(k)}", _continuous(densities.Normal(math.log(k), 1.0))
+
+    return build
+
+
+def _range_bias(segmented: bool):
+    """diffusers' train_text_to_image_sdxl.py and SimpleTuner (generate_timestep_weights): weights 1 everywhere,
+    ``multiplier`` on ``weights[begin:end]`` (end exclusive), ``torch.multinomial(weights, bsz)``; SimpleTuner draws one
+    timestep per segment of the batch unless ``--disable_segmented_timestep_sampling``
+    (helpers/models/common.py): its flag is part of the row. The multiplier is the smallest integer that puts 99% of
+    the draws inside the range."""
+
+    def build(p: dict, path: NoisePath) -> tuple[str, Draws]:
+        n, lo, hi = path.num_train_timesteps, p["t_min"], p["t_max"]
+        inside = hi - lo + 1
+        mult = max(1, math.ceil(99 * (n - inside) / inside))
+        probs = torch.ones(n, dtype=_F64)
+        probs[lo : hi + 1] = mult
+        flags = f"--timestep_bias_strategy range --timestep_bias_begin {lo} --timestep_bias_end {hi + 1} --timestep_bias_multiplier {mult}"
+        if segmented:
+            flags += " --disable_segmented_timestep_sampling"
+        return flags, _vp_draws(path, probs)
+
+    return build
+
+
+def _uniform_t(path: NoisePath) -> Draws:
+    return _vp_draws(path, torch.ones(path.num_train_timesteps, dtype=_F64))
+
+
+def _vp_steps(lo: int, hi: int, path: NoisePath) -> Draws:
+    probs = torch.zeros(path.num_train_timesteps, dtype=_F64)
+    probs[lo : hi + 1] = 1.0
+    return _vp_draws(path, probs)
+
+
+# OneTrainer -------------------------------------------------------------------------------------
+
 _ONETRAINER_LN = '"timestep_distribution": "LOGIT_NORMAL", "noising_bias": {}, "noising_weight": {}, "timestep_shift": {}'
+
+
+def _onetrainer_bounds(path: NoisePath) -> Bounds:
+    return Bounds(_LOGIT_LO, _LOGIT_HI, crash_hi=_onetrainer_crash_x(1.0))
+
+
+def _onetrainer_uniform_bounds(path: NoisePath) -> Bounds:
+    return Bounds(_LOGIT_LO, _LOGIT_HI)
+
+
+def _onetrainer_flow(family: str):
+    def build(p: dict, path: NoisePath) -> tuple[str, Draws]:
+        if family == "logit_normal":
+            bias, weight = _round(p["mean"]), _round(p["std"] - 1.0)  # its scale is noising_weight + 1
+            flags = _ONETRAINER_LN.format(_fmt(bias), _fmt(weight), "1.0")
+            return flags, _ceil_levels(densities.Normal(bias, weight + 1.0), _N, _onetrainer_crash_x(1.0))
+        k = _round(p["shift"])
+        if family == "shift_uniform":
+            safe = _onetrainer_uniform_shift(k)
+            draws = _ceil_levels(densities.Logistic(math.log(safe)), _N, None)
+            draws.crash = _onetrainer_uniform_crash(safe)
+            if safe != k:
+                draws.note = (
+                    f"shift {_fmt(k)} moved to {_fmt(safe)}: with {_fmt(k)} OneTrainer's float32 shift of a uniform draw near 1 "
+                    "gives t = 1000, past its table"
+                )
+            return f'"timestep_distribution": "UNIFORM", "timestep_shift": {_fmt(safe)}', draws
+        flags = _ONETRAINER_LN.format("0.0", "0.0", _fmt(k))
+        return flags, _ceil_levels(densities.Normal(math.log(k), 1.0), _N, _onetrainer_crash_x(k))
+
+    return build
+
+
+def _onetrainer_flow_range(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    # t = int(N*min) + (int(N*max) - int(N*min))*rand, int(), s = (t + 1)/N: s in [int(N*min) + 1, int(N*max)]/N;
+    # half a step inside so that no rounding of the strength misses its integer; s = 1 (sigma = inf) left out
+    a = max(round(_N * p["s_min"]) - 1, 0)
+    b = min(round(_N * p["s_max"]), _N - 1)
+    flags = (
+        f'"timestep_distribution": "UNIFORM", "min_noising_strength": {(a + 0.5) / _N:.6g}, "max_noising_strength": '
+        f'{(b + 0.5) / _N:.6g}, "timestep_shift": 1.0'
+    )
+    return flags, _uniform_levels(_logit(torch.arange(a + 1, b + 1, dtype=_F64) / _N))
+
+
+def _onetrainer_vp_range(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    # t in [int(N*min), int(N*max)): half a step inside, no rounding can miss the step
+    n, lo, hi = path.num_train_timesteps, p["t_min"], p["t_max"]
+    flags = (
+        f'"timestep_distribution": "UNIFORM", "min_noising_strength": {(lo + 0.5) / n:.6g}, "max_noising_strength": '
+        f"{min(1.0, (hi + 1.5) / n):.6g}"
+    )
+    return flags, _vp_steps(lo, hi, path)
+
+
+# ai-toolkit -------------------------------------------------------------------------------------
+
+
+def _ai_toolkit_levels(lo: int, hi: int) -> Draws:
+    """``timesteps = linspace(1000, 1, 1000)``, index ``randint(min, max)`` with max clipped to 999 (exclusive), s = t/1000."""
+    i = torch.arange(lo, min(hi, _N - 1), dtype=_F64)
+    return _uniform_levels(_logit((_N - i) / _N))
+
+
+def _ai_toolkit_range(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    # index i of linspace(1000, 1) is s = 1 - i/1000, i in [min, max) and max <= 999: s in [0.002, 1]; i = 0 (s = 1,
+    # sigma = inf) left out
+    lo = max(1, _N - round(_N * p["s_max"]))
+    hi = min(_N - 1, _N - round(_N * p["s_min"]) + 1)
+    return f"timestep_type: linear, min_denoising_steps: {lo}, max_denoising_steps: {hi}", _ai_toolkit_levels(lo, hi)
+
+
+# musubi-tuner -----------------------------------------------------------------------------------
+
+
+def _musubi(family: str):
+    def build(p: dict, path: NoisePath) -> tuple[str, Draws]:
+        if family == "logit_normal":
+            scale, k = _round(p["std"]), _round(math.exp(p["mean"]))
+        else:
+            scale, k = 1.0, _round(p["shift"])
+        flags = f"--timestep_sampling shift --discrete_flow_shift {_fmt(k)} --sigmoid_scale {_fmt(scale)}"
+        return flags, _continuous(densities.Normal(math.log(k), scale))
+
+    return build
+
+
+def _musubi_range(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    # uniform: t = rand * (max - min)/1000 + min/1000, continuous s in [min, max)/1000
+    a, b = max(1, round(_N * p["s_min"])), min(_N - 1, round(_N * p["s_max"]))
+    law = densities.Truncated(densities.Logistic(0.0), float(_logit(a / _N)), float(_logit(b / _N)))
+    return f"--timestep_sampling uniform --min_timestep {a} --max_timestep {b}", _continuous(law)
+
+
+# this package -----------------------------------------------------------------------------------
+
+
+def _truncated(path: NoisePath, law: densities.Density) -> Draws:
+    lo, hi = path.log_sigma_range
+    return _continuous(densities.Truncated(law, lo, hi))
+
+
+def _infonoise_edm(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    m, s = _round(p["P_mean"]), _round(p["P_std"])
+    return f"--noise_sampler edm_lognormal --edm_p_mean {_fmt(m)} --edm_p_std {_fmt(s)}", _truncated(path, densities.Normal(m, s))
+
+
+def _infonoise_flow(p: dict, path: NoisePath) -> tuple[str, Draws]:
+    mean_u, s = _round(path.log_shift - p["mean"]), _round(p["std"])
+    flags = f"--noise_sampler logit_normal --logit_mean {_fmt(mean_u)} --logit_std {_fmt(s)}"
+    return flags, _truncated(path, densities.Normal(path.log_shift - mean_u, s))
+
 
 #: every trainer's scripts per path kind: default and settings, as read in :data:`TRAINER_SOURCES`
 TRAINERS: tuple[TrainerScripts, ...] = (
@@ -156,8 +673,8 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "flow",
         "train_dreambooth_lora_sd3.py, train_dreambooth_sd3.py",
         "--weighting_scheme logit_normal --logit_mean 0 --logit_std 1 (on the scheduler's shifted table)",
-        _table_normal,
-        (_DIFFUSERS_LN,),
+        _diffusers_default_ln,
+        (TrainerSetting("logit_normal", _diffusers_ln, _diffusers_table_bounds),),
         f"{_DIFFUSERS}: examples/dreambooth/train_dreambooth_lora_sd3.py, src/diffusers/training_utils.py",
         "x0 loss of the preconditioned output with --precondition_outputs 1 (its default): prediction_type sample; 0: flow",
     ),
@@ -166,8 +683,8 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "flow",
         "train_dreambooth_lora_flux.py, train_dreambooth_flux.py and the other flow scripts (sana, lumina2, hidream, qwen_image, ...)",
         "--weighting_scheme none (uniform on the scheduler's table)",
-        lambda path: densities.Logistic(path.log_shift),
-        (_DIFFUSERS_LN,),
+        _diffusers_default_uniform,
+        (TrainerSetting("logit_normal", _diffusers_ln, _diffusers_table_bounds),),
         f"{_DIFFUSERS}: examples/dreambooth/train_dreambooth_lora_flux.py",
     ),
     TrainerScripts(
@@ -176,8 +693,8 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "train_text_to_image_sdxl.py (the other VP scripts draw t uniformly and take no flag for it)",
         "--timestep_bias_strategy none (uniform t)",
         _uniform_t,
-        (TrainerSetting("timestep_range", _range_bias),),
-        f"{_DIFFUSERS}: examples/text_to_image/train_text_to_image_sdxl.py (generate_timestep_weights)",
+        (TrainerSetting("timestep_range", _range_bias(segmented=False)),),
+        f"{_DIFFUSERS}: examples/text_to_image/train_text_to_image_sdxl.py (generate_timestep_weights, torch.multinomial)",
         "the scheduler's prediction_type; --snr_gamma is loss_weighting min_snr",
     ),
     TrainerScripts(
@@ -186,7 +703,12 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "train_network.py, sdxl_train_network.py, train_db.py, fine_tune.py, sdxl_train.py",
         "no --min_timestep/--max_timestep (uniform t in 0..999)",
         _uniform_t,
-        (TrainerSetting("timestep_range", "--min_timestep {t_min} --max_timestep {t_end}"),),
+        (
+            TrainerSetting(
+                "timestep_range",
+                lambda p, path: (f"--min_timestep {p['t_min']} --max_timestep {p['t_max'] + 1}", _vp_steps(p["t_min"], p["t_max"], path)),
+            ),
+        ),
         f"{_KOHYA}: library/train_util.py (get_timesteps: randint(min_timestep, max_timestep))",
         "epsilon (v_prediction with --v_parameterization); --min_snr_gamma is loss_weighting min_snr",
     ),
@@ -194,42 +716,42 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "kohya",
         "flow",
         "sd3_train.py, sd3_train_network.py",
-        _KOHYA_SD3.format("uniform", "1.0"),
-        lambda path: densities.Logistic(0.0),
+        "--weighting_scheme uniform --training_shift 1.0",
+        lambda path: _floor_levels(densities.Logistic(0.0), _N),
         (
-            TrainerSetting("logit_normal", _KOHYA_SD3.format("logit_normal --logit_mean {mean} --logit_std {std}", "1.0")),
-            TrainerSetting("shift_uniform", _KOHYA_SD3.format("uniform", "{shift}")),
-            TrainerSetting("shift_logit_normal", _KOHYA_SD3.format("logit_normal --logit_mean 0 --logit_std 1", "{shift}")),
-            TrainerSetting("timestep_range", _KOHYA_SD3.format("uniform", "1.0") + " --min_timestep {t_lo} --max_timestep {t_hi}"),
+            TrainerSetting("logit_normal", _kohya_sd3("logit_normal"), _kohya_sd3_bounds),
+            TrainerSetting("shift_uniform", _kohya_sd3("shift_uniform"), _kohya_sd3_bounds),
+            TrainerSetting("shift_logit_normal", _kohya_sd3("shift_logit_normal"), _kohya_sd3_bounds),
+            TrainerSetting("timestep_range", _kohya_sd3_range),
         ),
-        f"{_KOHYA}: library/sd3_train_utils.py (get_noisy_model_input_and_timesteps: s = shift(u), t in [min, max)/1000)",
+        f"{_KOHYA}: library/sd3_train_utils.py (get_noisy_model_input_and_timesteps: t = int(shift(u)*1000), s = t/1000)",
         "x0 loss (the output times -s plus x_s, against the latents): prediction_type sample",
     ),
     TrainerScripts(
         "kohya",
         "flow",
         "flux_train.py, flux_train_network.py",
-        "--timestep_sampling sigma --weighting_scheme uniform --discrete_flow_shift 3.0",
-        lambda path: densities.Logistic(math.log(3.0)),
+        "--timestep_sampling sigma --weighting_scheme uniform --discrete_flow_shift 3.0 (with --model_prediction_type raw)",
+        lambda path: _table_index(densities.Logistic(math.log(3.0)), math.log(3.0), _N, None),
         (
-            TrainerSetting("logit_normal", "--timestep_sampling shift --sigmoid_scale {std} --discrete_flow_shift {exp_mean}"),
-            TrainerSetting("shift_uniform", "--timestep_sampling sigma --weighting_scheme uniform --discrete_flow_shift {shift}"),
-            TrainerSetting("shift_logit_normal", "--timestep_sampling shift --sigmoid_scale 1.0 --discrete_flow_shift {shift}"),
+            TrainerSetting("logit_normal", _kohya_flux("logit_normal"), _grid),
+            TrainerSetting("shift_uniform", _kohya_flux("shift_uniform"), _grid),
+            TrainerSetting("shift_logit_normal", _kohya_flux("shift_logit_normal"), _grid),
         ),
         f"{_KOHYA}: library/flux_train_utils.py (get_noisy_model_input_and_timesteps; FLUX.1 takes no min/max_timestep)",
-        "flow velocity with --model_prediction_type raw (prediction_type flow); the default sigma_scaled compares an x0 "
-        "estimate with the velocity target, which no w of METHOD.md section 4 describes",
+        "flow velocity with --model_prediction_type raw (prediction_type flow), part of every row; kohya's default "
+        "sigma_scaled compares an x0 estimate with the velocity target, which no w of METHOD.md section 4 describes",
     ),
     TrainerScripts(
         "simpletuner",
         "flow",
         "every flow-matching model (--flow_schedule_auto_shift off)",
         "--flow_sigmoid_scale 1.0 --flow_schedule_shift 3 (documented defaults; some model classes set their own shift)",
-        lambda path: densities.Normal(math.log(3.0), 1.0),
+        lambda path: _continuous(densities.Normal(math.log(3.0), 1.0)),
         (
-            TrainerSetting("logit_normal", "--flow_sigmoid_scale {std} --flow_schedule_shift {exp_mean}"),
-            TrainerSetting("shift_uniform", "--flow_use_uniform_schedule --flow_schedule_shift {shift}"),
-            TrainerSetting("shift_logit_normal", "--flow_sigmoid_scale 1.0 --flow_schedule_shift {shift}"),
+            TrainerSetting("logit_normal", _simpletuner_flow("logit_normal"), _grid),
+            TrainerSetting("shift_uniform", _simpletuner_flow("shift_uniform"), _grid),
+            TrainerSetting("shift_logit_normal", _simpletuner_flow("shift_logit_normal"), _grid),
         ),
         f"{_SIMPLETUNER}: simpletuner/helpers/models/common.py (sample_flow_sigmas), helpers/training/custom_schedule.py",
     ),
@@ -239,8 +761,8 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "SD 1.x/2.x, SDXL and the other DDPM models",
         "--timestep_bias_strategy none (uniform t)",
         _uniform_t,
-        (TrainerSetting("timestep_range", _range_bias),),
-        f"{_SIMPLETUNER}: simpletuner/helpers/training/custom_schedule.py (generate_timestep_weights)",
+        (TrainerSetting("timestep_range", _range_bias(segmented=True)),),
+        f"{_SIMPLETUNER}: simpletuner/helpers/training/custom_schedule.py (generate_timestep_weights, segmented_timestep_selection)",
         "the model's prediction_type (epsilon or v_prediction)",
     ),
     TrainerScripts(
@@ -248,18 +770,15 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "flow",
         "every flow-matching model (training config keys; dynamic_timestep_shifting false)",
         '"timestep_distribution": "UNIFORM", "timestep_shift": 1.0',
-        lambda path: densities.Logistic(0.0),
+        lambda path: _ceil_levels(densities.Logistic(0.0), _N, None),
         (
-            TrainerSetting("logit_normal", _ONETRAINER_LN.format("{mean}", "{std_minus_1}", "1.0")),
-            TrainerSetting("shift_uniform", '"timestep_distribution": "UNIFORM", "timestep_shift": {shift}'),
-            TrainerSetting("shift_logit_normal", _ONETRAINER_LN.format("0.0", "0.0", "{shift}")),
-            TrainerSetting(
-                "timestep_range",
-                '"timestep_distribution": "UNIFORM", "min_noising_strength": {s_min}, "max_noising_strength": {s_max}, '
-                '"timestep_shift": 1.0',
-            ),
+            TrainerSetting("logit_normal", _onetrainer_flow("logit_normal"), _onetrainer_bounds),
+            TrainerSetting("shift_uniform", _onetrainer_flow("shift_uniform"), _onetrainer_uniform_bounds),
+            TrainerSetting("shift_logit_normal", _onetrainer_flow("shift_logit_normal"), _onetrainer_bounds),
+            TrainerSetting("timestep_range", _onetrainer_flow_range),
         ),
-        f"{_ONETRAINER}: modules/modelSetup/mixin/ModelSetupNoiseMixin.py (_get_timestep_discrete; LOGIT_NORMAL: N(bias, weight + 1))",
+        f"{_ONETRAINER}: modules/modelSetup/mixin/ModelSetupNoiseMixin.py (_get_timestep_discrete; LOGIT_NORMAL: N(bias, weight + 1)), "
+        "ModelSetupFlowMatchingMixin.py (sigma = (t + 1)/N)",
     ),
     TrainerScripts(
         "onetrainer",
@@ -267,12 +786,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "SD 1.x/2.x, SDXL (training config keys)",
         '"timestep_distribution": "UNIFORM", "min_noising_strength": 0.0, "max_noising_strength": 1.0',
         _uniform_t,
-        (
-            TrainerSetting(
-                "timestep_range",
-                '"timestep_distribution": "UNIFORM", "min_noising_strength": {strength_lo}, "max_noising_strength": {strength_hi}',
-            ),
-        ),
+        (TrainerSetting("timestep_range", _onetrainer_vp_range),),
         f"{_ONETRAINER}: modules/modelSetup/mixin/ModelSetupNoiseMixin.py (_get_timestep_discrete)",
         "the model's prediction_type (epsilon or v_prediction)",
     ),
@@ -281,21 +795,36 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "flow",
         "flow-matching models (noise_scheduler: flowmatch; content_or_style: balanced; YAML keys under train:)",
         "timestep_type: sigmoid",
-        lambda path: densities.Normal(0.0, 1.0),
+        lambda path: _continuous(_OrderStatistics(_N)),
         (
-            TrainerSetting(None, "timestep_type: sigmoid", lambda path: densities.Normal(0.0, 1.0)),
-            TrainerSetting(None, "timestep_type: linear", lambda path: densities.Logistic(0.0)),
-            TrainerSetting("timestep_range", "timestep_type: linear, min_denoising_steps: {i_lo}, max_denoising_steps: {i_hi}"),
+            TrainerSetting(None, lambda p, path: ("timestep_type: sigmoid", _continuous(_OrderStatistics(_N)))),
+            TrainerSetting(None, lambda p, path: ("timestep_type: linear", _ai_toolkit_levels(0, _N - 1))),
+            TrainerSetting("timestep_range", _ai_toolkit_range),
         ),
         f"{_AI_TOOLKIT}: jobs/process/BaseSDTrainProcess.py, toolkit/samplers/custom_flowmatch_sampler.py (set_train_timesteps)",
+    ),
+    TrainerScripts(
+        "musubi-tuner",
+        "flow",
+        "wan_train_network.py, hv_train_network.py, fpack_train_network.py, flux_kontext_train_network.py, "
+        "qwen_image_train_network.py and the other network trainers (their shared trainer_base.py)",
+        "--timestep_sampling sigma (uniform s on the unshifted table: --discrete_flow_shift is not applied in training)",
+        lambda path: _table_index(densities.Logistic(0.0), 0.0, _N, None),
+        (
+            TrainerSetting("logit_normal", _musubi("logit_normal"), _grid),
+            TrainerSetting("shift_logit_normal", _musubi("shift_logit_normal"), _grid),
+            TrainerSetting("timestep_range", _musubi_range),
+        ),
+        f"{_MUSUBI}: src/musubi_tuner/training/trainer_base.py (get_noisy_model_input_and_timesteps)",
+        "flow velocity (noise - latents), --weighting_scheme none: prediction_type flow",
     ),
     TrainerScripts(
         "diffusers-infonoise",
         "ve",
         "train_unconditional.py (--noise_sampler edm_lognormal)",
         "--noise_sampler edm_lognormal --edm_p_mean -1.2 --edm_p_std 1.2",
-        lambda path: densities.Normal(-1.2, 1.2),
-        (TrainerSetting("edm_lognormal", "--noise_sampler edm_lognormal --edm_p_mean {P_mean} --edm_p_std {P_std}"),),
+        lambda path: _truncated(path, densities.Normal(-1.2, 1.2)),
+        (TrainerSetting("edm_lognormal", _infonoise_edm),),
         "diffusers_infonoise/training/args.py",
         "the EDM recipe: prediction_type sample, loss_weighting edm",
     ),
@@ -304,8 +833,8 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         "flow",
         "train_unconditional.py, train_text_to_image_sd3.py, train_text_to_image_flux.py (--noise_sampler logit_normal)",
         "--noise_sampler logit_normal --logit_mean 0 --logit_std 1",
-        _table_normal,
-        (TrainerSetting("logit_normal", "--noise_sampler logit_normal --logit_mean {diffusers_mean} --logit_std {std}"),),
+        lambda path: _truncated(path, densities.Normal(path.log_shift, 1.0)),
+        (TrainerSetting("logit_normal", _infonoise_flow),),
         "diffusers_infonoise/training/args.py (--logit_mean in diffusers' meaning, on the scheduler's shift)",
         "flow velocity: prediction_type flow",
     ),
@@ -321,48 +850,152 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
     ("ai-toolkit", "ve"): "no EDM (VE) path with a log-normal setting",
     ("ai-toolkit", "vp"): "min_denoising_steps/max_denoising_steps index the scheduler's own inference table, whose order and "
     "offset (timestep_spacing, steps_offset) the model's scheduler config decides; not converted here",
+    ("musubi-tuner", "ve"): "its models are flow-matching (video and image): no EDM (VE) path",
+    ("musubi-tuner", "vp"): "its models are flow-matching (video and image): no VP path",
     ("diffusers-infonoise", "vp"): "its fixed VP samplers have no parameters (uniform, log_uniform, cosine); "
     "train with --noise_sampler infonoise",
 }
 
 
-def _setting_row(setting: TrainerSetting, target: RecommendTarget, fits: dict[str, FamilyFit]) -> dict:
-    path = target.path
-    if setting.family is None:
-        return {"family": None, "flags": setting.flags, "tv": allocation_tv(setting.density(path), target)}
-    fit = fits.get(setting.family) or fit_family(target, setting.family)
-    if callable(setting.flags):  # flags that realise another density than the family's (a mixture)
-        flags, density = setting.flags(fit.params, path)
-        return {"family": setting.family, "flags": flags, "tv": allocation_tv(density, target)}
-    return {"family": setting.family, "flags": setting.flags.format(**_flag_values(setting.family, fit.params, path)), "tv": fit.tv}
+# ----------------------------------------------------------------------------------------------
+# The rows
+# ----------------------------------------------------------------------------------------------
 
 
-def _trainer_rows(target: RecommendTarget, fits: dict[str, FamilyFit], trainer: str) -> list[dict]:
-    rows = [
-        {
-            "trainer": trainer,
-            "scripts": t.scripts,
-            "source": t.source,
-            "loss": t.loss,
-            "default": {"flags": t.default_flags, "tv": allocation_tv(t.default_density(target.path), target)},
-            "settings": [_setting_row(s, target, fits) for s in t.settings],
-        }
-        for t in TRAINERS
-        if t.trainer == trainer and t.trains(target.path)
-    ]
+def _figures(draws: Draws, target: RecommendTarget) -> dict:
+    """TV(π, π*), RV and n_eff/batch of a row's draws, its crash probability, and the masses (for comparisons)."""
+    masses, below, above = draws.masses(target)
+    rv = loss_variance_ratio(masses, target, below, above)
+    out = {"tv": draw_tv(masses, target), "rv": rv, "n_eff_per_batch": 1.0 / rv, "crash_probability": draws.crash}
+    out["_masses"] = (masses, below, above)
+    return out
+
+
+def _clamp(setting: TrainerSetting, target: RecommendTarget, params: dict) -> tuple[dict, str | None]:
+    """The fit's parameters clamped to the setting's :class:`Bounds` intersected with the grid, and a sentence when the
+    clamp changed them (METHOD.md §6.1)."""
+    if setting.bounds is None or setting.family == "timestep_range":
+        return params, None
+    own = setting.bounds(target.path)
+    lo, hi = float(target.edges[0]), float(target.edges[-1])
+    b = Bounds(max(own.lo, lo), min(own.hi, hi), own.crash_lo, own.crash_hi)
+    if setting.family in ("logit_normal", "edm_lognormal"):
+        mu, var = draw_moments(target)
+        m, s = _clamped_normal(mu, var, b)
+        keys = ("mean", "std") if "mean" in params else ("P_mean", "P_std")
+        new = {keys[0]: m, keys[1]: s}
+        was = f"N({mu:.4g}, {math.sqrt(var):.4g}^2)"
+        now = f"N({m:.4g}, {s:.4g}^2)"
+    else:
+        loc = math.log(params["shift"])
+        new_loc = _clamped_location(loc, "logistic" if setting.family == "shift_uniform" else "normal", b)
+        new, was, now = {"shift": math.exp(new_loc)}, f"shift {params['shift']:.4g}", f"shift {math.exp(new_loc):.4g}"
+    changed = any(abs(new[k] - params[k]) > 1e-6 * max(1.0, abs(params[k])) for k in new)
+    if not changed:
+        return params, None
+    why = (
+        f"clamped from {was} to {now} in ln sigma: the trainer represents VE sigma {math.exp(b.lo):.3g}..{math.exp(b.hi):.3g} "
+        f"(at most {PILE_UP:.0%} of draws beyond each end"
+        + (", a crash chance below 1e-12" if b.crash_lo is not None or b.crash_hi is not None else "")
+        + ")"
+    )
+    return new, why
+
+
+def _model_error_share(masses: torch.Tensor, target: RecommendTarget) -> float:
+    if target.model_error is None:
+        return 0.0
+    return float(masses[target.model_error].sum())
+
+
+def _warnings(fig: dict, default: dict, target: RecommendTarget) -> list[str]:
+    out = []
+    a, b = fig["n_eff_per_batch"], default["n_eff_per_batch"]
+    if a < 0.5 * b:
+        out.append(f"n_eff {a:.2f}x batch, below half the default's {b:.2f}x: the weighted loss is {b / a:.1f}x noisier per step")
+    elif a < b * (1 - 1e-9):
+        out.append(f"n_eff {a:.2f}x batch, below the default's {b:.2f}x")
+    share = _model_error_share(fig["_masses"][0], target)
+    if share >= MODEL_ERROR_SHARE:
+        out.append(
+            f"{share:.0%} of these draws go where the model's error reaches sigma^2 (no better than returning its input: "
+            "model error, not data; METHOD.md 5.10)"
+        )
+    if fig["crash_probability"] > CRASH:
+        out.append(f"an index past the trainer's table with probability {fig['crash_probability']:.2g} per draw")
+    return out
+
+
+def _same_draws(a: dict, b: dict) -> bool:
+    (ma, la, ha), (mb, lb, hb) = a["_masses"], b["_masses"]
+    return (
+        float((ma - mb).abs().max()) < 1e-12
+        and abs(la - lb) < 1e-12
+        and abs(ha - hb) < 1e-12
+        and abs(a["crash_probability"] - b["crash_probability"]) < 1e-15
+    )
+
+
+def _public(fig: dict) -> dict:
+    return {k: v for k, v in fig.items() if not k.startswith("_")}
+
+
+def _trainer_rows(target: RecommendTarget, trainer: str) -> list[dict]:
+    rows = []
+    for t in TRAINERS:
+        if t.trainer != trainer or not t.trains(target.path):
+            continue
+        default = _figures(t.default_draws(target.path), target)
+        settings, dropped = [], []
+        for s in t.settings:
+            clamped = None
+            if s.family is None:
+                flags, draws = s.build({}, target.path)
+            else:
+                params, clamped = _clamp(s, target, fitted_parameters(target, s.family))
+                flags, draws = s.build(params, target.path)
+            fig = _figures(draws, target)
+            if _same_draws(fig, default):
+                dropped.append(
+                    f"{s.family}: the default already fits (the fit gives the default's draws)"
+                    if s.family
+                    else f"{flags}: the default itself"
+                )
+                continue
+            warnings = _warnings(fig, default, target)
+            if draws.note:
+                warnings.insert(0, draws.note)
+            if clamped:
+                warnings.insert(0, clamped)
+            settings.append({"family": s.family, "flags": flags, **_public(fig), "clamped": clamped, "warnings": warnings})
+        dw = _warnings(default, default, target)
+        rows.append(
+            {
+                "trainer": trainer,
+                "scripts": t.scripts,
+                "source": t.source,
+                "loss": t.loss,
+                "default": {"flags": t.default_flags, **_public(default), "warnings": dw},
+                "settings": settings,
+                "dropped": dropped,
+            }
+        )
     kind = target.path.kind
     return rows or [{"trainer": trainer, "unsupported": UNSUPPORTED.get((trainer, kind), f"no setting for a {kind} path")}]
 
 
 @dataclass
 class Recommendation:
-    """The result of :func:`recommend_fixed_density`: the target, the fit of every family of its path kind, and per trainer the
-    flags of each setting with ``TV(φ, ρ̂)`` beside the trainer default's (``trainers``: plain dicts; an entry with
-    ``"unsupported"`` says why a trainer has no setting for the path)."""
+    """The result of :func:`recommend_fixed_density`: the target, the fit of every family of its path kind, and per
+    trainer the flags of each setting with ``TV(π, π*)``, ``RV`` and ``n_eff/batch`` beside the trainer default's
+    (``trainers``: plain dicts; an entry with ``"unsupported"`` says why a trainer has no setting for the path).
+    ``refused``: why nothing is fitted (a stored schedule that has not settled), with empty fits and rows."""
 
     target: RecommendTarget
     families: dict[str, FamilyFit]
     trainers: list[dict]
+    refused: str | None = None
+    notes: list = field(default_factory=list)
 
     def allocations(self) -> list[Allocation]:
         """The fitted families' effective allocations φ on the target's grid (to draw with
@@ -372,19 +1005,27 @@ class Recommendation:
     def to_dict(self) -> dict:
         return {
             "target": self.target.to_dict(),
-            "criterion": "TV(phi, rho_hat) on the target's grid, phi = pi*w normalised (docs/METHOD.md 6.1)",
+            "criterion": "KL(pi*||pi_theta) in closed form, reported as TV(pi, pi*) on the target's grid with pi* = "
+            "rho_hat/w normalised, and RV = E[(w*s)^2]/E[w*m]^2 of the draws (docs/METHOD.md 6.1)",
+            "refused": self.refused,
+            "notes": list(self.notes),
             "families": {n: f.to_dict() for n, f in self.families.items()},
             "trainers": self.trainers,
         }
 
 
 def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **training) -> Recommendation:
-    """Fit every family of the training's path kind to ρ̂ and give each trainer's flags (METHOD.md §6.1).
+    """Fit every family of the training's path kind to π* and give each trainer's flags, clamped to what the trainer
+    represents, with the TV and effective batch of the draws those flags really give (METHOD.md §6.1).
 
     Args:
-        source, noise_scheduler, **training: as :func:`recommend_parameters` (the stored payload, Profile or its dict,
-            or RecommendTarget; the training's scheduler, ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu``).
+        source, noise_scheduler, **training: as :func:`~.recommend.recommend_parameters` (the stored payload, Profile
+            or its dict, or RecommendTarget; the training's scheduler, ``prediction_type``, ``loss_weighting``,
+            ``snr_gamma``, ``mu``).
         trainers: ``"all"``, a name of :data:`TRAINER_SOURCES` or a list of them.
+
+    Returns:
+        a :class:`Recommendation`; ``refused`` set (no fits, no rows) for a stored schedule that has not settled.
 
     Raises:
         ValueError: an unknown trainer name; a single trainer (not ``"all"``) without a setting for the path kind
@@ -400,6 +1041,8 @@ def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **t
             if not any(t.trainer == n and t.trains(target.path) for t in TRAINERS):
                 why = UNSUPPORTED.get((n, target.path.kind), "no setting")
                 raise ValueError(f"trainer: {n} does not support a {target.path.kind} path: {why}")
+    if target.unsettled:
+        return Recommendation(target, {}, [], refused=target.unsettled, notes=list(target.notes))
     fits = fit_families(target)
-    rows = [row for n in names for row in _trainer_rows(target, fits, n)]
-    return Recommendation(target, fits, rows)
+    rows = [row for n in names for row in _trainer_rows(target, n)]
+    return Recommendation(target, fits, rows, notes=list(target.notes))

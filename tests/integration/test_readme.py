@@ -188,8 +188,45 @@ def test_readme_infonoise_examples_read_folders_a_readme_command_writes():
     text = " ".join((ROOT / "README.md").read_text().split())  # code spans wrap across lines
     read = set(re.findall(r"infonoise (?:show|recommend|grid|compare) (/tmp/[\w./-]+)", text))
     assert read, "no infonoise example on a /tmp folder"
-    for folder in read:
-        assert f"--output_dir {folder}" in text, folder
+    written = set(re.findall(r"--output(?:_dir)? (/tmp/[\w./-]+)", text))
+    for path in read:
+        assert any(path == d or path.startswith(d + "/") for d in written), path
+
+
+def _same_line(shown: str, printed: str) -> bool:
+    """The README's line of output against a printed one: the same words, the numbers to their last shown digit
+    (relative 2e-3, or 2e-3 absolute): the data set's profile is Monte Carlo, its last digit may move with the BLAS."""
+    num = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+    if re.sub(num, "#", shown).split() != re.sub(num, "#", printed).split():
+        return False
+    a, b = [float(v) for v in re.findall(num, shown)], [float(v) for v in re.findall(num, printed)]
+    return len(a) == len(b) and all(abs(x - y) <= max(2e-3, 2e-3 * abs(y)) for x, y in zip(a, b))
+
+
+def test_readme_recommend_example_is_what_the_commands_print(tmp_path, capsys):
+    """The recommend section's commands run as written (their /tmp folder moved under tmp_path), and every line of
+    output it shows is printed: a fit, its n_eff, a warning in the same line (issue 48)."""
+    import shlex
+
+    from diffusers_infonoise.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```text\n(.*?)```", text[text.index("## Use it with another trainer") :], flags=re.S).group(1)
+    shown: list[tuple[list[str], list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ infonoise "):
+            shown.append((shlex.split(line[len("$ infonoise ") :].replace("/tmp/", f"{tmp_path}/")), []))
+        elif line.strip():
+            shown[-1][1].append(line)
+    assert shown and any(lines for _, lines in shown)
+    for argv, lines in shown:
+        rc = main(argv + (["--no-progress"] if argv[0] == "dataset-profile" else []))
+        printed = capsys.readouterr().out.splitlines()
+        assert rc == 0
+        for line in lines:
+            assert any(_same_line(line, p) for p in printed), (line, printed)
+    said = " ".join(lines for _, ls in shown for lines in ls)
+    assert "n_eff" in said and "| warning: " in said
 
 
 def test_readme_names_every_script_option_of_the_newest_changelog_section():

@@ -1,14 +1,16 @@
-"""Tests for ``diagnostics.recommend`` and ``infonoise recommend`` (docs/METHOD.md §6.1, issue 32).
+"""Tests for ``diagnostics.recommend`` and ``infonoise recommend`` (docs/METHOD.md §6.1, issues 32 and 48).
 
-The targets are built honestly: a stored schedule (or a profile) whose ρ̂ is ``π_θ·w`` for a known member θ of a
-family, with ``w`` written out by hand from METHOD.md §4 (flow velocity: ``((1 + σ)/σ)²``; EDM:
-``(σ² + σ_d²)/(σ·σ_d)²``). ρ̂ holds point values at the grid's centres while the fit compares cell averages. The cell average of a density f
-over a cell of width h is ``f + h²·f''/24 + O(h⁴)`` (Taylor); for a normal of std s it is, to that order, the density
-of a normal of variance ``s² + h²/12``, so the fitted std is ``sqrt(s² − h²/12) ≈ s − h²/(24·s)`` (observed to the
-digit): the scale tolerance is twice that, ``h²/(12·s)``. A location is unbiased for a symmetric π under a symmetric
-w; the flow-velocity and EDM weights are not symmetric in ln σ and move it by a few h²/24 (measured 0.004 = 1.03·h²/12
-for the shift on 64 bins): the location tolerance is ``h²/6``. Both plus 1e-3 for the 4 significant digits the
-parameters are rounded to.
+The fit is KL(π*‖π_θ) in closed form (issue 48; it replaced the TV(φ, ρ̂) search of issue 32, so every expected value
+below changed by design): π* = ρ̂/w on the cells, a normal in ln σ takes π*'s mean and variance with Sheppard's
+correction (grouped variance − h²/12, floored at h²/12), a shift of a base the base's location statistic, a range
+π*'s 1%-99% quantiles. The expected values are computed here from those definitions by hand (two cells, a normal
+binned exactly on the cells, a uniform π*), never read from the code under test.
+
+Targets built from point values: a stored schedule (or a profile) whose ρ̂ is ``π_θ·w`` at the grid's centres for a
+member θ, with ``w`` written out from METHOD.md §4 (flow velocity ``((1 + σ)/σ)²``, EDM ``(σ² + σ_d²)/(σ·σ_d)²``). Then
+π* holds point values of π_θ: the cell masses are ``h·π_θ(c_k)``, whose mean and variance are π_θ's to far below the
+4 significant digits printed (the midpoint rule on a normal's infinite grid errs by exp(−2π²s²/h²)), so the fitted std
+is ``sqrt(s² − h²/12)`` (Sheppard) and the mean is m, each within 1e-3 (the rounding) plus the tail cut at the grid's ends.
 """
 
 from __future__ import annotations
@@ -29,26 +31,21 @@ from diffusers_infonoise.cli import main
 from diffusers_infonoise.diagnostics import (
     allocation_tv,
     analytic_mmse_gaussian,
+    draw_moments,
+    draw_tv,
     log_sigma_grid,
+    loss_variance_ratio,
     profile_from_errors,
     recommend_fixed_density,
     recommend_parameters,
     target_from_profile,
     total_variation,
 )
-from diffusers_infonoise.diagnostics.recommend import family_density
+from diffusers_infonoise.diagnostics.recommend import RecommendTarget, family_density, fitted_parameters
 from diffusers_infonoise.paths import FlowPath, path_from_scheduler
 from diffusers_infonoise.schedule_io import read_schedule
 
 from helpers.cli import assert_one_line_error, run
-
-
-def location_tol(h):
-    return h**2 / 6 + 1e-3
-
-
-def scale_tol(h, s):
-    return h**2 / (12 * s) + 1e-3
 
 
 def normal_pdf(x, m, s):
@@ -69,9 +66,10 @@ def errors_for(sig, rho_shape):
     return sig**2 * rho_shape / rho_shape.max()
 
 
-def stored_schedule(scheduler, pi_of_log_sigma, w_of_sigma, *, prediction_type, loss_weighting, num_bins=64):
-    """A schedule stored the way a run stores it, whose measured x0 errors make ρ̂ = m̂/σ² (no gate, no
-    smoothing) proportional to ``π·w`` at the bin centres: its target allocation φ ∝ ρ̂ is π's."""
+def stored_schedule(scheduler, pi_of_log_sigma, w_of_sigma, *, prediction_type, loss_weighting, num_bins=64, refreshes=3):
+    """A schedule stored the way a run stores it, whose measured x0 errors make ρ̂ = m̂/σ² (no gate, no smoothing)
+    proportional to ``π·w`` at the bin centres: its draw density π* ∝ ρ̂/w is π's. ``refreshes`` refreshes of π
+    (a fit needs 3: METHOD.md §6.1)."""
     s = make_sampler(
         "infonoise",
         scheduler,
@@ -86,13 +84,153 @@ def stored_schedule(scheduler, pi_of_log_sigma, w_of_sigma, *, prediction_type, 
     x = s.estimator.centers
     sig = torch.exp(x)
     s.estimator.accumulate(x, errors_for(sig, pi_of_log_sigma(x) * w_of_sigma(sig)))
-    assert s._refresh_now(ema_decay=0.0, min_count=1)
+    for _ in range(refreshes):
+        assert s._refresh_now(ema_decay=0.0, min_count=1)
     s.save_to_scheduler(scheduler)
     return read_schedule(scheduler), float(x[1] - x[0])
 
 
 def numbers_after(flags: str, name: str) -> float:
     return float(re.search(re.escape(name) + r"[\" :]+(-?[0-9.e+-]+)", flags).group(1))
+
+
+def sheppard_std(s, h):
+    return math.sqrt(s * s - h * h / 12)
+
+
+def target_of_masses(path, masses, w=None, **kw):
+    """A target on the path's uniform grid of ``len(masses)`` cells whose π* has exactly these cell masses: ρ̂ ∝
+    masses·w/h (π* = ρ̂/w)."""
+    x = log_sigma_grid(path, masses.numel())
+    w = torch.ones_like(x) if w is None else w
+    h = float(x[1] - x[0])
+    rho = masses * w / h
+    return RecommendTarget(log_sigma=x, rho_hat=rho / float((rho * h).sum()), w=w, path=path, objective={}, **kw), x, h
+
+
+# ----------------------------------------------------------------------------------------------
+# the fit: hand-computed moments (METHOD.md §6.1)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_two_level_draw_density_has_its_hand_computed_mean_and_variance():
+    """π* with mass 1/4 in cell 3 and 3/4 in cell 6 of 10 equal cells (width h): mean c₃ + (3/4)·3h, grouped variance
+    (1/4)(3/4)(3h)² = 1.6875h², Sheppard's variance 1.6875h² − h²/12; the EDM weight changes nothing (π* is given)."""
+    path = path_from_scheduler(EDMEulerScheduler())
+    masses = torch.zeros(10, dtype=torch.float64)
+    masses[3], masses[6] = 0.25, 0.75
+    x = log_sigma_grid(path, 10)
+    target, x, h = target_of_masses(path, masses, w=edm_w(torch.exp(x)))
+    mean, var = draw_moments(target)
+    assert mean == pytest.approx(float(x[3]) + 0.75 * 3 * h, abs=1e-12)
+    assert var == pytest.approx(1.6875 * h * h - h * h / 12, rel=1e-12)
+    fit = fitted_parameters(target, "edm_lognormal")
+    assert fit["P_mean"] == pytest.approx(mean) and fit["P_std"] == pytest.approx(math.sqrt(var))
+    # one cell: no width the grid resolves, the floor h²/12 (a uniform cell's variance)
+    one = torch.zeros(10, dtype=torch.float64)
+    one[4] = 1.0
+    assert draw_moments(target_of_masses(path, one)[0]) == pytest.approx((float(x[4]), h * h / 12), rel=1e-12)
+
+
+def test_a_log_normal_binned_on_the_cells_is_recovered_exactly():
+    """π*'s cell masses are N(−0.9, 0.7²)'s exact integrals over the cells (erf differences written out here): the
+    moments with Sheppard's correction give back (−0.9, 0.7) to 1e-9 (the tails beyond the EDM range, 7.5σ out,
+    hold 1e-13), for any weight w."""
+    path = path_from_scheduler(EDMEulerScheduler())
+    x = log_sigma_grid(path, 48)
+    h = float(x[1] - x[0])
+    edges = torch.cat([x - h / 2, x[-1:] + h / 2])
+    cdf = 0.5 * (1 + torch.erf((edges + 0.9) / (0.7 * math.sqrt(2))))
+    target, _, _ = target_of_masses(path, cdf[1:] - cdf[:-1], w=edm_w(torch.exp(x)))
+    mean, var = draw_moments(target)
+    assert mean == pytest.approx(-0.9, abs=1e-9) and math.sqrt(var) == pytest.approx(0.7, abs=1e-9)
+    assert fitted_parameters(target, "edm_lognormal") == pytest.approx({"P_mean": -0.9, "P_std": 0.7}, abs=1e-9)
+    # rounded to the 4 significant digits the flags print
+    assert recommend_parameters(target, families=["edm_lognormal"])["edm_lognormal"]["params"] == {"P_mean": -0.9, "P_std": 0.7}
+
+
+def test_a_logistic_shift_takes_the_binned_kl_location_not_the_mean():
+    """shift_uniform is Logistic(ln k): its KL-closest location to π* maximises Σ_k p_k·ln P_k(loc) (P_k the
+    logistic's cell mass): found here by a grid search of that sum, independent of the module's bisection. For a
+    logistic binned on the cells at ln 2.5 it is ln 2.5 (up to the tail beyond the grid, 0.3%); for a skewed π* (two
+    cells) it differs from π*'s mean, which shift_logit_normal (base N(0, 1), mean 0) takes."""
+    path = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
+    x = log_sigma_grid(path, 64)
+    h = float(x[1] - x[0])
+    edges = torch.cat([x - h / 2, x[-1:] + h / 2])
+
+    def by_grid_search(masses):
+        locs = torch.linspace(-3, 3, 60001, dtype=torch.float64)[:, None]
+        cell = torch.sigmoid(edges[None, 1:] - locs) - torch.sigmoid(edges[None, :-1] - locs)
+        return float(locs[torch.argmax((masses * torch.log(cell.clamp_min(1e-300))).sum(1)), 0])
+
+    binned = torch.sigmoid(edges[1:] - math.log(2.5)) - torch.sigmoid(edges[:-1] - math.log(2.5))
+    for masses in (
+        binned / binned.sum(),
+        torch.zeros(64, dtype=torch.float64).index_put_((torch.tensor([20, 40]),), torch.tensor([0.8, 0.2], dtype=torch.float64)),
+    ):
+        target, _, _ = target_of_masses(path, masses)
+        loc = math.log(fitted_parameters(target, "shift_uniform")["shift"])
+        assert loc == pytest.approx(by_grid_search(target.pi_mass), abs=2e-4)
+    assert (
+        abs(math.log(fitted_parameters(target_of_masses(path, binned / binned.sum())[0], "shift_uniform")["shift"]) - math.log(2.5)) < 0.01
+    )
+    mean = 0.8 * float(x[20]) + 0.2 * float(x[40])
+    assert math.log(fitted_parameters(target, "shift_logit_normal")["shift"]) == pytest.approx(mean, abs=1e-12)
+    assert abs(loc - mean) > 0.3  # the logistic's location statistic is not the mean of a skewed π*
+
+
+def test_a_range_covers_the_draw_densitys_central_98_percent():
+    """VP: π* uniform over the steps 200..449 on the table's own cells (a profile at every step's σ, whose cells are
+    the steps' cells, METHOD.md §5.8): its 1% and 99% quantiles lie inside steps 202 and 447 (2.5 and 247.5 steps in).
+    Flow: π* uniform in s on [0.2505, 0.7505] (the logistic restricted, on 4096 cells): quantiles at s = 0.2555 and
+    0.7455, widened to the table's 1/1000: [0.255, 0.746]."""
+    sched = DDPMScheduler()
+    path = path_from_scheduler(sched)
+    x = torch.log(path.sigmas_table)
+    probs = torch.zeros(1000, dtype=torch.float64)
+    probs[200:450] = 1.0
+    prof = profile_from_errors(
+        torch.exp(x), errors_for(torch.exp(x), probs * (1 / torch.exp(x) ** 2) / path.cell_edges().diff()), gate=None
+    )
+    target = target_from_profile(prof, sched, prediction_type="epsilon", loss_weighting="none")
+    assert fitted_parameters(target, "timestep_range") == {"t_min": 202, "t_max": 447}
+
+    flow = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
+    lo, hi = math.log(0.2505 / 0.7495), math.log(0.7505 / 0.2495)
+    xs = log_sigma_grid(flow, 4096)
+    hs = float(xs[1] - xs[0])
+    e = torch.cat([xs - hs / 2, xs[-1:] + hs / 2]).clamp(lo, hi)
+    masses = torch.sigmoid(e[1:]) - torch.sigmoid(e[:-1])
+    assert fitted_parameters(target_of_masses(flow, masses / masses.sum())[0], "timestep_range") == {"s_min": 0.255, "s_max": 0.746}
+
+
+def test_tv_and_the_loss_variance_ratio_by_hand():
+    """Draws with masses 1/2, 1/2 in cells 2 and 5 of a target whose π* is all in cell 2: TV = 1/2. RV = E[(w·ŝ)²] /
+    E[w·m̂]² with w·m̂ = 1 and 3 there (ŝ = m̂): (1 + 9)/2 / 2² = 1.25; with ŝ twice m̂ in cell 5: (1 + 36)/2 / 4.
+    A draw outside the grid counts with the edge cell on its side."""
+    path = path_from_scheduler(EDMEulerScheduler())
+    pi = torch.zeros(8, dtype=torch.float64)
+    pi[2] = 1.0
+    m_hat = torch.ones(8, dtype=torch.float64)
+    m_hat[5] = 3.0
+    target, _, _ = target_of_masses(path, pi, m_hat=m_hat)
+    draws = torch.zeros(8, dtype=torch.float64)
+    draws[2] = draws[5] = 0.5
+    assert draw_tv(draws, target) == pytest.approx(0.5, abs=1e-12)
+    assert loss_variance_ratio(draws, target) == pytest.approx(1.25, rel=1e-12)
+    s_hat = m_hat.clone()
+    s_hat[5] = 6.0
+    assert loss_variance_ratio(draws, target_of_masses(path, pi, m_hat=m_hat, s_hat=s_hat)[0]) == pytest.approx(37 / 2 / 4, rel=1e-12)
+    half = torch.zeros(8, dtype=torch.float64)
+    half[2] = 0.5  # the other half above the grid: counted at the last cell (w·m̂ = 1) and as a mismatch
+    assert draw_tv(half, target) == pytest.approx(0.5, abs=1e-12) and loss_variance_ratio(half, target, above=0.5) == pytest.approx(1.0)
+    assert "per-level loss's RMS taken as its mean" in " ".join(target.notes)
+
+
+# ----------------------------------------------------------------------------------------------
+# round trips through stored schedules and profiles
+# ----------------------------------------------------------------------------------------------
 
 
 def test_logit_normal_in_flow_s_is_a_normal_in_log_sigma():
@@ -116,25 +254,27 @@ def test_a_schedule_built_from_logit_normal_gives_back_its_mean_and_std():
     sched = FlowMatchEulerDiscreteScheduler(shift=3.0)
     payload, h = stored_schedule(sched, lambda x: normal_pdf(x, m, sd), flow_velocity_w, prediction_type="flow", loss_weighting="none")
     fit = recommend_parameters(payload, sched)["logit_normal"]
-    assert abs(fit["params"]["mean"] - m) < location_tol(h)
-    assert abs(fit["params"]["std"] - sd) < scale_tol(h, sd)
-    assert fit["tv"] < h**2 / 12
+    assert fit["params"]["mean"] == pytest.approx(m, abs=1e-3)
+    assert fit["params"]["std"] == pytest.approx(sheppard_std(sd, h), abs=1e-3)
+    assert fit["tv"] < 1e-3 and fit["n_eff_per_batch"] == pytest.approx(1 / fit["rv"])
     rec = recommend_fixed_density(payload, sched, trainers=["diffusers", "kohya", "simpletuner"])
     flags = {(r["trainer"], r["scripts"].split(",")[0]): r["settings"][0]["flags"] for r in rec.trainers}
     diffusers = flags[("diffusers", "train_dreambooth_lora_sd3.py")]
-    assert abs(numbers_after(diffusers, "--logit_mean") - (math.log(3.0) - m)) < location_tol(h)
-    assert abs(numbers_after(flags[("kohya", "sd3_train.py")], "--logit_mean") - m) < location_tol(h)  # the noise level itself
-    assert abs(math.log(numbers_after(flags[("kohya", "flux_train.py")], "--discrete_flow_shift")) - m) < location_tol(h)
+    assert numbers_after(diffusers, "--logit_mean") == pytest.approx(math.log(3.0) - m, abs=1e-3)
+    assert numbers_after(flags[("kohya", "sd3_train.py")], "--logit_mean") == pytest.approx(m, abs=1e-3)  # the noise level itself
+    assert math.log(numbers_after(flags[("kohya", "flux_train.py")], "--discrete_flow_shift")) == pytest.approx(m, abs=1e-3)
     simpletuner = flags[("simpletuner", "every flow-matching model (--flow_schedule_auto_shift off)")]
-    assert abs(math.log(numbers_after(simpletuner, "--flow_schedule_shift")) - m) < location_tol(h)
+    assert math.log(numbers_after(simpletuner, "--flow_schedule_shift")) == pytest.approx(m, abs=1e-3)
 
 
 def test_diffusers_logit_mean_reproduces_the_fitted_density_through_diffusers_own_table():
     """The flags' sign, checked against diffusers itself: draw as train_dreambooth_lora_sd3.py does (u = sigmoid of
-    N(logit_mean, logit_std), index = int(u·N), s = the shift-3 scheduler's sigmas[index]) and read ln σ = logit(s)."""
+    N(logit_mean, logit_std), index = int(u·N), s = the shift-3 scheduler's sigmas[index]) and read ln σ = logit(s):
+    the fitted (m, sqrt(s² − h²/12)) within the table's rounding."""
     m, sd = -0.5, 0.8
     path = path_from_scheduler(FlowMatchEulerDiscreteScheduler(shift=3.0))
     x = log_sigma_grid(path, 64)
+    h = float(x[1] - x[0])
     target = target_from_profile(
         profile_from_errors(torch.exp(x), errors_for(torch.exp(x), normal_pdf(x, m, sd) * flow_velocity_w(torch.exp(x))), gate=None),
         FlowMatchEulerDiscreteScheduler(shift=3.0),
@@ -149,12 +289,12 @@ def test_diffusers_logit_mean_reproduces_the_fitted_density_through_diffusers_ow
     u = torch.sigmoid(torch.randn(200_000, generator=g, dtype=torch.float64) * logit_std + logit_mean)
     s = table.sigmas[(u * 1000).long()].double()
     z = torch.log(s / (1 - s))
-    assert abs(float(z.mean()) - m) < 0.01 and abs(float(z.std()) - sd) < 0.01
+    assert abs(float(z.mean()) - m) < 0.01 and abs(float(z.std()) - sheppard_std(sd, h)) < 0.01
 
 
-def test_a_flow_shift_on_uniform_sampling_is_given_back():
-    """A profile whose target is uniform s shifted by 2.5 (a logistic in ln σ at ln 2.5) under the flow-velocity loss:
-    the shift comes back, and so does shift 0.4 on logit-normal(0, 1)."""
+def test_a_flow_shift_is_given_back():
+    """A profile whose π* is uniform s shifted by 2.5 (a logistic in ln σ at ln 2.5; point values) under the
+    flow-velocity loss, and one of N(ln 0.4, 1): the shifts come back (the logistic's within its tail beyond the grid)."""
     path = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
     x = log_sigma_grid(path, 64)
     sig = torch.exp(x)
@@ -162,14 +302,13 @@ def test_a_flow_shift_on_uniform_sampling_is_given_back():
         "shift_uniform": (2.5, lambda x, loc: torch.sigmoid(x - loc) * torch.sigmoid(loc - x)),  # logistic density
         "shift_logit_normal": (0.4, lambda x, loc: normal_pdf(x, loc, 1.0)),
     }
-    h = float(x[1] - x[0])
     for family, (k, pdf) in cases.items():
         prof = profile_from_errors(
             sig, errors_for(sig, pdf(x, math.log(k)) * flow_velocity_w(sig)), gate=None, meta={"path": path.config()}
         )
         fit = recommend_parameters(prof, prediction_type="flow", loss_weighting="none", families=[family])[family]
-        assert abs(math.log(fit["params"]["shift"]) - math.log(k)) < location_tol(h), (family, fit)
-        assert fit["tv"] < h**2 / 12  # what is left is the point-value/cell-average mismatch, O(h²)
+        assert abs(math.log(fit["params"]["shift"]) - math.log(k)) < 0.01, (family, fit)
+        assert fit["tv"] < 0.01
 
 
 def test_edm_log_normal_round_trip():
@@ -178,55 +317,10 @@ def test_edm_log_normal_round_trip():
     payload, h = stored_schedule(sched, lambda x: normal_pdf(x, pm, ps), edm_w, prediction_type="sample", loss_weighting="edm")
     rec = recommend_fixed_density(payload, sched)
     fit = rec.families["edm_lognormal"]
-    assert abs(fit.params["P_mean"] - pm) < location_tol(h) and abs(fit.params["P_std"] - ps) < scale_tol(h, ps)
+    assert fit.params["P_mean"] == pytest.approx(pm, abs=1e-3) and fit.params["P_std"] == pytest.approx(sheppard_std(ps, h), abs=1e-3)
     (row,) = [r for r in rec.trainers if r["trainer"] == "diffusers-infonoise"]
-    assert abs(numbers_after(row["settings"][0]["flags"], "--edm_p_mean") - pm) < location_tol(h)
-    assert row["default"]["tv"] > 0.2 > fit.tv  # EDM's (-1.2, 1.2) is elsewhere
-
-
-@pytest.mark.parametrize("kind", ["vp", "flow"])
-def test_a_timestep_range_is_given_back_exactly(kind):
-    """The target is the allocation of uniform t on [200, 599] (VP, each step's mass spread over its cell,
-    METHOD.md §5.8) or uniform s on [0.25, 0.75] (flow): the exhaustive search finds exactly that range."""
-    if kind == "vp":
-        sched, truth = DDPMScheduler(), {"t_min": 200, "t_max": 599}
-        path = path_from_scheduler(sched)
-        probs = torch.zeros(1000, dtype=torch.float64)
-        probs[200:600] = 1.0
-        dens = densities.Piecewise(path.cell_edges(), probs)
-        pt, w = "epsilon", lambda sig: 1 / sig**2
-    else:
-        sched, truth = FlowMatchEulerDiscreteScheduler(), {"s_min": 0.25, "s_max": 0.75}
-        path = path_from_scheduler(sched)
-        dens = densities.Truncated(densities.Logistic(0.0), math.log(0.25 / 0.75), math.log(0.75 / 0.25))
-        pt, w = "flow", flow_velocity_w
-    x = log_sigma_grid(path, 64)
-    edges = torch.linspace(*path.log_sigma_range, 65, dtype=torch.float64)
-    cell_pi = densities.bin_masses(dens, edges) / (edges[1:] - edges[:-1])
-    prof = profile_from_errors(torch.exp(x), errors_for(torch.exp(x), cell_pi * w(torch.exp(x))), gate=None)
-    rec = recommend_fixed_density(prof, sched, prediction_type=pt, loss_weighting="none")
-    fit = rec.families["timestep_range"]
-    assert fit.params == pytest.approx(truth) and fit.tv < 1e-9
-    # each trainer's flags express that range in its own convention (end exclusive where its code slices or draws
-    # randint(min, max); OneTrainer takes int(N * strength); ai-toolkit's index i of linspace(1000, 1) is s = 1 - i/1000)
-    flags = " | ".join(s["flags"] for r in rec.trainers if "settings" in r for s in r["settings"] if s["family"] == "timestep_range")
-    expected = {
-        "vp": [
-            "--min_timestep 200 --max_timestep 600",
-            "--timestep_bias_begin 200 --timestep_bias_end 600",
-            '"min_noising_strength": 0.2005',
-        ],
-        "flow": [
-            "--min_timestep 250 --max_timestep 750",
-            '"min_noising_strength": 0.25, "max_noising_strength": 0.75',
-            "min_denoising_steps: 250, max_denoising_steps: 751",
-        ],
-    }[kind]
-    for e in expected:
-        assert e in flags, (e, flags)
-    if kind == "vp":
-        lo, hi = (numbers_after(flags, f'"{k}_noising_strength"') for k in ("min", "max"))
-        assert (int(1000 * lo), int(1000 * hi)) == (200, 600)  # OneTrainer draws t in [int(N*min), int(N*max))
+    assert numbers_after(row["settings"][0]["flags"], "--edm_p_mean") == pytest.approx(pm, abs=1e-3)
+    assert row["default"]["tv"] > 0.2 > row["settings"][0]["tv"]  # EDM's (-1.2, 1.2) is elsewhere
 
 
 def test_allocation_tv_is_total_variation_on_cell_masses():
@@ -243,8 +337,8 @@ def test_allocation_tv_is_total_variation_on_cell_masses():
 
 
 UNSUPPORTED_BY_KIND = {
-    "ve": {"diffusers", "kohya", "simpletuner", "onetrainer", "ai-toolkit"},
-    "vp": {"ai-toolkit", "diffusers-infonoise"},
+    "ve": {"diffusers", "kohya", "simpletuner", "onetrainer", "ai-toolkit", "musubi-tuner"},
+    "vp": {"ai-toolkit", "musubi-tuner", "diffusers-infonoise"},
     "flow": set(),
 }
 
@@ -254,10 +348,10 @@ UNSUPPORTED_BY_KIND = {
     [(FlowMatchEulerDiscreteScheduler(shift=3.0), "sample"), (DDPMScheduler(), None), (EDMEulerScheduler(), None)],
     ids=["flow-x0", "vp", "ve"],
 )
-def test_every_setting_is_at_least_as_close_as_the_trainer_default(scheduler, prediction_type):
+def test_every_trainer_has_a_setting_far_closer_than_its_default(scheduler, prediction_type):
     """ρ̂ far from every default (narrow, at low noise: σ ≈ 0.08), for the loss each path trains by default (flow: the
-    x0 loss of SD3's precondition_outputs, which kohya's SD3 scripts train): every trainer's every fitted setting has
-    TV ≤ its default's, and its best is far closer."""
+    x0 loss of SD3's precondition_outputs, which kohya's SD3 scripts train): each trainer's best setting is far closer
+    to π* than its default, in the TV of the draws its flags really give."""
     path = path_from_scheduler(scheduler)
     x = log_sigma_grid(path, 48)
     sig = torch.exp(x)
@@ -268,30 +362,8 @@ def test_every_setting_is_at_least_as_close_as_the_trainer_default(scheduler, pr
     supported = [r for r in rec.trainers if "unsupported" not in r]
     assert supported
     for row in supported:
-        for s in row["settings"]:
-            if s["family"] is not None:
-                assert s["tv"] <= row["default"]["tv"] + 1e-12, (row["trainer"], s)
         assert min(s["tv"] for s in row["settings"]) < row["default"]["tv"] - 0.2, row
     assert {r["trainer"] for r in rec.trainers if "unsupported" in r} == UNSUPPORTED_BY_KIND[path.kind]
-
-
-def test_under_the_velocity_loss_a_family_may_not_reach_a_default_but_the_best_setting_does():
-    """What holds in general: a family that holds the trainer's default fits at least as well as the default, so each
-    trainer's best setting does. A family that does not hold it can be worse: with the flow-velocity loss (w = 1/s²)
-    uniform-s sampling puts φ at the clean end whatever the shift (measured TV 0.94 against SimpleTuner's default
-    logit-normal shifted by 3 at 0.85)."""
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
-    path = path_from_scheduler(scheduler)
-    x = log_sigma_grid(path, 48)
-    sig = torch.exp(x)
-    rec = recommend_fixed_density(
-        target_from_profile(profile_from_errors(sig, errors_for(sig, normal_pdf(x, -2.5, 0.6)), gate=None), scheduler)
-    )
-    assert rec.target.objective["prediction_type"] == "flow"
-    for row in rec.trainers:
-        assert min(s["tv"] for s in row["settings"]) <= row["default"]["tv"] + 1e-12, row
-    (simpletuner,) = [r for r in rec.trainers if r["trainer"] == "simpletuner"]
-    assert rec.families["shift_uniform"].tv > simpletuner["default"]["tv"]
 
 
 def test_unknown_or_unsupported_trainer_is_one_clear_error():
@@ -470,3 +542,107 @@ def test_a_flow_timestep_range_from_the_clean_end_is_a_density():
     assert float(dens.cdf(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(2 / 3, rel=1e-9)
     full = family_density("timestep_range", {"s_min": 0.0, "s_max": 1.0}, path)
     assert float(full.cdf(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(0.5, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 48: settled profiles, model error, warnings in the row's line, no no-op rows, VP profiles
+# ----------------------------------------------------------------------------------------------
+
+
+def test_an_unsettled_schedule_is_refused_with_its_reason_and_no_flags(capsys, tmp_path):
+    """A stored schedule whose π was refreshed once (the warm-up's samples only): the library refuses it naming the
+    source; the command prints why, no flags, and exits 0 (nothing wrong with the command)."""
+    sched = EDMEulerScheduler()
+    payload, _ = stored_schedule(
+        sched, lambda x: normal_pdf(x, 0.0, 1.0), edm_w, prediction_type="sample", loss_weighting="edm", refreshes=1
+    )
+    with pytest.raises(ValueError, match="source: not fitted: pi was refreshed 1 time"):
+        recommend_parameters(payload, sched)
+    assert recommend_fixed_density(payload, sched).refused.startswith("pi was refreshed 1 time")
+    (tmp_path / "s.json").write_text(json.dumps(payload))
+    rc, out, err = run(capsys, "recommend", tmp_path / "s.json", "--json", tmp_path / "r.json")
+    assert rc == 0, err
+    assert "no flags: stored schedule" in out and "pi was refreshed 1 time(s)" in out
+    assert "--edm_p_mean" not in out and "TV" not in out
+    assert json.loads((tmp_path / "r.json").read_text())["refused"].startswith("pi was refreshed 1 time")
+    # saved within its warm-up: the base density, refused as such
+    within = dict(payload, optimizer_steps=3, warmup_steps_resolved=10)
+    assert "within its warm-up (step 3 of 10)" in recommend_fixed_density(within, sched).refused
+    # three refreshes at step 0: fitted, with a note that m̂ still weighs the warm-up (0 steps < the memory)
+    settled = dict(payload, num_updates=3)
+    rec = recommend_fixed_density(settled, sched)
+    assert rec.refused is None and any("fewer than the estimator's memory" in n for n in rec.notes)
+    assert not any("memory" in n for n in recommend_fixed_density(dict(settled, optimizer_steps=4000), sched).notes)
+
+
+def test_a_model_profile_whose_clean_end_is_model_error_says_so_in_its_rows():
+    """A model whose x0 error is 0.01 at every σ below 0.1 does no better than returning its input there (σ² ≤ 0.01,
+    the bound of METHOD.md §5.10): each row that puts 5% of its draws there warns; the Bayes profile of Gaussian data
+    (error σ²s²/(σ² + s²) < σ²) does not."""
+    sched = EDMEulerScheduler()
+    x = log_sigma_grid(sched, 32)
+    sig = torch.exp(x)
+    bayes = analytic_mmse_gaussian(sig, 0.5)
+    young = torch.where(sig < 0.1, torch.full_like(sig, 0.01), bayes)
+    for errors, warned in ((young, True), (bayes, False)):
+        prof = profile_from_errors(sig, errors, gate=None, loss_weighting="edm", meta={"source": "model"})
+        rec = recommend_fixed_density(prof, sched)
+        (row,) = [r for r in rec.trainers if "settings" in r]
+        said = [w for w in row["settings"][0]["warnings"] + row["default"]["warnings"] if "model's error reaches sigma^2" in w]
+        assert bool(said) == warned, (said, row)
+
+
+def test_the_n_eff_warning_is_in_the_rows_line_and_a_no_op_row_is_dropped(capsys, tmp_path):
+    """A flow profile with π* = N(−1, 1) in ln σ under the x0 loss: its logit-normal fit draws where m̂ varies more
+    than the SimpleTuner default's draws, and its line says so. A VP profile whose π* sits at both ends of the table:
+    its 1%-99% range is the whole table, diffusers' bias multiplier 1, the default: no row, a line instead."""
+    flow = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
+    x = log_sigma_grid(flow, 64)
+    sig = torch.exp(x)
+    prof = profile_from_errors(sig, errors_for(sig, normal_pdf(x, -1.0, 1.0)), gate=None, meta={"path": flow.config()})
+    (tmp_path / "flow.json").write_text(json.dumps({"profile": prof.to_dict()}))
+    rc, out, err = run(capsys, "recommend", tmp_path / "flow.json", "--trainer", "simpletuner", "--prediction-type", "sample")
+    assert rc == 0, err
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("logit_normal") and "--flow_sigmoid_scale" in ln]
+    assert re.search(r"n_eff [0-9.]+x batch +--flow_sigmoid_scale .* \| warning: n_eff [0-9.]+x batch, below", line), line
+
+    vp = path_from_scheduler(DDPMScheduler())
+    xv = torch.log(vp.sigmas_table)
+    ends = torch.zeros(1000, dtype=torch.float64)
+    ends[:20], ends[-20:] = 1.0, 1.0
+    prof = profile_from_errors(torch.exp(xv), errors_for(torch.exp(xv), ends * torch.exp(-2 * xv) / vp.cell_edges().diff()), gate=None)
+    (tmp_path / "vp.json").write_text(json.dumps({"profile": prof.to_dict()}))
+    rc, out, err = run(capsys, "recommend", tmp_path / "vp.json", "--scheduler", "ddpm", "--trainer", "diffusers")
+    assert rc == 0, err
+    assert "(timestep_range: the default already fits (the fit gives the default's draws))" in out
+    assert "--timestep_bias_multiplier" not in out
+
+
+@pytest.fixture(scope="module")
+def vp_pipe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vp")
+    tiny_unet2d(8).save_pretrained(root / "pipe" / "unet")
+    DDPMScheduler().save_pretrained(root / "pipe" / "scheduler")
+    return root
+
+
+def test_a_vp_profile_json_reads_the_scheduler_it_records(capsys, vp_pipe, tmp_path):
+    """A VP profile does not store its ᾱ table: ``recommend profile.json`` reads the scheduler ``infonoise profile``
+    recorded (its scheduler_source); when that is gone it names what to pass in terms of what was profiled, not a flag
+    the user never gave alone."""
+    common = ("--dataset", "digits", "--num-samples", 4, "--num-levels", 8, "--num-noise-draws", 1, "--no-progress")
+    pipe = vp_pipe / "pipe"
+    rc, _, err = run(capsys, "profile", "--model", pipe, *common, "--output", tmp_path / "p", "--samplers", "uniform")
+    assert rc == 0, err
+    rc, out, err = run(capsys, "recommend", tmp_path / "p" / "profile.json", "--trainer", "kohya")
+    assert rc == 0, err
+    assert "training: vp path" in out and "--min_timestep" in out
+    data = json.loads((tmp_path / "p" / "profile.json").read_text())
+    data["profile"]["meta"]["scheduler_source"] = str(tmp_path / "gone" / "scheduler_config.json")
+    (tmp_path / "moved.json").write_text(json.dumps(data))
+    rc, _, err = run(capsys, "recommend", tmp_path / "moved.json")
+    assert_one_line_error(
+        rc, err, "SOURCE:", "alphas_cumprod table is not stored", "cannot be read here", f"the model you profiled ({pipe})"
+    )
+    rc, out, err = run(capsys, "recommend", tmp_path / "moved.json", "--scheduler", pipe, "--trainer", "kohya")
+    assert rc == 0 and "--min_timestep" in out, err
