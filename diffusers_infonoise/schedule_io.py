@@ -96,7 +96,7 @@ def validate_payload(payload: Any) -> dict:
         raise ScheduleError(f"{CONFIG_KEY}: edges must be finite and strictly increasing")
     if not bool(torch.isfinite(p).all()) or bool((p < 0).any()) or abs(float(p.sum()) - 1.0) > 1e-6:
         raise ScheduleError(f"{CONFIG_KEY}: pi must be finite, non-negative bin masses summing to 1")
-    bad = [i for i, v in enumerate(m.tolist()) if not math.isnan(v) and not 0 <= v <= MAX_M_HAT]
+    bad = [i for i, v in enumerate(m_hat) if v is not None and not 0 <= v <= MAX_M_HAT]  # NaN too (null is unfilled)
     if bad:  # the first offending bin, by its value and σ (not the largest value, which may be a good one)
         i = bad[0]
         raise ScheduleError(

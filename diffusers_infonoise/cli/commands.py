@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .loading import (
+    _SCHEDULER_SHORTCUTS,
     CLIError,
     _load_config,
     _load_images,
@@ -628,6 +629,15 @@ def _figures_text(d: dict) -> str:
     return f"TV {d['tv']:.3f}  n_eff {d['n_eff_per_batch']:.2f}x batch"
 
 
+def _recommend_refused(rec, what: str, args) -> int:
+    """``recommend``'s refusal (a stored schedule saved before it adapted or not settled): one line, status 0."""
+    print(f"no flags: {what}: {rec.refused}; fit a schedule saved later in the run, or a profile of the model (--model, --dataset)")
+    if args.json:
+        _write_json(Path(args.json), {**rec.to_dict(), "settings": {k: v for k, v in vars(args).items() if k != "func"}})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _cmd_recommend(args) -> int:
     from ..diagnostics import plot_allocations, profile_window, recommend_fixed_density
 
@@ -638,6 +648,21 @@ def _cmd_recommend(args) -> int:
         )
     if args.source is not None and args.model is not None:
         raise CLIError("SOURCE, --model: give one source of rho_hat, a stored schedule or profile JSON, or a model to profile")
+    if args.source is not None and not args.source.strip():
+        raise CLIError(
+            "SOURCE: is empty; give a stored schedule (pipeline, scheduler folder, JSON or Hub repo) or a profile.json of "
+            "'infonoise profile'"
+        )
+    if (
+        args.mu is not None
+        and (args.scheduler or "").lower() in _SCHEDULER_SHORTCUTS
+        and _SCHEDULER_SHORTCUTS[args.scheduler.lower()][0].startswith("FlowMatch")
+    ):
+        raise CLIError(
+            f"--mu: the built-in '{args.scheduler}' scheduler has no dynamic shifting; --mu is for a scheduler config with "
+            "use_dynamic_shifting true (a Flux pipeline's); for a static shift give --scheduler a scheduler config (folder "
+            "or JSON) with that shift, and no --mu"
+        )
     if args.model is not None:
         if args.dataset is None:
             raise CLIError("--dataset: a profile of --model needs data: a built-in data set name or a datasets.save_to_disk directory")
@@ -655,7 +680,10 @@ def _cmd_recommend(args) -> int:
         snr_gamma=args.snr_gamma,
         mu=args.mu,
         trainers=args.trainer,
+        description=what,
     )
+    if rec.target is None:  # a stored schedule saved before it adapted: nothing to show but why
+        return _recommend_refused(rec, what, args)
     t = rec.target
     path, obj, x = t.path.config(), t.objective, t.log_sigma
     lo, hi = profile_window(t.rho_hat, x)
@@ -673,11 +701,7 @@ def _cmd_recommend(args) -> int:
     for note in rec.notes:
         print(f"note: {note}")
     if rec.refused:
-        print(f"no flags: {what}: {rec.refused}; fit a schedule saved later in the run, or a profile of the model (--model, --dataset)")
-        if args.json:
-            _write_json(Path(args.json), {**rec.to_dict(), "settings": {k: v for k, v in vars(args).items() if k != "func"}})
-            print(f"wrote {args.json}")
-        return 0
+        return _recommend_refused(rec, what, args)
     print(
         "fitted families: KL-closest to the draw density pi* = rho_hat/w (docs/METHOD.md 6.1); TV(pi, pi*) on the grid, "
         "n_eff = batch/RV of the weighted loss:"
@@ -690,6 +714,8 @@ def _cmd_recommend(args) -> int:
             print(f"{row['trainer']}: nothing for a {path['kind']} path: {row['unsupported']}")
             continue
         print(f"{row['trainer']} {row['scripts']} ({row['source'].split(':')[0]}); its loss: {row['loss']}")
+        for note in row.get("notes", []):
+            print(f"  note: {note}")
         d = row["default"]
         print(f"  {'default':<20} {_figures_text(d)}  {d['flags']}" + (" | warning: " + "; ".join(d["warnings"]) if d["warnings"] else ""))
         for s in row["settings"]:

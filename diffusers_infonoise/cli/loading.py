@@ -204,6 +204,8 @@ def _as_option_error(message: str, args) -> str:
     """A library error that leads with the name of an argument the command's options set (``prediction_type: ...``),
     led instead by the flag the user types (``--prediction-type: ...``); other messages as they are."""
     name, sep, rest = message.partition(": ")
+    if sep and name == "source" and hasattr(args, "source"):  # the positional argument, as --help names it
+        return f"SOURCE: {rest}"
     dest = _OPTION_OF_ARGUMENT.get(name)
     if not sep or dest is None or not hasattr(args, dest):
         return message

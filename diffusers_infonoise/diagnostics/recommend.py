@@ -38,6 +38,7 @@ from .grid import _F64, Allocation, _widths, grid_edges, normalize_density, prof
 __all__ = [
     "FAMILIES",
     "MIN_SETTLED_REFRESHES",
+    "NotAdapted",
     "RANGE_TAIL",
     "RecommendTarget",
     "FamilyFit",
@@ -82,6 +83,8 @@ class RecommendTarget:
             (METHOD.md §5.10: no better than returning its input: model error, not data), or None.
         unsettled: why a stored schedule is not fitted (within its warm-up, too few refreshes), or None.
         notes: what the figures rest on, in words (one line each).
+        dynamic_shift: the training's flow scheduler has ``use_dynamic_shifting`` (its own table is unshifted; the
+            path carries the given ``mu``'s shift).
 
     Derived on construction: ``edges`` ((K+1,) cell edges clipped to the path's σ range), ``widths`` ((K,) cell
     widths before clipping), ``rho_mass`` ((K,) ρ̂'s cell masses) and ``pi_mass`` ((K,) π*'s cell masses on the
@@ -99,6 +102,7 @@ class RecommendTarget:
     model_error: torch.Tensor | None = None
     unsettled: str | None = None
     notes: list = field(default_factory=list)
+    dynamic_shift: bool = False
 
     def __post_init__(self):
         lo, hi = self.path.log_sigma_range
@@ -113,7 +117,12 @@ class RecommendTarget:
             self.notes.append("the per-level loss's RMS taken as its mean m_hat (its spread is not stored)")
         mass = self.draw_density() * (self.edges[1:] - self.edges[:-1])
         if not float(mass.sum()) > 0:
-            raise ValueError("source: rho_hat has no mass inside the training path's sigma range")
+            e = grid_edges(self.log_sigma)
+            raise ValueError(
+                f"source: rho_hat of {self.source or 'the source'} has no mass inside the training path's VE sigma range "
+                f"{math.exp(lo):.3g}..{math.exp(hi):.3g} (its mass lies in {_mass_range(self.rho_mass, e)}); give the "
+                "scheduler of the training you will run (--scheduler), or a profile measured on its levels"
+            )
         self.pi_mass = mass / mass.sum()
 
     def draw_density(self) -> torch.Tensor:
@@ -149,6 +158,22 @@ def _training_scheduler(noise_scheduler, path_config: dict | None, what: str):
             f"noise_scheduler: {what}'s recorded path {path_config} does not build a scheduler ({err}); pass the scheduler of "
             "the training you will run"
         ) from None
+
+
+class NotAdapted(ValueError):
+    """A stored schedule saved before it adapted: it holds no ρ̂ to fit (METHOD.md §6.1: refused like an unsettled one)."""
+
+
+def _mass_range(mass: torch.Tensor, edges: torch.Tensor) -> str:
+    """``"VE sigma a..b"``: the cells holding ``mass`` (> 0), in words."""
+    idx = torch.nonzero(mass > 0).flatten()
+    if idx.numel() == 0:
+        return "no cell"
+    return f"VE sigma {math.exp(float(edges[int(idx[0])])):.3g}..{math.exp(float(edges[int(idx[-1]) + 1])):.3g}"
+
+
+def _dynamic(scheduler) -> bool:
+    return bool(getattr(getattr(scheduler, "config", None), "use_dynamic_shifting", False))
 
 
 def _memory_steps(payload: dict) -> float:
@@ -223,8 +248,10 @@ def target_from_schedule(
         source: a description for the output.
 
     Raises:
-        ValueError: a schedule saved before it adapted (it holds no ρ̂), a VP payload without its scheduler, or a bad
-            objective (each naming the argument). ScheduleError: a corrupted payload.
+        NotAdapted: a schedule saved before it adapted (it holds no ρ̂; a ValueError, which
+            :func:`~.trainers.recommend_fixed_density` turns into a refusal).
+        ValueError: a VP payload without its scheduler, or a bad objective (each naming the argument).
+        ScheduleError: a corrupted payload.
     """
     from ..sampler import InfoNoiseTrainingTimestepSampler
     from ..schedule_io import stored_mu
@@ -237,7 +264,10 @@ def target_from_schedule(
     objective = (same or default_objective(scheduler)).override(prediction_type, loss_weighting, snr_gamma)
     sampler = InfoNoiseTrainingTimestepSampler.from_stored(scheduler, payload, **objective.keywords(), mu=mu)
     if payload.get("adapted") is False or not sampler.estimator.is_ready:
-        raise ValueError(f"{source}: the stored schedule was saved before it adapted; it holds no estimate of rho_hat to fit")
+        raise NotAdapted(
+            f"the schedule was saved before it adapted (at optimizer step {int(payload.get('optimizer_steps') or 0)}): it holds "
+            "no estimate of rho_hat to fit"
+        )
     prof = sampler.profile()
     refusal, warning = schedule_settledness(payload)
     return RecommendTarget(
@@ -250,6 +280,7 @@ def target_from_schedule(
         m_hat=prof["m_hat"].to(_F64).clone(),
         unsettled=refusal,
         notes=[warning] if warning else [],
+        dynamic_shift=_dynamic(scheduler),
     )
 
 
@@ -316,11 +347,14 @@ def target_from_profile(
         source: a description for the output.
 
     Raises:
-        ValueError: a profile without valid ``log_sigma``/``rho_hat`` (:func:`~.grid.profile_arrays`), one that does not
+        ValueError: a profile without valid ``log_sigma``/``rho_hat`` (:func:`~.grid.profile_arrays`), a ρ̂ zero on the
+            whole grid or on the whole of the training path's σ range (the message gives both ranges), one that does not
             record its path and no scheduler, or a weight ``w`` that is not finite and > 0 on the grid.
         TypeError: a profile that is neither a Profile nor a dict.
     """
     x, rho, meta = profile_arrays(profile)
+    if not float((rho * _widths(x)).sum()) > 0:
+        raise ValueError(f"source: rho_hat of {source} is zero at every point of its grid: nothing to fit")
     scheduler = _training_scheduler(noise_scheduler, meta.get("path"), "the profile")
     path = path_from_scheduler(scheduler, mu=mu)
     same = Objective.recorded(meta) if path.records(meta.get("path")) else None
@@ -339,6 +373,7 @@ def target_from_profile(
         m_hat=m_hat,
         s_hat=s_hat,
         model_error=model_error,
+        dynamic_shift=_dynamic(scheduler),
     )
 
 
@@ -608,9 +643,11 @@ def fit_families(target: RecommendTarget, families=None) -> dict[str, FamilyFit]
     return {n: fit_family(target, n) for n in names}
 
 
-def _target(source, noise_scheduler, training: dict) -> RecommendTarget:
+def _target(source, noise_scheduler, training: dict, description: str | None = None) -> RecommendTarget:
     from ..schedule_io import FORMAT
 
+    if description is not None:
+        training = {**training, "source": description}
     if isinstance(source, RecommendTarget):
         if training or noise_scheduler is not None:
             raise ValueError("source: a RecommendTarget already holds its training; pass no scheduler or loss with it")
@@ -620,7 +657,7 @@ def _target(source, noise_scheduler, training: dict) -> RecommendTarget:
     return target_from_profile(source, noise_scheduler, **training)
 
 
-def recommend_parameters(source, noise_scheduler=None, *, families=None, **training) -> dict:
+def recommend_parameters(source, noise_scheduler=None, *, families=None, description: str | None = None, **training) -> dict:
     """The fitted parameters per family as plain data, for tools and benchmarks:
     ``{family: {"params": {...}, "tv": float, "rv": float, "n_eff_per_batch": float}}`` (METHOD.md §6.1).
 
@@ -630,13 +667,18 @@ def recommend_parameters(source, noise_scheduler=None, *, families=None, **train
         noise_scheduler: the training's scheduler (its path), as :func:`target_from_schedule` /
             :func:`target_from_profile` take it.
         families: names of :data:`FAMILIES` (default: those of the training's path kind).
+        description: where ``source`` came from, in words (a file name): its errors and the output name it.
         **training: ``prediction_type``, ``loss_weighting``, ``snr_gamma``, ``mu`` of the training (defaults there).
 
     Raises:
-        ValueError: a stored schedule that has not settled (:func:`schedule_settledness`, the message says why), and
+        ValueError: a stored schedule saved before it adapted or that has not settled (:func:`schedule_settledness`,
+            the message says why), and
             the errors of the target's constructors and of :func:`fit_family`.
     """
-    target = _target(source, noise_scheduler, training)
+    try:
+        target = _target(source, noise_scheduler, training, description)
+    except NotAdapted as err:
+        raise ValueError(f"source: not fitted: {err}") from None
     if target.unsettled:
         raise ValueError(f"source: not fitted: {target.unsettled}")
     return {n: f.to_dict() for n, f in fit_families(target, families).items()}

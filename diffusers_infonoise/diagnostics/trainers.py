@@ -58,6 +58,7 @@ apply their own shift flag.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -66,10 +67,12 @@ import numpy as np
 import torch
 
 from .. import densities
+from ..objective import Objective
 from ..paths import PATH_CLASSES, NoisePath
 from .grid import _F64, Allocation
 from .recommend import (
     FamilyFit,
+    NotAdapted,
     RecommendTarget,
     _allocation,
     _round,
@@ -90,6 +93,8 @@ __all__ = [
     "PILE_UP",
     "CRASH",
     "Z_SAT",
+    "MIN_TV_GAIN",
+    "N_EFF_MARGIN",
     "Draws",
     "Recommendation",
     "recommend_fixed_density",
@@ -105,6 +110,14 @@ CRASH = 1e-12
 TRAINER_STEPS = 1000
 #: a fit's share of draws where a model's error reaches σ² above which its rows warn
 MODEL_ERROR_SHARE = 0.05
+#: a row is a recommendation only when its TV(π, π*) is at least this much below its default's (METHOD.md §6.1): it
+#: moves at least 1% of the draws to where π* puts them; a smaller gain is not worth changing a trainer's flags for
+MIN_TV_GAIN = 0.01
+#: a row warns of a noisier loss when its n_eff is below its default's by more than this share (METHOD.md §6.1)
+N_EFF_MARGIN = 0.05
+#: the losses of the flow trainers' scripts: the velocity, or the x0 error of a preconditioned output, unweighted
+_FLOW_LOSS = {"prediction_type": "flow", "loss_weighting": "none"}
+_X0_LOSS = {"prediction_type": "sample", "loss_weighting": "none"}
 
 
 def _logit(p):
@@ -380,7 +393,13 @@ class TrainerSetting:
 @dataclass(frozen=True)
 class TrainerScripts:
     """A trainer's scripts for one path kind: its default (flags and draws), the settings it offers, and the loss it
-    trains by default in this package's terms (what to pass as the training's objective: the fit depends on w)."""
+    trains by default in this package's terms (what to pass as the training's objective: the fit depends on w).
+
+    ``losses``: the objectives (``prediction_type``, ``loss_weighting``) the scripts train, each with the flags that
+    select it (its first is the scripts' default), or None where the loss is the user's to choose (a VP model's
+    prediction type, Min-SNR): a row is fitted for the training's objective when it is one of them, else for the first
+    (:func:`_row_target`). ``indexes_table``: the scripts draw an index into the training scheduler's own table, which
+    a ``use_dynamic_shifting`` scheduler leaves unshifted (mu = 0 whatever the inference mu)."""
 
     trainer: str
     kind: str
@@ -390,6 +409,8 @@ class TrainerScripts:
     settings: tuple[TrainerSetting, ...]
     source: str
     loss: str = "flow velocity (noise - latents): prediction_type flow"
+    losses: tuple[tuple[dict, str], ...] | None = ((_FLOW_LOSS, ""),)
+    indexes_table: bool = False
 
     def trains(self, path: NoisePath) -> bool:
         """Whether these scripts train on ``path`` (a path of their kind)."""
@@ -677,6 +698,8 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("logit_normal", _diffusers_ln, _diffusers_table_bounds),),
         f"{_DIFFUSERS}: examples/dreambooth/train_dreambooth_lora_sd3.py, src/diffusers/training_utils.py",
         "x0 loss of the preconditioned output with --precondition_outputs 1 (its default): prediction_type sample; 0: flow",
+        ((_X0_LOSS, ""), (_FLOW_LOSS, " --precondition_outputs 0")),
+        indexes_table=True,
     ),
     TrainerScripts(
         "diffusers",
@@ -686,6 +709,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         _diffusers_default_uniform,
         (TrainerSetting("logit_normal", _diffusers_ln, _diffusers_table_bounds),),
         f"{_DIFFUSERS}: examples/dreambooth/train_dreambooth_lora_flux.py",
+        indexes_table=True,
     ),
     TrainerScripts(
         "diffusers",
@@ -696,6 +720,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("timestep_range", _range_bias(segmented=False)),),
         f"{_DIFFUSERS}: examples/text_to_image/train_text_to_image_sdxl.py (generate_timestep_weights, torch.multinomial)",
         "the scheduler's prediction_type; --snr_gamma is loss_weighting min_snr",
+        None,
     ),
     TrainerScripts(
         "kohya",
@@ -711,6 +736,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         ),
         f"{_KOHYA}: library/train_util.py (get_timesteps: randint(min_timestep, max_timestep))",
         "epsilon (v_prediction with --v_parameterization); --min_snr_gamma is loss_weighting min_snr",
+        None,
     ),
     TrainerScripts(
         "kohya",
@@ -726,6 +752,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         ),
         f"{_KOHYA}: library/sd3_train_utils.py (get_noisy_model_input_and_timesteps: t = int(shift(u)*1000), s = t/1000)",
         "x0 loss (the output times -s plus x_s, against the latents): prediction_type sample",
+        ((_X0_LOSS, ""),),
     ),
     TrainerScripts(
         "kohya",
@@ -764,6 +791,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("timestep_range", _range_bias(segmented=True)),),
         f"{_SIMPLETUNER}: simpletuner/helpers/training/custom_schedule.py (generate_timestep_weights, segmented_timestep_selection)",
         "the model's prediction_type (epsilon or v_prediction)",
+        None,
     ),
     TrainerScripts(
         "onetrainer",
@@ -789,6 +817,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("timestep_range", _onetrainer_vp_range),),
         f"{_ONETRAINER}: modules/modelSetup/mixin/ModelSetupNoiseMixin.py (_get_timestep_discrete)",
         "the model's prediction_type (epsilon or v_prediction)",
+        None,
     ),
     TrainerScripts(
         "ai-toolkit",
@@ -827,6 +856,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("edm_lognormal", _infonoise_edm),),
         "diffusers_infonoise/training/args.py",
         "the EDM recipe: prediction_type sample, loss_weighting edm",
+        None,
     ),
     TrainerScripts(
         "diffusers-infonoise",
@@ -837,6 +867,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("logit_normal", _infonoise_flow),),
         "diffusers_infonoise/training/args.py (--logit_mean in diffusers' meaning, on the scheduler's shift)",
         "flow velocity: prediction_type flow",
+        None,
     ),
 )
 
@@ -871,12 +902,14 @@ def _figures(draws: Draws, target: RecommendTarget) -> dict:
     return out
 
 
-def _clamp(setting: TrainerSetting, target: RecommendTarget, params: dict) -> tuple[dict, str | None]:
-    """The fit's parameters clamped to the setting's :class:`Bounds` intersected with the grid, and a sentence when the
-    clamp changed them (METHOD.md §6.1)."""
+def _clamp(setting: TrainerSetting, target: RecommendTarget, params: dict, path: NoisePath | None = None) -> tuple[dict, str | None]:
+    """The fit's parameters clamped to the setting's :class:`Bounds` (on ``path``, the one the trainer draws on;
+    default the target's)
+    intersected with the target's grid, and a sentence when the clamp changed them (METHOD.md §6.1): the trainer's own
+    range, and the grid's where it is the narrower."""
     if setting.bounds is None or setting.family == "timestep_range":
         return params, None
-    own = setting.bounds(target.path)
+    own = setting.bounds(target.path if path is None else path)
     lo, hi = float(target.edges[0]), float(target.edges[-1])
     b = Bounds(max(own.lo, lo), min(own.hi, hi), own.crash_lo, own.crash_hi)
     if setting.family in ("logit_normal", "edm_lognormal"):
@@ -893,11 +926,17 @@ def _clamp(setting: TrainerSetting, target: RecommendTarget, params: dict) -> tu
     changed = any(abs(new[k] - params[k]) > 1e-6 * max(1.0, abs(params[k])) for k in new)
     if not changed:
         return params, None
+    grid = []
+    if lo > own.lo:
+        grid.append(f"below VE sigma {math.exp(lo):.3g}")
+    if hi < own.hi:
+        grid.append(f"above VE sigma {math.exp(hi):.3g}")
     why = (
-        f"clamped from {was} to {now} in ln sigma: the trainer represents VE sigma {math.exp(b.lo):.3g}..{math.exp(b.hi):.3g} "
+        f"clamped from {was} to {now} in ln sigma: the trainer represents VE sigma {math.exp(own.lo):.3g}..{math.exp(own.hi):.3g} "
         f"(at most {PILE_UP:.0%} of draws beyond each end"
         + (", a crash chance below 1e-12" if b.crash_lo is not None or b.crash_hi is not None else "")
         + ")"
+        + (f", and rho_hat's grid has no level {' or '.join(grid)}" if grid else "")
     )
     return new, why
 
@@ -908,13 +947,25 @@ def _model_error_share(masses: torch.Tensor, target: RecommendTarget) -> float:
     return float(masses[target.model_error].sum())
 
 
+def _pair(a: float, b: float, digits: int = 2) -> tuple[str, str]:
+    """``a`` and ``b`` printed with ``digits`` significant digits, or more (up to 6) until they differ."""
+    for d in range(digits, 7):
+        sa, sb = f"{a:.{d}g}", f"{b:.{d}g}"
+        if sa != sb:
+            break
+    return sa, sb
+
+
 def _warnings(fig: dict, default: dict, target: RecommendTarget) -> list[str]:
+    """The row's warnings (METHOD.md §6.1): its n_eff below its default's by more than :data:`N_EFF_MARGIN`, its
+    draws where a model's error reaches σ², an index past the table."""
     out = []
     a, b = fig["n_eff_per_batch"], default["n_eff_per_batch"]
+    sa, sb = _pair(a, b, 3)
     if a < 0.5 * b:
-        out.append(f"n_eff {a:.2f}x batch, below half the default's {b:.2f}x: the weighted loss is {b / a:.1f}x noisier per step")
-    elif a < b * (1 - 1e-9):
-        out.append(f"n_eff {a:.2f}x batch, below the default's {b:.2f}x")
+        out.append(f"n_eff {sa}x batch, below half the default's {sb}x: the weighted loss is {b / a:.1f}x noisier per step")
+    elif a < b * (1 - N_EFF_MARGIN):
+        out.append(f"n_eff {sa}x batch, {1 - a / b:.0%} below the default's {sb}x")
     share = _model_error_share(fig["_masses"][0], target)
     if share >= MODEL_ERROR_SHARE:
         out.append(
@@ -940,41 +991,103 @@ def _public(fig: dict) -> dict:
     return {k: v for k, v in fig.items() if not k.startswith("_")}
 
 
+def _objective_text(objective: dict) -> str:
+    gamma = objective.get("snr_gamma")
+    return f"prediction_type {objective['prediction_type']}, loss_weighting {objective['loss_weighting']}" + (
+        f" (snr_gamma {gamma:g})" if gamma is not None else ""
+    )
+
+
+def _row_target(t: TrainerScripts, target: RecommendTarget) -> tuple[RecommendTarget, str, str | None]:
+    """``(target, flags, note)`` of a trainer's row (METHOD.md §6.1): the training's target when its objective is one
+    the scripts train (``t.losses`` None: any), with the flags that select it; else the target for the scripts'
+    default loss (w rebuilt from it on the same ρ̂ and m̂), and a sentence naming both losses."""
+    if t.losses is None:
+        return target, "", None
+    same = {k: target.objective.get(k) for k in ("prediction_type", "loss_weighting")}
+    for loss, flags in t.losses:
+        if loss == same:
+            return target, flags, None
+    loss, flags = t.losses[0]
+    w = Objective(**loss).x0_loss_weight(torch.exp(target.log_sigma), sigma_data=target.path.data_scale or 0.5)
+    own = RecommendTarget(
+        log_sigma=target.log_sigma,
+        rho_hat=target.rho_hat,
+        w=w.to(_F64),
+        path=target.path,
+        objective={**loss, "snr_gamma": None},
+        source=target.source,
+        m_hat=target.m_hat,
+        s_hat=target.s_hat,
+        model_error=target.model_error,
+        dynamic_shift=target.dynamic_shift,
+    )
+    note = (
+        f"fitted for this trainer's loss ({_objective_text(own.objective)}), not the one given "
+        f"({_objective_text(target.objective)}): its scripts train no other"
+    )
+    return own, flags, note
+
+
+def _draw_path(t: TrainerScripts, target: RecommendTarget) -> NoisePath:
+    """The path whose table the scripts index: a dynamic-shift scheduler's own table is unshifted (diffusers' Flux
+    scripts train on it, mu = 0), whatever mu the target's path carries."""
+    if t.indexes_table and target.dynamic_shift and target.path.log_shift != 0.0:
+        return dataclasses.replace(target.path, shift=1.0)
+    return target.path
+
+
 def _trainer_rows(target: RecommendTarget, trainer: str) -> list[dict]:
     rows = []
     for t in TRAINERS:
         if t.trainer != trainer or not t.trains(target.path):
             continue
-        default = _figures(t.default_draws(target.path), target)
+        own, loss_flags, loss_note = _row_target(t, target)
+        path = _draw_path(t, own)
+        notes = [loss_note] if loss_note else []
+        if path is not own.path:
+            notes.append(
+                f"its scripts index the scheduler's own table, unshifted for a use_dynamic_shifting scheduler (mu = 0 "
+                f"in training, not the given mu {own.path.log_shift:.4g}): the rows are the draws of that table"
+            )
+        default = _figures(t.default_draws(path), own)
         settings, dropped = [], []
         for s in t.settings:
             clamped = None
             if s.family is None:
-                flags, draws = s.build({}, target.path)
+                flags, draws = s.build({}, path)
             else:
-                params, clamped = _clamp(s, target, fitted_parameters(target, s.family))
-                flags, draws = s.build(params, target.path)
-            fig = _figures(draws, target)
+                params, clamped = _clamp(s, own, fitted_parameters(own, s.family), path)
+                flags, draws = s.build(params, path)
+            flags += loss_flags
+            fig = _figures(draws, own)
+            label = s.family or flags
             if _same_draws(fig, default):
                 dropped.append(
-                    f"{s.family}: the default already fits (the fit gives the default's draws)"
-                    if s.family
-                    else f"{flags}: the default itself"
+                    f"{label}: the default already fits (the fit gives the default's draws)" if s.family else f"{flags}: the default itself"
                 )
                 continue
-            warnings = _warnings(fig, default, target)
+            if fig["tv"] > default["tv"] - MIN_TV_GAIN:
+                a, b = _pair(fig["tv"], default["tv"], 3)
+                dropped.append(
+                    f"{label}: the default already fits as well (TV {a} vs the default's {b}; a row must be {MIN_TV_GAIN} lower)"
+                )
+                continue
+            warnings = _warnings(fig, default, own)
             if draws.note:
                 warnings.insert(0, draws.note)
             if clamped:
                 warnings.insert(0, clamped)
             settings.append({"family": s.family, "flags": flags, **_public(fig), "clamped": clamped, "warnings": warnings})
-        dw = _warnings(default, default, target)
+        dw = _warnings(default, default, own)
         rows.append(
             {
                 "trainer": trainer,
                 "scripts": t.scripts,
                 "source": t.source,
                 "loss": t.loss,
+                "objective": {k: ("custom" if callable(v) else v) for k, v in own.objective.items()},
+                "notes": notes,
                 "default": {"flags": t.default_flags, **_public(default), "warnings": dw},
                 "settings": settings,
                 "dropped": dropped,
@@ -989,9 +1102,10 @@ class Recommendation:
     """The result of :func:`recommend_fixed_density`: the target, the fit of every family of its path kind, and per
     trainer the flags of each setting with ``TV(π, π*)``, ``RV`` and ``n_eff/batch`` beside the trainer default's
     (``trainers``: plain dicts; an entry with ``"unsupported"`` says why a trainer has no setting for the path).
-    ``refused``: why nothing is fitted (a stored schedule that has not settled), with empty fits and rows."""
+    ``refused``: why nothing is fitted (a stored schedule saved before it adapted, ``target`` then None, or one that
+    has not settled), with empty fits and rows."""
 
-    target: RecommendTarget
+    target: RecommendTarget | None
     families: dict[str, FamilyFit]
     trainers: list[dict]
     refused: str | None = None
@@ -1004,7 +1118,7 @@ class Recommendation:
 
     def to_dict(self) -> dict:
         return {
-            "target": self.target.to_dict(),
+            "target": None if self.target is None else self.target.to_dict(),
             "criterion": "KL(pi*||pi_theta) in closed form, reported as TV(pi, pi*) on the target's grid with pi* = "
             "rho_hat/w normalised, and RV = E[(w*s)^2]/E[w*m]^2 of the draws (docs/METHOD.md 6.1)",
             "refused": self.refused,
@@ -1014,7 +1128,7 @@ class Recommendation:
         }
 
 
-def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **training) -> Recommendation:
+def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", description: str | None = None, **training) -> Recommendation:
     """Fit every family of the training's path kind to π* and give each trainer's flags, clamped to what the trainer
     represents, with the TV and effective batch of the draws those flags really give (METHOD.md §6.1).
 
@@ -1023,9 +1137,11 @@ def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **t
             or its dict, or RecommendTarget; the training's scheduler, ``prediction_type``, ``loss_weighting``,
             ``snr_gamma``, ``mu``).
         trainers: ``"all"``, a name of :data:`TRAINER_SOURCES` or a list of them.
+        description: where ``source`` came from, in words (a file name): its errors and the output name it.
 
     Returns:
-        a :class:`Recommendation`; ``refused`` set (no fits, no rows) for a stored schedule that has not settled.
+        a :class:`Recommendation`; ``refused`` set (no fits, no rows) for a stored schedule saved before it adapted
+        (``target`` None) or that has not settled.
 
     Raises:
         ValueError: an unknown trainer name; a single trainer (not ``"all"``) without a setting for the path kind
@@ -1035,7 +1151,10 @@ def recommend_fixed_density(source, noise_scheduler=None, *, trainers="all", **t
     unknown = [n for n in names if n not in TRAINER_NAMES]
     if unknown:
         raise ValueError(f"trainer: unknown {', '.join(unknown)}; accepted: all, {', '.join(TRAINER_NAMES)}")
-    target = _target(source, noise_scheduler, training)
+    try:
+        target = _target(source, noise_scheduler, training, description)
+    except NotAdapted as err:
+        return Recommendation(None, {}, [], refused=str(err))
     if trainers != "all":
         for n in names:
             if not any(t.trainer == n and t.trains(target.path) for t in TRAINERS):

@@ -261,7 +261,13 @@ def test_a_schedule_built_from_logit_normal_gives_back_its_mean_and_std():
     flags = {(r["trainer"], r["scripts"].split(",")[0]): r["settings"][0]["flags"] for r in rec.trainers}
     diffusers = flags[("diffusers", "train_dreambooth_lora_sd3.py")]
     assert numbers_after(diffusers, "--logit_mean") == pytest.approx(math.log(3.0) - m, abs=1e-3)
-    assert numbers_after(flags[("kohya", "sd3_train.py")], "--logit_mean") == pytest.approx(m, abs=1e-3)  # the noise level itself
+    # kohya's SD3 scripts train the x0 loss only: the row is fitted for it, says so, and on a schedule of that loss
+    # (w = 1, π* = ρ̂ = the same normal) gives the noise level's own mean
+    (sd3,) = [r for r in rec.trainers if r["scripts"].startswith("sd3_train.py")]
+    assert "this trainer's loss (prediction_type sample" in sd3["notes"][0] and "(prediction_type flow" in sd3["notes"][0]
+    x0_payload, _ = stored_schedule(sched, lambda x: normal_pdf(x, m, sd), torch.ones_like, prediction_type="sample", loss_weighting="none")
+    (sd3,) = [r for r in recommend_fixed_density(x0_payload, sched, trainers="kohya").trainers if r["scripts"].startswith("sd3")]
+    assert not sd3["notes"] and numbers_after(sd3["settings"][0]["flags"], "--logit_mean") == pytest.approx(m, abs=1e-3)
     assert math.log(numbers_after(flags[("kohya", "flux_train.py")], "--discrete_flow_shift")) == pytest.approx(m, abs=1e-3)
     simpletuner = flags[("simpletuner", "every flow-matching model (--flow_schedule_auto_shift off)")]
     assert math.log(numbers_after(simpletuner, "--flow_schedule_shift")) == pytest.approx(m, abs=1e-3)
@@ -509,7 +515,7 @@ def test_recommend_errors_are_one_line_naming_the_argument(capsys, pipes, tmp_pa
         (("--loss-weighting", "min_snr"), "--snr-gamma", "'min_snr' needs a finite float"),
         (("--snr-gamma", "5"), "--snr-gamma", "only used with loss_weighting='min_snr'"),
         (("--mu", "1"), "--mu", "only flow-matching schedulers take a dynamic shift"),
-        (("--scheduler", "flow", "--mu", "1"), "--mu", "use_dynamic_shifting=False"),
+        (("--scheduler", "flow", "--mu", "1"), "--mu", "the built-in 'flow' scheduler has no dynamic shifting"),
     ],
 )
 @pytest.mark.parametrize("source", ["stored", "measured"])
@@ -588,23 +594,26 @@ def test_a_model_profile_whose_clean_end_is_model_error_says_so_in_its_rows():
         prof = profile_from_errors(sig, errors, gate=None, loss_weighting="edm", meta={"source": "model"})
         rec = recommend_fixed_density(prof, sched)
         (row,) = [r for r in rec.trainers if "settings" in r]
-        said = [w for w in row["settings"][0]["warnings"] + row["default"]["warnings"] if "model's error reaches sigma^2" in w]
+        warnings = [w for x in row["settings"] for w in x["warnings"]] + row["default"]["warnings"]
+        said = [w for w in warnings if "model's error reaches sigma^2" in w]
         assert bool(said) == warned, (said, row)
 
 
 def test_the_n_eff_warning_is_in_the_rows_line_and_a_no_op_row_is_dropped(capsys, tmp_path):
     """A flow profile with π* = N(−1, 1) in ln σ under the x0 loss: its logit-normal fit draws where m̂ varies more
-    than the SimpleTuner default's draws, and its line says so. A VP profile whose π* sits at both ends of the table:
-    its 1%-99% range is the whole table, diffusers' bias multiplier 1, the default: no row, a line instead."""
+    than kohya's SD3 default's draws (its scripts train the x0 loss), and its line says so. A VP profile whose π* sits
+    at both ends of the table: its 1%-99% range is the whole table, diffusers' bias multiplier 1, the default: no row, a line instead."""
     flow = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
     x = log_sigma_grid(flow, 64)
     sig = torch.exp(x)
     prof = profile_from_errors(sig, errors_for(sig, normal_pdf(x, -1.0, 1.0)), gate=None, meta={"path": flow.config()})
     (tmp_path / "flow.json").write_text(json.dumps({"profile": prof.to_dict()}))
-    rc, out, err = run(capsys, "recommend", tmp_path / "flow.json", "--trainer", "simpletuner", "--prediction-type", "sample")
+    rc, out, err = run(capsys, "recommend", tmp_path / "flow.json", "--trainer", "kohya", "--prediction-type", "sample")
     assert rc == 0, err
-    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("logit_normal") and "--flow_sigmoid_scale" in ln]
-    assert re.search(r"n_eff [0-9.]+x batch +--flow_sigmoid_scale .* \| warning: n_eff [0-9.]+x batch, below", line), line
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("logit_normal") and "--weighting_scheme logit_normal" in ln]
+    assert re.search(r"n_eff [0-9.]+x batch +--weighting_scheme .* \| warning: n_eff [0-9.]+x batch, [0-9]+% below the default's", line), (
+        line
+    )
 
     vp = path_from_scheduler(DDPMScheduler())
     xv = torch.log(vp.sigmas_table)
@@ -646,3 +655,43 @@ def test_a_vp_profile_json_reads_the_scheduler_it_records(capsys, vp_pipe, tmp_p
     )
     rc, out, err = run(capsys, "recommend", tmp_path / "moved.json", "--scheduler", pipe, "--trainer", "kohya")
     assert rc == 0 and "--min_timestep" in out, err
+
+
+def test_a_schedule_saved_before_it_adapted_is_a_refusal_like_an_unsettled_one(capsys, tmp_path):
+    """One step of a 5-step warm-up: the payload holds no ρ̂. The command says "no flags: <why>" with status 0, as for a
+    run within its warm-up (METHOD.md §6.1), not an error; the library's recommend_parameters raises as for any
+    refusal, and recommend_fixed_density returns the reason with no target."""
+    sched = EDMEulerScheduler()
+    sampler = make_sampler("infonoise", sched, warmup_steps=5, refresh_every=1, num_bins=16)
+    sampler.step()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        sampler.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "young")
+    rc, out, err = run(capsys, "recommend", tmp_path / "young")
+    assert rc == 0 and not err.strip(), err
+    assert out.startswith("no flags: stored schedule") and "saved before it adapted (at optimizer step 1)" in out
+    payload = read_schedule(sched)
+    assert recommend_fixed_density(payload, sched).target is None
+    with pytest.raises(ValueError, match="source: not fitted: the schedule was saved before it adapted"):
+        recommend_parameters(payload, sched)
+
+
+def test_recommend_input_errors_name_the_users_input(capsys, tmp_path):
+    """An empty SOURCE; a ρ̂ of zeros (not the internal ``p``); a ρ̂ wholly above the training path's σ range, whose
+    error gives both ranges (the flow path's s in [1/1000, 999/1000]: VE σ 1/999..999); NaN in a stored m̂ named by
+    its index as inf is."""
+    rc, _, err = run(capsys, "recommend", "")
+    assert_one_line_error(rc, err, "SOURCE: is empty")
+    x = torch.linspace(8.0, 9.0, 8, dtype=torch.float64)
+    for name, rho in (("zero", torch.zeros(8, dtype=torch.float64)), ("high", torch.ones(8, dtype=torch.float64))):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"log_sigma": x.tolist(), "rho_hat": rho.tolist()}))
+    rc, _, err = run(capsys, "recommend", tmp_path / "zero.json", "--scheduler", "flow")
+    assert_one_line_error(rc, err, f"SOURCE: rho_hat of profile {tmp_path / 'zero.json'} is zero at every point")
+    rc, _, err = run(capsys, "recommend", tmp_path / "high.json", "--scheduler", "flow")
+    assert_one_line_error(rc, err, f"VE sigma range {1 / 999:.3g}..{999:.3g}", f"its mass lies in VE sigma {math.exp(8 - 1 / 14):.3g}..")
+    sched = FlowMatchEulerDiscreteScheduler()
+    payload, _ = stored_schedule(sched, lambda v: normal_pdf(v, 0.0, 1.0), flow_velocity_w, prediction_type="flow", loss_weighting="none")
+    payload["m_hat"][5] = math.nan
+    (tmp_path / "nan.json").write_text(json.dumps(payload))
+    rc, _, err = run(capsys, "recommend", tmp_path / "nan.json")
+    assert_one_line_error(rc, err, "got m_hat[5] = nan in the bin")

@@ -62,10 +62,12 @@ def logit32(s: torch.Tensor) -> torch.Tensor:
 
 
 def target_of(scheduler, m, s, *, prediction_type="sample", num_levels=64, shape=None):
-    """A profile whose π* (x0 loss: w = 1, π* = ρ̂) holds point values of N(m, s²) in ln σ (or of ``shape(x)``)."""
+    """A profile whose π* = ρ̂/w under the unweighted ``prediction_type`` loss holds point values of N(m, s²) in ln σ
+    (or of ``shape(x)``): ρ̂ ∝ shape·w, w = 1 for the x0 loss, ``(1 + σ)²/σ²`` for the flow velocity (METHOD.md §4)."""
     x = log_sigma_grid(path_from_scheduler(scheduler), num_levels)
     sig = torch.exp(x)
     q = torch.exp(-0.5 * ((x - m) / s) ** 2) if shape is None else shape(x)
+    q = q * (((1 + sig) / sig) ** 2 if prediction_type == "flow" else 1.0)
     return target_from_profile(profile_from_errors(sig, sig**2 * q / q.max(), gate=None), scheduler, prediction_type=prediction_type)
 
 
@@ -77,6 +79,7 @@ def module_draws(target, trainer, scripts_start, family):
     """The :class:`Draws` the module reports for a row: its clamped fit through the setting's own build."""
     (scripts,) = [t for t in T.TRAINERS if t.trainer == trainer and t.scripts.startswith(scripts_start) and t.trains(target.path)]
     (setting,) = [s for s in scripts.settings if s.family == family]
+    target = T._row_target(scripts, target)[0]  # fitted for the loss the scripts train
     params, _ = T._clamp(setting, target, fitted_parameters(target, family))
     return setting.build(params, target.path)[1]
 
@@ -247,7 +250,7 @@ def simpletuner_flow(flags, gen, n=DRAWS):
 
 
 def test_simpletuner_flow_rows(gen):
-    target = target_of(FlowMatchEulerDiscreteScheduler(shift=3.0), -1.5, 1.1)
+    target = target_of(FlowMatchEulerDiscreteScheduler(shift=3.0), -1.5, 1.1, prediction_type="flow")
     (flow,) = rows(target, "simpletuner")
     for setting in flow["settings"]:
         assert cdf_gap(simpletuner_flow(setting["flags"], gen), module_draws(target, "simpletuner", "every", setting["family"])) < 0.01
@@ -299,7 +302,7 @@ def onetrainer_flow(config: str, gen, n=DRAWS):
 
 @pytest.mark.parametrize("m, s", [(0.3, 0.9), (5.0, 2.5)], ids=["inside", "noisy-end"])
 def test_onetrainer_flow_rows(m, s, gen):
-    target = target_of(FlowMatchEulerDiscreteScheduler(), m, s)
+    target = target_of(FlowMatchEulerDiscreteScheduler(), m, s, prediction_type="flow")
     flow = rows(target, "onetrainer")[0]
     for setting in flow["settings"]:
         sim, past = onetrainer_flow(setting["flags"], gen)
@@ -322,7 +325,7 @@ def test_onetrainer_uniform_shift_never_indexes_past_its_table():
         return bool(((N * k * t / ((k - 1) * t + N)).int() >= N).any())
 
     assert crashes(3.0)
-    target = target_of(FlowMatchEulerDiscreteScheduler(), 1.1, 1.0)  # the fitted shift is about 3
+    target = target_of(FlowMatchEulerDiscreteScheduler(), 1.1, 1.0, prediction_type="flow")  # the fitted shift is about 3
     (setting,) = [x for x in rows(target, "onetrainer")[0]["settings"] if x["family"] == "shift_uniform"]
     k = numbers(setting["flags"], "timestep_shift")
     assert not crashes(k) and setting["crash_probability"] == 0.0
@@ -359,7 +362,7 @@ def ai_toolkit_linear(flags, gen, n=DRAWS):
 
 @pytest.mark.parametrize("m, s", [(0.2, 1.0), (-5.5, 1.5)], ids=["inside", "clean-end"])
 def test_ai_toolkit_rows(m, s, gen):
-    target = target_of(FlowMatchEulerDiscreteScheduler(), m, s)
+    target = target_of(FlowMatchEulerDiscreteScheduler(), m, s, prediction_type="flow")
     flow = rows(target, "ai-toolkit")[0]
     assert "timestep_type: sigmoid: the default itself" in flow["dropped"]
     for setting in flow["settings"]:
@@ -414,3 +417,81 @@ def test_this_packages_row_is_what_its_sampler_draws(gen):
     assert cdf_gap(sim, module_draws(target, "diffusers-infonoise", "train_unconditional", "logit_normal")) < 0.01
     fit = fitted_parameters(target, "logit_normal")
     assert quantiles(sim) == pytest.approx(normal_quantiles(fit["mean"], fit["std"]), abs=0.02)
+
+
+# ----------------------------------------------------------------------------------------------
+# What is a recommendation: a TV gain over the default, a noisier loss by a margin, the trainer's own range
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d, kept", [(0.01, False), (0.06, True)])
+def test_a_row_within_min_tv_gain_of_the_default_is_not_a_recommendation(d, kept):
+    """SimpleTuner's default draws N(ln 3, 1) in ln σ (no table); π* = N(ln 3 + d, 1) under its velocity loss. The
+    shift_logit_normal row is N(ln 3 + d, 1) itself (TV ≈ 0), the default's TV is that of two unit normals d apart,
+    2Φ(d/2) − 1: 0.004 for d = 0.01 (below MIN_TV_GAIN: dropped, with both TVs) and 0.024 for d = 0.06 (kept)."""
+    target = target_of(FlowMatchEulerDiscreteScheduler(), math.log(3.0) + d, 1.0, prediction_type="flow", num_levels=256)
+    (row,) = rows(target, "simpletuner")
+    tv_default = 2 * float(torch.special.ndtr(torch.tensor(d / 2, dtype=torch.float64))) - 1
+    assert row["default"]["tv"] == pytest.approx(tv_default, abs=2e-3)
+    families = [x["family"] for x in row["settings"]]
+    assert ("shift_logit_normal" in families) == kept
+    if not kept:
+        (line,) = [x for x in row["dropped"] if x.startswith("shift_logit_normal")]
+        assert "the default already fits as well (TV " in line and f"a row must be {T.MIN_TV_GAIN} lower" in line
+    # shift_uniform (a logistic) is farther from π* than the default: never a row
+    assert "shift_uniform" not in families and any(x.startswith("shift_uniform: the default already fits") for x in row["dropped"])
+
+
+def test_the_n_eff_warning_needs_the_margin_and_prints_the_difference():
+    """n_eff 0.97x vs the default's 1.0x (3% below): no warning; 0.94x (6%): a warning whose two numbers differ as
+    printed; 0.4x: below half, the loss 2.5x noisier."""
+    from types import SimpleNamespace
+
+    def warn(a, b):
+        fig = {"n_eff_per_batch": a, "_masses": (torch.zeros(3, dtype=torch.float64), 0.0, 0.0), "crash_probability": 0.0}
+        return T._warnings(fig, {"n_eff_per_batch": b}, SimpleNamespace(model_error=None))
+
+    assert warn(0.97, 1.0) == [] and warn(0.999, 1.0) == []
+    (w,) = warn(0.94, 1.0)
+    assert "n_eff 0.94x batch, 6% below the default's 1x" == w
+    (w,) = warn(0.998, 1.06)
+    a, b = re.findall(r"[0-9.]+(?=x)", w)
+    assert a != b
+    (w,) = warn(0.4, 1.0)
+    assert "below half" in w and "2.5x noisier" in w
+
+
+def test_the_clamp_names_the_trainers_range_and_the_grid_apart():
+    """A profile on ln σ in [−3, 3] (cells to ±3 ± h/2) with π* = N(−2.5, 1.5²): 37% of the moment fit lies below the
+    grid, so diffusers' SD3 row is clamped. Its trainer (shift-1 table, s in [1/1000, 999/1000]) represents VE σ
+    1/999..999; the grid, not the trainer, is what stops the fit at σ = e^(−3 − h/2)."""
+    sched = FlowMatchEulerDiscreteScheduler()
+    x = torch.linspace(-3.0, 3.0, 64, dtype=torch.float64)
+    h = float(x[1] - x[0])
+    sig = torch.exp(x)
+    q = torch.exp(-0.5 * ((x + 2.5) / 1.5) ** 2)
+    target = target_from_profile(profile_from_errors(sig, sig**2 * q / q.max(), gate=None), sched, prediction_type="sample")
+    row = next(r for r in rows(target, "diffusers") if r["scripts"].startswith("train_dreambooth_lora_sd3"))
+    (setting,) = [x for x in row["settings"] if x["clamped"]]
+    said = setting["clamped"]
+    assert f"the trainer represents VE sigma {1 / 999:.3g}..{999:.3g}" in said
+    assert f"rho_hat's grid has no level below VE sigma {math.exp(-3.0 - h / 2):.3g}" in said
+
+
+def test_each_trainer_row_is_fitted_for_its_own_loss_and_diffusers_flux_draws_its_unshifted_table():
+    """A dynamic-shift (Flux) scheduler with mu = 1: diffusers' scripts index its own table, which is unshifted, so
+    --logit_mean = ln 1 − m = −m (METHOD.md §6.1: ln k₀ − m with k₀ = 1), not 1 − m, and the row says so. kohya's SD3
+    row (x0 loss only) of the velocity-loss target carries the note naming both losses."""
+    flux = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, shift=3.0)
+    path = path_from_scheduler(flux, mu=1.0)
+    x = log_sigma_grid(path, 64)
+    sig = torch.exp(x)
+    q = torch.exp(-0.5 * ((x - 0.8) / 0.9) ** 2) * ((1 + sig) / sig) ** 2
+    target = target_from_profile(profile_from_errors(sig, sig**2 * q / q.max(), gate=None), flux, prediction_type="flow", mu=1.0)
+    m = fitted_parameters(target, "logit_normal")["mean"]
+    for row in rows(target, "diffusers"):
+        assert any("unshifted for a use_dynamic_shifting scheduler" in n for n in row["notes"])
+        (ln,) = [x for x in row["settings"] if x["family"] == "logit_normal"]
+        assert numbers(ln["flags"], "--logit_mean") == pytest.approx(-m, abs=1e-3)
+    sd3 = next(r for r in rows(target, "kohya") if r["scripts"].startswith("sd3"))
+    assert "prediction_type sample" in sd3["notes"][0] and "prediction_type flow" in sd3["notes"][0]
