@@ -229,8 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
         "uniform or logit-normal(0, 1) sampling, EDM log-normal, a timestep range), the member closest in KL to the draw "
         "density pi* = rho_hat/w of the training's loss (closed form, docs/METHOD.md section 6.1), clamp it to what each "
         "trainer represents, and print each trainer's flags with the TV(pi, pi*) and effective batch (n_eff = batch/RV of "
-        "the weighted loss) of the draws they give, beside its default's; a line warns where a fit is noisier than the "
-        "default or rests on model error. rho_hat comes from a stored schedule (fitted once its run has settled), a "
+        "the weighted loss) of the draws they give, beside its default's; a row whose TV is not 0.01 below the default's is left "
+        "out with a line, a row is fitted for the loss its trainer trains, and a line warns where a fit is 5% noisier than "
+        "the default, clamped or rests on model error. rho_hat comes from a stored schedule (fitted once its run has settled), a "
         "profile.json of 'infonoise profile', or a profile measured here (--model and --dataset, forward passes only).",
     )
     p.add_argument(
