@@ -349,8 +349,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         ``variance``, ``min_gap``, null when not measured), ``tv_phi_rho`` (TV(φ, ρ̂) of the stored π, METHOD.md §5;
         null before adaptation), ``start`` (how the run began, METHOD.md §5.9: :attr:`start_record`, kept through
         resumes; null when not recorded; payloads written before it have no such field) and, for a tempered target
-        (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds), and for the study variant
-        ``target_space="pi"`` ``tv_pi_rho`` (TV(π, ρ̂)).
+        (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds), and for
+        a study ``target_space`` other than ``"phi"`` ``tv_pi_rho`` (TV(π, ρ̂)).
         """
         from ..version import __version__
 
@@ -385,7 +385,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 if tv is not None and self.settings.temperature != 1.0
                 else {}
             ),
-            **({"tv_pi_rho": self._draws_total_variation()} if tv is not None and self.settings.target_space == "pi" else {}),
+            **({"tv_pi_rho": self._draws_total_variation()} if tv is not None and self.settings.target_space != "phi" else {}),
         }
 
     def load_schedule(self, payload: dict, *, source: str | None = None) -> None:

@@ -205,7 +205,8 @@ def _same_line(shown: str, printed: str) -> bool:
 
 def test_readme_recommend_example_is_what_the_commands_print(tmp_path, capsys):
     """The recommend section's commands run as written (their /tmp folder moved under tmp_path), and every line of
-    output it shows is printed: a fit, its n_eff, a row no better than the default left out in a line of its own."""
+    output it shows is printed: a fit, its n_eff, a row no better than the default left out in a line of its own, a
+    warning in the line of the row it concerns."""
     import shlex
 
     from diffusers_infonoise.cli import main
@@ -226,7 +227,7 @@ def test_readme_recommend_example_is_what_the_commands_print(tmp_path, capsys):
         for line in lines:
             assert any(_same_line(line, p) for p in printed), (line, printed)
     said = " ".join(lines for _, ls in shown for lines in ls)
-    assert "n_eff" in said and "the default already fits as well (TV " in said
+    assert "n_eff" in said and "the default already fits as well (TV " in said and "| warning: " in said
 
 
 def test_readme_names_every_script_option_of_the_newest_changelog_section():

@@ -422,6 +422,8 @@ def test_importance_target_spaces_realise_rho_by_draws_and_a_per_sample_factor(s
     assert total_variation(phi, rho) <= 0.03, total_variation(phi, rho)
     assert s._allocation_total_variation() == pytest.approx(0.0, abs=1e-12)  # φ = ρ̂ by construction
     assert s.metrics()["infonoise/tv_pi_rho"] == pytest.approx(total_variation(pi, rho), abs=0.02)
+    s.save_to_scheduler(sched)
+    assert read_schedule(sched)["tv_pi_rho"] == pytest.approx(s.metrics()["infonoise/tv_pi_rho"])
     with pytest.raises(ValueError, match="target_space: .* VP path"):
         InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), target_space=space)
     with pytest.raises(ValueError, match="floor_space"):
