@@ -47,7 +47,7 @@ MAX_MEMORY_STEPS = 500
 
 _SPACES = ("phi", "pi")
 #: where ρ̂ is realised (``target_space``): the two spaces, and the two study spaces whose draws carry a per-sample factor
-#: so that the effective allocation is ρ̂ itself (issue 47's candidate B and its split; docs/METHOD.md §4)
+#: so that the effective allocation is ρ̂ itself (candidate B of docs/METHOD.md §4.1 and its split)
 _TARGET_SPACES = (*_SPACES, "importance", "rho_draws")
 _NOT_BEFORE = object()  # a setting every payload records
 
@@ -372,7 +372,7 @@ class InfoNoiseSettings(AdaptiveSettings):
             allocation ``φ = π·w`` follows ρ̂, METHOD.md §4) or ``"pi"`` (a study setting: the draws follow ρ̂,
             ``π = (1 − η)·ρ̂ + η·π_base``, and the loss weight w is left to scale them; TV(φ, ρ̂) then measures how far
             the run is from the method, and ``tv_pi_rho`` of a refresh TV(π, ρ̂)); or, study settings that realise
-            ``φ = ρ̂`` by importance sampling (docs/METHOD.md §4, issue 47's candidate B): the draws are
+            ``φ = ρ̂`` by importance sampling (candidate B of docs/METHOD.md §4.1): the draws are
             ``(1 − η)·ρ̂·ŝ + η·π_base`` normalised, ``ŝ = m̂`` (``"importance"``: the draws that minimise the weighted
             loss's variance when a level's RMS error is proportional to its mean) or ``ŝ = 1`` (``"rho_draws"``), and
             each draw carries the per-sample factor ``c·ρ̂(σ)/(π(σ)·w(σ))`` (``levels.loss_weights``, mean 1 under π),
