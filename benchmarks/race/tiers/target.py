@@ -87,6 +87,7 @@ CANDIDATE_ARMS = {
     "tf-ft16-x0.25": ("infonoise-target_space=importance", "infonoise-target_space=rho_draws"),
     "tf-dna64": ("infonoise-target_space=importance",),
     "tf-bin16-x4": ("infonoise-target_space=importance",),
+    "tf-dna2mer32": ("infonoise-target_space=importance",),  # a near-oracle task: B must not lose there
 }
 
 
