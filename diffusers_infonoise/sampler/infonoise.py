@@ -115,15 +115,16 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         (docs/METHOD.md §4)."""
         if self.settings.target_space not in _IMPORTANCE_SPACES or self.probs is None:
             return None
+        cached = getattr(self, "_importance_table", None)
+        if cached is None or cached[0] is not self.probs:  # once per π (a refresh or a load makes a new one), not per batch
+            rho_mass = self._rho_mass(self.settings.temperature)
+            c = 1.0 / float((rho_mass / self._bin_weights()).sum())
+            cached = self._importance_table = (self.probs, c * rho_mass / self.estimator.widths)
         x = torch.log(sigmas.to(torch.float64))
-        rho_mass = self._rho_mass(self.settings.temperature)
-        edges = self.estimator.edges
-        k = densities.searchsorted(edges, x, right=True).sub(1).clamp(0, len(rho_mass) - 1)
-        rho_density = (rho_mass / self.estimator.widths)[k]
+        k = densities.searchsorted(self.estimator.edges, x, right=True).sub(1).clamp(0, len(cached[1]) - 1)
         pi_density = torch.exp(self.density.log_prob(x))
         w = self.objective.x0_loss_weight(torch.exp(x), sigma_data=self.sigma_data).to(torch.float64)
-        c = 1.0 / float((rho_mass / self._bin_weights()).sum())
-        return (c * rho_density / (pi_density * w)).to(torch.float32).to(levels.sigmas.device)
+        return (cached[1][k] / (pi_density * w)).to(torch.float32).to(levels.sigmas.device)
 
     def _effective_allocation(self) -> torch.Tensor:
         """(K,) float64 bin masses of the effective allocation ``φ = π·w`` normalised (METHOD.md §4); with an

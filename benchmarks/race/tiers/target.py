@@ -120,8 +120,8 @@ TIERS = [
     Tier(
         "fair_candidates",
         candidate_races,
-        sizing="the fair races of three failures with issue 47's candidates B (and on x0 x 0.25 the split by draws) added, "
-        "3 seeds each; run with --reuse fair so that only the candidates' runs are new",
+        sizing="the fair races of three failures and one near-oracle task with issue 47's candidate B (and on x0 x 0.25 "
+        "the split by draws) added, 3 seeds each; run with --reuse fair so that only the candidates' runs are new",
         priority=fair_priority(candidate_races()),
         summaries=(FAIR,),
     ),
