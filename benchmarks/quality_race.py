@@ -41,6 +41,7 @@ from benchmarks import RESULTS
 from benchmarks.race.harness import finished_runs, print_plan, reuse_run, run_all, run_specs
 from benchmarks.race.races import smoke_races
 from benchmarks.race.report import results_meta, write_report
+from benchmarks.race.restore import restore_runs
 from benchmarks.race.sample_quality import Scorer
 from benchmarks.race.summary import summarize
 from benchmarks.race.tiers import TIERS, get_tier
@@ -72,6 +73,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=str,
         default=None,
         help="Free text recorded in the results' meta and report (e.g. how the runs were made when this is --report_only).",
+    )
+    p.add_argument(
+        "--restore",
+        action="store_true",
+        help="First write the runs this tier's committed results hold back as finished runs (benchmarks/race/restore.py), "
+        "so that a tier resumed without its run folders trains only the runs it lacks.",
     )
     p.add_argument("--report_only", action="store_true", help="Aggregate the existing run results only.")
     p.add_argument("--plan", action="store_true", help="Print the runs and a time estimate, then exit.")
@@ -121,6 +128,8 @@ def main(argv=None):
     if not args.report_only:
         print_plan(specs, out, jobs=args.jobs, tier=args.tier, races=races, runs=False)
     (root / "runs").mkdir(parents=True, exist_ok=True)
+    if args.restore:
+        print(f"restored {len(restore_runs(specs, out, tier_name))} runs from the committed results", flush=True)
     if args.reuse:
         for sp in specs:
             reuse_run(sp, out / f"quality_race_{args.reuse}" / "runs" / f"{sp.run_id}.json")

@@ -15,11 +15,16 @@ race's model on the race's data (:func:`diffusers_infonoise.diagnostics.recommen
    of ``infonoise profile`` / ``infonoise recommend --model --dataset`` (:data:`PROFILE_SETTINGS`: their defaults), on
    probe examples of the race's training data as the training script loads them, with the scheduler, prediction type
    and loss weighting the script builds for the run (EDM: ``sample``, ``edm``).
-3. **The fit.** ``recommend_parameters`` of the family under that objective. On the EDM (VE) path logit-normal(mean,
-   std) in the library's convention is N(mean, std²) in ln σ, i.e. the family ``edm_lognormal`` (P_mean, P_std) of
-   METHOD.md §6.1; the arm becomes ``logit_normal@mean=<P_mean>,std=<P_std>``, which the harness passes to the script as
-   every explicit arm (``--logit_mean`` with diffusers' sign). Other paths are refused (their logit-normal is shifted by
-   the scheduler's shift; not needed by any tier).
+3. **The fit, as the command prints it.** ``recommend_parameters`` of the family under that objective (``fit``), and
+   the row ``infonoise recommend`` prints for this package's scripts on that profile
+   (:func:`diffusers_infonoise.diagnostics.recommend_fixed_density`, trainer ``diffusers-infonoise``): its flags, TV,
+   n_eff and warnings (``printed``). The run trains what a user who pastes that row trains: the row's parameters
+   (rounded as printed), or the trainer's default (EDM log-normal(−1.2, 1.2)) where the command prints no row because
+   the default fits as well. On the EDM (VE) path logit-normal(mean, std) in the library's convention is N(mean, std²)
+   in ln σ, i.e. the family ``edm_lognormal`` (P_mean, P_std) of METHOD.md §6.1; the arm becomes
+   ``logit_normal@mean=<P_mean>,std=<P_std>``, which the harness passes to the script as every explicit arm
+   (``--logit_mean`` with diffusers' sign). Other paths are refused (their logit-normal is shifted by the scheduler's
+   shift; not needed by any tier).
 4. **The cost.** The pilot's optimizer steps and the profile's forward passes (one sample through the model at one
    level), in training steps of the race at :data:`FORWARD_PASSES_PER_TRAINED_SAMPLE` forward passes per trained sample
    (a backward pass costs about two forward passes), and as a share of one run of the race: a from-scratch arm costs
@@ -176,8 +181,43 @@ def fit(profile, scheduler, arm: str, objective) -> dict:
     family, names = FITTED_FAMILY[(kind, name)]
     fitted = recommend_parameters(profile, scheduler, families=[family], **objective.keywords())
     params = {names[k]: float(v) for k, v in fitted[family]["params"].items()}
-    text = ",".join(f"{k}={v:.6g}" for k, v in params.items())
-    return {"arm": f"{name}@{text}", "params": params, "tv": float(fitted[family]["tv"]), "family": family}
+    return {"arm": _arm(name, params), "params": params, "tv": float(fitted[family]["tv"]), "family": family}
+
+
+def _arm(name: str, params: dict) -> str:
+    return f"{name}@" + ",".join(f"{k}={v:.6g}" for k, v in params.items())
+
+
+#: the printed flags of this package's EDM row → the arm's parameters (``logit_normal``'s names)
+_PRINTED_FLAGS = {"--edm_p_mean": "mean", "--edm_p_std": "std"}
+
+
+def printed(profile, scheduler, arm: str, objective) -> dict:
+    """What ``infonoise recommend`` prints for this package's scripts on ``profile`` (module docstring, 3.) and the arm a
+    user who pastes it trains: ``{"arm", "params", "flags", "row", "default", "dropped", "warnings", "notes"}``
+    (``row``: the printed setting's TV, RV and n_eff, None where the command printed no row; ``params`` then the
+    trainer default's)."""
+    import shlex
+
+    from diffusers_infonoise.diagnostics import recommend_fixed_density
+
+    rec = recommend_fixed_density(profile, scheduler, trainers="diffusers-infonoise", **objective.keywords())
+    (row,) = rec.trainers
+    setting = row["settings"][0] if row["settings"] else None
+    flags = setting["flags"] if setting else row["default"]["flags"]
+    a = shlex.split(flags)
+    params = {_PRINTED_FLAGS[f]: float(a[a.index(f) + 1]) for f in _PRINTED_FLAGS}
+    keep = ("tv", "rv", "n_eff_per_batch")
+    return {
+        "arm": _arm(parse_arm(arm).name, params),
+        "params": params,
+        "flags": flags,
+        "row": None if setting is None else {k: setting.get(k) for k in keep},
+        "default": {k: row["default"].get(k) for k in (*keep, "flags")},
+        "dropped": list(row["dropped"]),
+        "warnings": list(setting["warnings"]) if setting else list(row["default"]["warnings"]),
+        "notes": [*rec.notes, *row["notes"]],
+    }
 
 
 def resolve(spec, settings: dict | None = None) -> dict:
@@ -187,8 +227,9 @@ def resolve(spec, settings: dict | None = None) -> dict:
     (``spec.model_config_path``) must exist, as :func:`benchmarks.race.harness.run_one` writes it before it calls this.
 
     Returns:
-        ``{"arm", "params", "tv", "family", "objective", "source", "profile", "cost", "settings"}`` (``cost`` with the
-        pilot's and the profile's wall times).
+        ``{"arm", "params", "tv", "family", "fit", "printed", "objective", "source", "profile", "cost", "settings"}``:
+        ``arm``/``params`` what the printed row trains (:func:`printed`), ``fit`` the unrounded fit (:func:`fit`), ``tv``
+        its TV; ``cost`` with the pilot's and the profile's wall times.
 
     Raises:
         ValueError: an arm that is not ``#recommended``, or a path :func:`fit` refuses.
@@ -236,8 +277,15 @@ def resolve(spec, settings: dict | None = None) -> dict:
     )
     profile_s = time.time() - t0
     fwd = profile_forward_passes(x0.shape[0], profile.log_sigma.numel(), s["num_noise_draws"])
+    fitted = fit(profile, scheduler, spec.sampler, objective)
+    shown = printed(profile, scheduler, spec.sampler, objective)
     record = {
-        **fit(profile, scheduler, spec.sampler, objective),
+        "arm": shown["arm"],
+        "params": shown["params"],
+        "tv": fitted["tv"],
+        "family": fitted["family"],
+        "fit": fitted,
+        "printed": shown,
         "objective": objective.record(),
         "source": {**source, "probe": f"{x0.shape[0]} training examples (seed {spec.seed}) as the script loads them"},
         "profile": {k: v for k, v in profile.to_dict().items() if k in ("log_sigma", "rho_hat", "mmse", "gate", "meta")},

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from benchmarks.race import fair, summary, tiers
+from benchmarks.race import fair, harness, summary, tiers
 from benchmarks.race.tiers import target
 
 
@@ -29,6 +29,23 @@ def test_the_fair_races_rerun_the_oracle_with_every_seed_and_six_evaluations():
         assert len(race.eval_steps) == 6 and race.eval_steps[-1] == race.steps
     assert [r.name for r in tiers.tier_races("fair")] == list(target.FAIR_ORACLES)
     assert all(len(r.eval_steps) == 8 for r in tiers.tier_races("fair_budget"))
+    # the recommended fixed density is an arm of every fair task (issue 48), not of the candidates' races
+    assert all(tiers.RECOMMENDED_ARM in r.samplers for r in tiers.tier_races("fair"))
+    assert not any(tiers.RECOMMENDED_ARM in r.samplers for r in tiers.tier_races("fair_candidates"))
+
+
+def test_the_fair_tier_runs_the_recommended_arm_first_then_each_other_task_whole():
+    assert sorted(target.FAIR_FIRST_PASS + target.FAIR_SECOND_PASS) == sorted(target.FAIR_ORACLES)
+    specs = harness.run_specs(tiers.tier_races("fair"), tier="fair", results_tier="fair", root="/tmp/x")
+    order = sorted(specs, key=lambda sp: tiers.run_priority("fair", sp))
+    first = [sp for sp in order if sp.race.name in target.FAIR_FIRST_PASS]
+    # the first pass's tasks: only their recommended runs ranked (the rest come back with --restore), and before all
+    ranked = [sp for sp in first if tiers.run_priority("fair", sp) < len(target.fair_tier_priority())]
+    assert ranked and all(sp.sampler == tiers.RECOMMENDED_ARM for sp in ranked) and order[: len(ranked)] == ranked
+    # then each second-pass task with every arm and seed, one task after the other
+    rest = [sp.race.name for sp in order[len(ranked) :] if sp.race.name in target.FAIR_SECOND_PASS]
+    assert rest == sorted(rest, key=target.FAIR_SECOND_PASS.index)
+    assert rest.count("tf-deq16") == 3 * len(next(r for r in tiers.tier_races("fair") if r.name == "tf-deq16").samplers)
 
 
 def test_welch_by_hand():

@@ -113,6 +113,11 @@ def test_a_fine_tune_resolves_from_its_pretrain_at_step_0(tmp_path, script):
     mean, std = want["params"]["P_mean"], want["params"]["P_std"]
     assert rec["params"] == {"mean": mean, "std": std} and rec["tv"] == pytest.approx(want["tv"], abs=1e-12)
     assert rec["arm"] == f"logit_normal@mean={mean:.6g},std={std:.6g}" and rec["family"] == "edm_lognormal"
+    # the run trains the row `infonoise recommend` prints for this package's scripts, recorded with its figures
+    shown = rec["printed"]
+    assert shown["flags"] == f"--noise_sampler edm_lognormal --edm_p_mean {mean:.4g} --edm_p_std {std:.4g}"
+    assert shown["row"]["tv"] < shown["default"]["tv"] - 0.01 and shown["arm"] == rec["arm"]
+    assert shown["default"]["flags"] == "--noise_sampler edm_lognormal --edm_p_mean -1.2 --edm_p_std 1.2"
     assert rec["objective"] == {"prediction_type": "sample", "loss_weighting": "edm", "snr_gamma": None}
     assert rec["source"]["kind"] == "pretrained (step 0)" and rec["source"]["model"] == str(folder)
     # cost: no pilot; 16 probes x 8 levels x 1 draw, at 3 forward passes per trained sample of batch 8, over 8 steps
@@ -131,6 +136,24 @@ def test_a_fine_tune_resolves_from_its_pretrain_at_step_0(tmp_path, script):
     # the run's result keeps the record (the profile's grid and ρ̂ only)
     kept = harness.run_resolution(rec)
     assert kept["arm"] == rec["arm"] and kept["cost"] == rec["cost"] and len(kept["profile"]["rho_hat"]) == 8
+
+
+def test_where_the_command_prints_no_row_the_run_trains_the_trainer_default(monkeypatch):
+    """A profile the default fits as well: the command prints no row, so a user keeps EDM log-normal(-1.2, 1.2) (this
+    package's default on the EDM path), which the run then trains; the reason is recorded."""
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise.objective import Objective
+
+    # a profile whose draw density pi* = rho_hat/w is the default's own: rho_hat = N(-1.2, 1.2) in ln sigma times w
+    x = torch.linspace(-6, 4.3, 400, dtype=torch.float64)
+    objective = Objective("sample", "edm")
+    w = objective.x0_loss_weight(torch.exp(x), sigma_data=0.5)
+    rho = torch.distributions.Normal(-1.2, 1.2).log_prob(x).exp() * w
+    prof = {"log_sigma": x.tolist(), "rho_hat": (rho / torch.trapezoid(rho, x)).tolist(), "meta": {}}
+    shown = recommended.printed(prof, EDMEulerScheduler(**EDM), ARM, objective)
+    assert shown["row"] is None and shown["params"] == {"mean": -1.2, "std": 1.2}
+    assert shown["arm"] == "logit_normal@mean=-1.2,std=1.2" and "the default already fits" in " ".join(shown["dropped"])
 
 
 def test_from_scratch_a_pilot_of_a_quarter_is_profiled_counted_and_cached(tmp_path, monkeypatch):

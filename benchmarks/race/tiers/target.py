@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from benchmarks.race.arms import RECOMMENDED_ARM
 from benchmarks.race.fair import markdown as fair_markdown
 from benchmarks.race.fair import summarize_fair
 from benchmarks.race.races import Race, seed_lists
@@ -44,10 +45,10 @@ FAIR_BUDGET_ORACLES = {
 }
 
 
-def _fair(race: Race, centres: tuple, evaluations: int = FAIR_EVALUATIONS) -> Race:
-    """``race`` with the fair arms and its oracle's centres, :data:`FAIR_SEEDS` seeds each, evaluated ``evaluations``
-    times at equal intervals, InfoNoise as the library ships it compared with logit-normal(0, 1)."""
-    arms = tuple(dict.fromkeys((*FAIR_ARMS, *centres)))
+def _fair(race: Race, centres: tuple, evaluations: int = FAIR_EVALUATIONS, extra: tuple = ()) -> Race:
+    """``race`` with the fair arms, its oracle's centres and ``extra`` arms, :data:`FAIR_SEEDS` seeds each, evaluated
+    ``evaluations`` times at equal intervals, InfoNoise as the library ships it compared with logit-normal(0, 1)."""
+    arms = tuple(dict.fromkeys((*FAIR_ARMS, *centres, *extra)))
     every = race.steps // evaluations
     return dataclasses.replace(
         race,
@@ -67,9 +68,11 @@ def _fair(race: Race, centres: tuple, evaluations: int = FAIR_EVALUATIONS) -> Ra
 def fair_races() -> list[Race]:
     """Issue 47, step 1: the transfer tier's tasks (the 32x32 two left out: an evaluation there costs about 4 minutes of
     2 cores, so six a run are for a lent GPU) with the fair oracle (:data:`FAIR_ORACLES`), the library's InfoNoise and
-    the two defaults, 3 seeds each, evaluated at every sixth of the budget (1000 samples each, as the transfer tier)."""
+    the two defaults, 3 seeds each, evaluated at every sixth of the budget (1000 samples each, as the transfer tier).
+    With them the fixed density ``infonoise recommend`` prints for the task (:data:`RECOMMENDED_ARM`, pilot and profile
+    counted: benchmarks/race/recommended.py), scored against the same oracle (issue 48)."""
     races = {r.name: r for r in transfer_races()}
-    return [_fair(races[name], centres) for name, centres in FAIR_ORACLES.items()]
+    return [_fair(races[name], centres, extra=(RECOMMENDED_ARM,)) for name, centres in FAIR_ORACLES.items()]
 
 
 def fair_budget_races() -> list[Race]:
@@ -97,9 +100,22 @@ def candidate_races() -> list[Race]:
     out = []
     for name, arms in CANDIDATE_ARMS.items():
         race = races[name]
-        samplers = (*race.samplers, *arms)
+        samplers = (*(a for a in race.samplers if a != RECOMMENDED_ARM), *arms)
         out.append(dataclasses.replace(race, samplers=samplers, seeds=seed_lists(samplers, FAIR_SEEDS)))
     return out
+
+
+#: the fair tier's tasks raced in the first pass (every arm but the recommended one), and the others in the order the
+#: tier runs them whole: continuous data first (where the former recommend fit lost most, +37%), then the reference
+FAIR_FIRST_PASS = ("tf-ft16-x0.25", "tf-bin16-x4", "tf-dna64", "tf-dna2mer32")
+FAIR_SECOND_PASS = ("tf-deq16", "tf-bin16", "tf-bin16-x0.25")
+
+
+def fair_tier_priority() -> tuple:
+    """The fair tier's order: the recommended arm on the first pass's tasks (whose other runs are committed and come
+    back with ``--restore``), then each other task whole, every seed, one after the other (a task decides only with
+    3 seeds of every arm, so a tier cut short by a session's end leaves whole tasks rather than one seed of each)."""
+    return tuple([(name, "recommended") for name in FAIR_FIRST_PASS] + [(name, "all") for name in FAIR_SECOND_PASS])
 
 
 def fair_priority(races: list[Race]) -> tuple:
@@ -113,8 +129,9 @@ TIERS = [
         "fair",
         fair_races,
         sizing="the transfer tier's tasks but the two at 32x32 (for a lent GPU); 3 seeds of every arm; 6 evaluations a run; "
-        "the oracle's two (three at the sweep's edge) best centres of the transfer tier's sweep",
-        priority=fair_priority(fair_races()),
+        "the oracle's two (three at the sweep's edge) best centres of the transfer tier's sweep; the recommended arm "
+        "(a pilot of a quarter of the run from scratch, a profile of 256 probes); resume with --restore",
+        priority=fair_tier_priority(),
         summaries=(FAIR,),
     ),
     Tier(
