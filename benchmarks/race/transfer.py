@@ -194,7 +194,9 @@ def recommended_entry(runs: list[dict]) -> dict:
     """What a ``#recommended`` arm's runs resolved to (their ``recommended`` records): per run the arm, the fit's TV
     and the source; the mean share of a run its pilot and profile cost (``run_share``)."""
     per_run = [{"seed": r["seed"], "arm": r["resolved_arm"], "fit_tv": r["recommended"]["tv"], "source": r["recommended"]["source"]["kind"],
-                "cost": {k: r["recommended"]["cost"][k] for k in ("pilot_steps", "profile_forward_passes", "run_share")}}
+                "cost": {k: r["recommended"]["cost"][k] for k in ("pilot_steps", "profile_forward_passes", "run_share")},
+                # since issue 48: the row the command printed (its flags, figures and warnings) that the run trained
+                **({"printed": r["recommended"]["printed"]} if r["recommended"].get("printed") else {})}
                for r in runs]  # fmt: skip
     return {"per_run": per_run, "run_share": float(np.mean([p["cost"]["run_share"] for p in per_run]))}
 

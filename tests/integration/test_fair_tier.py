@@ -94,3 +94,34 @@ def test_a_task_with_too_few_seeds_decides_nothing():
     t = fair.summarize_fair([race], runs, summary.summarize([race], runs, {}))["tasks"]["tf-bin16"]
     assert not t["decides"] and t["arms"]["infonoise"]["regret_se"] is None
     assert "tf-bin16 *" in "\n".join(fair.markdown({"tasks": {"tf-bin16": t}, "worst_regret": {}, "how": ""}))
+
+
+def _recommended_run(seed, final, warnings):
+    printed = {"flags": "--noise_sampler edm_lognormal --edm_p_mean -0.5 --edm_p_std 0.8", "warnings": warnings,
+               "row": {"tv": 0.05, "rv": 1.1, "n_eff_per_batch": 0.9}, "default": {"tv": 0.4}}  # fmt: skip
+    record = {"tv": 0.04, "source": {"kind": "pilot"}, "printed": printed,
+              "cost": {"pilot_steps": 112, "profile_forward_passes": 16384, "run_share": 0.44}}  # fmt: skip
+    run = _run(tiers.RECOMMENDED_ARM, seed, [90, 80, 70, 60, 55, final])
+    return {**run, "resolved_arm": "logit_normal@mean=-0.5,std=0.8", "recommended": record}
+
+
+@pytest.mark.parametrize(
+    ("finals", "warnings", "verdict"),
+    [
+        ((46.0, 47.0, 47.0), [[], [], []], "within"),  # mean 46.67: +3.7% of the oracle's 45
+        ((50.0, 50.0, 50.0), [["n_eff below half"]] * 3, "warned"),  # +11.1%, every run's row warned
+        ((50.0, 50.0, 50.0), [["n_eff below half"], [], []], "warned on some runs"),
+        ((50.0, 50.0, 50.0), [[], [], []], "silent miss"),
+    ],
+)
+def test_the_recommended_arm_is_within_the_bar_or_warned(finals, warnings, verdict):
+    race = _race()
+    runs = [_run("logit_normal@mean=1", s, [90, 80, 70, 60, 50, v]) for s, v in enumerate((44.0, 45.0, 46.0))]
+    runs += [_run("logit_normal", s, [90, 80, 70, 60, 55, 60.0]) for s in range(3)]
+    runs += [_recommended_run(s, v, w) for s, (v, w) in enumerate(zip(finals, warnings))]
+    t = fair.summarize_fair([race], runs, summary.summarize([race], runs, {}))["tasks"]["tf-bin16"]
+    e = t["arms"][tiers.RECOMMENDED_ARM]
+    assert e["regret"] == pytest.approx(sum(finals) / 3 / 45 - 1) and e["verdict"] == verdict
+    assert e["recommended"]["run_share"] == pytest.approx(0.44)
+    md = "\n".join(fair.markdown({"tasks": {"tf-bin16": t}, "worst_regret": {}, "how": ""}))
+    assert f"| {verdict} | 1.44 | s0: `--noise_sampler edm_lognormal --edm_p_mean -0.5 --edm_p_std 0.8`; TV 0.050 vs 0.400;" in md
