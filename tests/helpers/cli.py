@@ -11,6 +11,19 @@ from diffusers_infonoise import make_sampler
 from diffusers_infonoise.cli import main
 
 
+def save_before_adapting(folder, steps: int = 1) -> EDMEulerScheduler:
+    """An EDM scheduler whose InfoNoise schedule was stored after ``steps`` optimizer steps of a 5-step warm-up (so it
+    holds no estimate; the save warns), saved to ``folder``; returns the scheduler."""
+    sched = EDMEulerScheduler()
+    sampler = make_sampler("infonoise", sched, warmup_steps=5, refresh_every=1, num_bins=16)
+    for _ in range(steps):
+        sampler.step()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        sampler.save_to_scheduler(sched)
+    sched.save_pretrained(folder)
+    return sched
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A scheduler saved with a learned schedule, one without, and a tiny EDM pipeline."""

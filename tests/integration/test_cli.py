@@ -13,7 +13,7 @@ import torch
 from diffusers_infonoise.cli import main
 from diffusers_infonoise.schedule_io import CONFIG_KEY
 
-from helpers.cli import assert_one_line_error, run
+from helpers.cli import assert_one_line_error, run, save_before_adapting
 
 
 @pytest.mark.parametrize("sub", [None, "show", "profile", "dataset-profile", "compare"])
@@ -236,16 +236,7 @@ def test_compare_a_stored_schedule_with_a_profile_of_your_data(capsys, saved, tm
     rc, _, err = run(capsys, "compare", "--scheduler", saved["plain"], "--profile", tmp_path / "same.json")
     assert_one_line_error(rc, err, "holds no stored InfoNoise schedule")
     # a schedule saved during its warm-up holds no estimate: the schedule is named, not the profile file
-    from diffusers import EDMEulerScheduler
-
-    from diffusers_infonoise import make_sampler
-
-    young = EDMEulerScheduler()
-    sampler = make_sampler("infonoise", young, warmup_steps=5, refresh_every=1, num_bins=16)
-    sampler.step()
-    with pytest.warns(UserWarning, match="has not adapted"):
-        sampler.save_to_scheduler(young)
-    young.save_pretrained(tmp_path / "young")
+    save_before_adapting(tmp_path / "young")
     rc, _, err = run(capsys, "compare", "--scheduler", tmp_path / "young", "--profile", tmp_path / "same.json")
     assert_one_line_error(rc, err, "its stored schedule was saved before it adapted (at optimizer step 1): it holds no estimate")
     assert "--profile" not in err.split("error:")[1].split(":")[0]
@@ -367,9 +358,8 @@ def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, 
     """compare --samplers infonoise on a scheduler without a stored schedule showed InfoNoise's base density (its
     warm-up density: EDM log-normal on an EDM path, TV 0 to edm_lognormal) with nothing saying so; it now says so in
     the text, the JSON and the plot's legend. So does a schedule stored before it adapted; an adapted one says nothing."""
-    from diffusers import EDMEulerScheduler
 
-    from diffusers_infonoise import diagnostics, make_sampler
+    from diffusers_infonoise import diagnostics
 
     drawn = []
     monkeypatch.setattr(diagnostics, "plot_allocations", lambda allocs, *a, **k: drawn.append([x.name for x in allocs]))
@@ -388,13 +378,7 @@ def test_compare_says_when_the_infonoise_row_is_its_base_density(capsys, saved, 
     assert data["infonoise"]["note"].startswith(note)
     assert drawn[-1] == ["edm_lognormal", "infonoise = base edm_lognormal (no stored schedule)"]
     # a schedule saved at optimizer step 2 of a 5-step warm-up is still the base density
-    sched = EDMEulerScheduler()
-    s = make_sampler("infonoise", sched, warmup_steps=5, refresh_every=1, num_bins=16)
-    for _ in range(2):
-        s.step()
-    with pytest.warns(UserWarning, match="has not adapted"):
-        s.save_to_scheduler(sched)
-    sched.save_pretrained(tmp_path / "young")
+    save_before_adapting(tmp_path / "young", steps=2)
     rc, out, err = run(capsys, *argv, "--scheduler", tmp_path / "young")
     assert rc == 0, err
     assert (

@@ -45,7 +45,7 @@ from diffusers_infonoise.diagnostics.recommend import RecommendTarget, family_de
 from diffusers_infonoise.paths import FlowPath, path_from_scheduler
 from diffusers_infonoise.schedule_io import read_schedule
 
-from helpers.cli import assert_one_line_error, run
+from helpers.cli import assert_one_line_error, run, save_before_adapting
 
 
 def normal_pdf(x, m, s):
@@ -661,12 +661,7 @@ def test_a_schedule_saved_before_it_adapted_is_a_refusal_like_an_unsettled_one(c
     """One step of a 5-step warm-up: the payload holds no ρ̂. The command says "no flags: <why>" with status 0, as for a
     run within its warm-up (METHOD.md §6.1), not an error; the library's recommend_parameters raises as for any
     refusal, and recommend_fixed_density returns the reason with no target."""
-    sched = EDMEulerScheduler()
-    sampler = make_sampler("infonoise", sched, warmup_steps=5, refresh_every=1, num_bins=16)
-    sampler.step()
-    with pytest.warns(UserWarning, match="has not adapted"):
-        sampler.save_to_scheduler(sched)
-    sched.save_pretrained(tmp_path / "young")
+    sched = save_before_adapting(tmp_path / "young")
     rc, out, err = run(capsys, "recommend", tmp_path / "young")
     assert rc == 0 and not err.strip(), err
     assert out.startswith("no flags: stored schedule") and "saved before it adapted (at optimizer step 1)" in out
