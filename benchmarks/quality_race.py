@@ -21,6 +21,7 @@ Usage::
     python -m benchmarks.quality_race --tier full --jobs 2    # designed for ~2.5 h, resumable
     python -m benchmarks.quality_race --tier quick --report_only   # re-aggregate existing runs
     python -m benchmarks.quality_race --tier full --plan            # list the runs and the time estimate
+    python -m benchmarks.quality_race --tier fair --restore         # resume from the committed runs (new machine)
 
 Outputs: ``benchmarks/results/quality_race_<tier>.json`` (all runs + summary),
 ``quality_race_<tier>_curves.png``, ``quality_race_<tier>_pi.png``, ``quality_race_<tier>.md``; the
