@@ -18,19 +18,13 @@ from pathlib import Path
 
 from benchmarks import RESULTS
 from benchmarks.race.allocation_metrics import allocation_tv
+from benchmarks.race.restore import committed_runs
 from benchmarks.race.tiers import tier_races
 
 
 def runs_of(tier: str, results: Path) -> list[dict]:
-    runs = []
-    main = results / f"quality_race_{tier}.json"
-    if main.exists():
-        data = json.loads(main.read_text())
-        runs += data.get("runs", []) if isinstance(data.get("runs"), list) else []
-    for f in sorted(results.glob(f"quality_race_{tier}_runs_*.json")):
-        data = json.loads(f.read_text())
-        runs += data if isinstance(data, list) else data.get("runs", [])
-    return runs
+    """The runs the committed results of ``tier`` under ``results`` hold (:func:`benchmarks.race.restore.committed_runs`)."""
+    return [run for run, _ in committed_runs(results, tier).values()]
 
 
 def main(argv=None) -> dict:
