@@ -188,6 +188,7 @@ class ProfileEstimator:
         self.m_weight = torch.zeros(k, dtype=torch.float64)
         self.last_refresh_step = 0  # the optimizer step of the last refresh (ages are counted from it)
         self.last_window_count = 0.0  # samples (all processes) the last refresh folded in
+        self.last_window: tuple[torch.Tensor, torch.Tensor] | None = None  # (sums, counts) of that refresh (K,) each
         self.total_counts = torch.zeros(k, dtype=torch.float64)
         self.num_nonfinite = 0
         self.num_outside = 0
@@ -318,6 +319,7 @@ class ProfileEstimator:
         self._nonfinite_open, self._outside_open = self._nonfinite_open.cpu(), self._outside_open.cpu()
         self.total_counts += window_counts
         self.last_window_count = float(window_counts.sum())
+        self.last_window = (window_sums, window_counts)  # this refresh's new samples (all processes), not state
         sums, counts = window_sums + self.carry_sums, window_counts + self.carry_counts
         means = sums / counts.clamp_min(1)
         filled = ~torch.isnan(self.m_hat)

@@ -338,6 +338,7 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self._resolve_data_statistics()
         self.estimator.refresh(self.optimizer_step, memory=self._memory_steps())
         self.samples_trained += self.estimator.last_window_count
+        self._observe_window()
         if self.estimator.num_outside:
             lo, hi = (math.exp(float(e)) for e in (self.estimator.edges[0], self.estimator.edges[-1]))
             self._warn_once(
@@ -361,6 +362,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
             )
             return
         self._adopt_estimate()
+
+    def _observe_window(self) -> None:
+        """Called after every refresh of training draws (not a start's measurement), with the refresh's window in
+        ``estimator.last_window``: a target that reads more than m̂ (InfoNoise's ``target_space="reducible"``) folds it in."""
 
     def _adopt_estimate(self, what: str = "pi refreshed") -> None:
         """π from the current estimate (floor included), counted as an update and described (:attr:`last_refresh`)."""

@@ -22,6 +22,7 @@ from ..data_statistics import BOUND_WORK_PER_SECOND, MAX_BOUND_WORK, ValueTally,
 from ..estimator import ProfileEstimator
 from ..logs import get_logger
 from ..paths import NoisePath, path_from_scheduler
+from ..reducibility import MEMORY_FACTOR, LearningExponents
 from ..schedule_io import FORMAT, VERSION, ScheduleError, StoredSchedule, read_schedule, stored_mu, write_schedule
 from .adaptive import _AdaptiveSampler, _stored_when, apply_data_statistics, estimator_for
 from .base import as_count, default_prediction_type
@@ -72,8 +73,27 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         if self.settings.target_space in _IMPORTANCE_SPACES and path.is_discrete:
             raise ValueError(
                 f"target_space: {self.settings.target_space!r} weights each draw by its density, which a VP path's integer "
-                "timesteps do not have; it is for the EDM and flow paths (give 'phi', the default, or 'pi')"
+                "timesteps do not have; it is for the EDM and flow paths (give 'phi', the default, 'pi' or 'reducible')"
             )
+        # target C's learning exponents (docs/METHOD.md §4.1): fitted from the windows of training errors
+        reducible = self.settings.target_space == "reducible"
+        self.reducibility = LearningExponents(self.estimator.num_bins, min_count=self.settings.min_count) if reducible else None
+
+    def _observe_window(self):
+        if self.reducibility is not None and self.estimator.last_window is not None:
+            memory = MEMORY_FACTOR * self._memory_steps()
+            self.reducibility.observe(self.optimizer_step, *self.estimator.last_window, memory=memory)
+
+    def _reducibility_mass(self) -> torch.Tensor | None:
+        """(K,) bin masses of target C's draws ``ρ̂·R̂`` normalised (``target_space="reducible"``, docs/METHOD.md §4.1),
+        or None when another target is set or no group's exponent is fitted yet (π then follows ``ρ̂/w``)."""
+        if self.reducibility is None:
+            return None
+        r = self.reducibility.reducibility(self.estimator.centers, self.estimator.filled_m_hat())
+        if r is None:
+            return None
+        draws = self._rho_mass(self.settings.temperature) * r
+        return draws / draws.sum() if float(draws.sum()) > 0 else None
 
     def _statistic(self, levels, errors):
         return errors
@@ -94,6 +114,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         """π's bin masses from the target ρ̂ (``ρ̂^τ`` with a ``temperature`` τ ≠ 1) and the floor (METHOD.md
         §4, §5.6-7)."""
         rho_mass = self._rho_mass(self.settings.temperature)
+        reducible = self._reducibility_mass()
+        if reducible is not None:  # a study knob: target C, draws ∝ ρ̂·R̂ (docs/METHOD.md §4.1), the weighting kept
+            return (1 - self.settings.floor) * reducible + self.settings.floor * self.base_masses
         if self.settings.target_space in ("pi", "rho_draws"):  # study knobs (settings.py): the draws follow ρ̂
             return (1 - self.settings.floor) * rho_mass + self.settings.floor * self.base_masses
         if self.settings.target_space == "importance":  # a study knob: draws ∝ ρ̂·ŝ, ŝ ≈ m̂ (docs/METHOD.md §4)
@@ -107,6 +130,19 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         phi = (1 - self.settings.floor) * rho_mass + self.settings.floor * phi_base / phi_base.sum()
         probs = phi / w
         return probs / probs.sum()
+
+    def state_dict(self):
+        """:meth:`~.adaptive._AdaptiveSampler.state_dict`, with target C's fit (``reducibility``) when it is set."""
+        state = super().state_dict()
+        if self.reducibility is not None:
+            state["reducibility"] = self.reducibility.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        """:meth:`~.adaptive._AdaptiveSampler.load_state_dict`; target C's fit first (π is checked against it)."""
+        if self.reducibility is not None and isinstance(state, dict) and state.get("reducibility") is not None:
+            self.reducibility.load_state_dict(state["reducibility"])
+        super().load_state_dict(state)
 
     def _importance_weights(self, sigmas, timesteps, levels):
         """The per-sample factor ``c·ρ̂(σ)/(π(σ)·w(σ))`` of the importance study spaces (``target_space``
@@ -217,6 +253,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             extra["tv_pi_rho"] = self._draws_total_variation()
             if self.settings.temperature != 1.0:
                 extra["tv_pi_target"] = self._draws_total_variation(target=True)
+        if self.reducibility is not None:  # target C: each group's learning exponent (null until fitted)
+            extra["learning_exponents"] = [round(v, 4) if v is not None else None for v in _floats(self.reducibility.exponents())]
         return {
             "step": self.optimizer_step,
             "tv_phi_rho": self._allocation_total_variation(),
@@ -387,6 +425,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 else {}
             ),
             **({"tv_pi_rho": self._draws_total_variation()} if tv is not None and self.settings.target_space != "phi" else {}),
+            **({"reducibility": _fit_lists(self.reducibility.state_dict())} if self.reducibility is not None else {}),
         }
 
     def load_schedule(self, payload: dict, *, source: str | None = None) -> None:
@@ -436,6 +475,11 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         self.plan_run(start="stored")  # the stored m̂ already is an adapted estimate: no automatic warm-up
         stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
         mine = self._schedule_settings()
+        if self.reducibility is not None and not interpolated and isinstance(payload.get("reducibility"), dict):
+            try:  # target C's fit, which π follows besides m̂ (docs/METHOD.md §4.1)
+                self.reducibility.load_state_dict(payload["reducibility"])
+            except ValueError as err:
+                raise ScheduleError(f"_infonoise_schedule: {err}") from None
         if not interpolated and same_path and mine == _stored_pi_settings(payload):
             # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
             # floor or the estimate (one refresh's arithmetic)
@@ -751,3 +795,9 @@ def _settings_differences(theirs: dict, mine: dict) -> list[str]:
         elif a != b:
             out.append(f"{key}: {a!r} -> {b!r}")
     return out
+
+
+def _fit_lists(state: dict) -> dict:
+    """A :class:`~diffusers_infonoise.reducibility.LearningExponents` state as JSON-ready lists (a stored schedule's
+    ``reducibility``)."""
+    return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in state.items()}

@@ -47,8 +47,8 @@ MAX_MEMORY_STEPS = 500
 
 _SPACES = ("phi", "pi")
 #: where ρ̂ is realised (``target_space``): the two spaces, and the two study spaces whose draws carry a per-sample factor
-#: so that the effective allocation is ρ̂ itself (candidate B of docs/METHOD.md §4.1 and its split)
-_TARGET_SPACES = (*_SPACES, "importance", "rho_draws")
+#: so that the effective allocation is ρ̂ itself (candidate B of docs/METHOD.md §4.1 and its split), and target C
+_TARGET_SPACES = (*_SPACES, "importance", "rho_draws", "reducible")
 _NOT_BEFORE = object()  # a setting every payload records
 
 
@@ -376,7 +376,11 @@ class InfoNoiseSettings(AdaptiveSettings):
             ``(1 − η)·ρ̂·ŝ + η·π_base`` normalised, ``ŝ = m̂`` (``"importance"``: the draws that minimise the weighted
             loss's variance when a level's RMS error is proportional to its mean) or ``ŝ = 1`` (``"rho_draws"``), and
             each draw carries the per-sample factor ``c·ρ̂(σ)/(π(σ)·w(σ))`` (``levels.loss_weights``, mean 1 under π),
-            so the loss's effective allocation is ρ̂ whatever w is. Continuous paths only (EDM, flow).
+            so the loss's effective allocation is ρ̂ whatever w is. Continuous paths only (EDM, flow). ``"reducible"``
+            (a study setting, candidate C of docs/METHOD.md §4.1): the draws are ``(1 − η)·ρ̂·R̂ + η·π_base`` normalised,
+            ``R̂ = β·m̂`` the x0 error a level sheds per e-fold of its own draws (``β`` a learning exponent fitted on
+            8 groups of bins, :mod:`~diffusers_infonoise.reducibility`), the weighting left as it is; ``π ∝ ρ̂/w``
+            until a group's exponent is fitted (three refreshes of a bin's windows).
 
     Raises:
         ValueError: an invalid setting, naming the argument and its accepted values.
@@ -421,7 +425,7 @@ class InfoNoiseSettings(AdaptiveSettings):
         option=_option(str, choices=_TARGET_SPACES),
         check=(
             lambda v: v in _TARGET_SPACES,
-            "'phi' (METHOD.md §4), or a study knob: 'pi', 'importance' or 'rho_draws' (docs/METHOD.md §4)",
+            "'phi' (METHOD.md §4), or a study knob: 'pi', 'importance', 'rho_draws' or 'reducible' (docs/METHOD.md §4)",
         ),
         before="phi",
         study=True,
