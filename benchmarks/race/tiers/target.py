@@ -86,11 +86,14 @@ def fair_budget_races() -> list[Race]:
 #: B (``target_space=importance``: φ = ρ̂ by draws ∝ ρ̂·m̂ and a per-sample factor) was the one candidate closer to
 #: the oracle than the paper's target on most tasks in step 2 (benchmarks/results/target_candidates.md); on the
 #: x0 × 0.25 fine-tune also the split φ = ρ̂ by draws (``rho_draws``: draws ∝ ρ̂, factor ∝ 1/w) vs by weights (today's).
+#: C (``target_space=reducible``: draws ∝ ρ̂·R̂, R̂ the error a level sheds per e-fold of its draws) has no step 2 (no
+#: stored schedule holds a loss history) and is raced on every one of these tasks.
+_C = "infonoise-target_space=reducible"
 CANDIDATE_ARMS = {
-    "tf-ft16-x0.25": ("infonoise-target_space=importance", "infonoise-target_space=rho_draws"),
-    "tf-dna64": ("infonoise-target_space=importance",),
-    "tf-bin16-x4": ("infonoise-target_space=importance",),
-    "tf-dna2mer32": ("infonoise-target_space=importance",),  # a near-oracle task: B must not lose there
+    "tf-ft16-x0.25": ("infonoise-target_space=importance", "infonoise-target_space=rho_draws", _C),
+    "tf-dna64": ("infonoise-target_space=importance", _C),
+    "tf-bin16-x4": ("infonoise-target_space=importance", _C),
+    "tf-dna2mer32": ("infonoise-target_space=importance", _C),  # a near-oracle task: a candidate must not lose there
 }
 
 
