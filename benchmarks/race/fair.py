@@ -46,6 +46,24 @@ def welch(a, b) -> dict:
     return {"diff": diff, "se": se, "t": diff / se if se > 0 else None, "dof": dof}
 
 
+def paired(a: dict, b: dict) -> dict:
+    """The relative difference of two arms paired by seed: ``a``, ``b`` map a seed to a final quality; per seed both hold,
+    ``d = a/b − 1``; its mean, standard error (ddof 1, over √n), t and the seeds used (se and t None with fewer than 2).
+    Arms of one race share each seed's initial weights, data order and evaluation noise (the scripts' ``--seed``), so
+    the seed's luck cancels in ``d``: a gap the unpaired (Welch) comparison leaves inside the seeds' spread can be
+    resolved (docs/results.md, "Which target")."""
+    seeds = sorted(set(a) & set(b))
+    d = np.array([a[s] / b[s] - 1.0 for s in seeds], float)
+    if len(d) < 2:
+        return {"mean": float(d.mean()) if len(d) else None, "se": None, "t": None, "seeds": seeds}
+    se = float(d.std(ddof=1) / math.sqrt(len(d)))
+    return {"mean": float(d.mean()), "se": se, "t": float(d.mean() / se) if se > 0 else None, "seeds": seeds}
+
+
+def _by_seed(runs: list[dict], metric: str) -> dict:
+    return {r["seed"]: r["quality"][metric][-1] for r in runs}
+
+
 def _arm_entry(values: list[float], oracle_values: list[float], tv: dict | None) -> dict:
     oracle_mean = float(np.mean(oracle_values))
     w = welch(values, oracle_values)
@@ -92,8 +110,12 @@ def summarize_fair(races: list[Race], runs: list[dict], summary: dict) -> dict |
         default = min(defaults, key=lambda a: finals[a]["mean"]) if defaults else None
         oracle_values = finals[oracle]["per_seed"]
         arms = {}
+        oracle_by_seed = _by_seed(by[oracle], metric)
         for a in finals:
             arms[a] = _arm_entry(finals[a]["per_seed"], oracle_values, entry.get("tv_phi_rho", {}).get(a))
+            arms[a]["paired_regret"] = paired(_by_seed(by[a], metric), oracle_by_seed)
+            if parse_arm(a).kind == "infonoise" and a != "infonoise" and "infonoise" in finals:  # a candidate target
+                arms[a]["paired_vs_infonoise"] = paired(_by_seed(by[a], metric), _by_seed(by["infonoise"], metric))
             if parse_arm(a).kind == "infonoise":
                 for name, target in (("vs_default", default), ("vs_oracle", oracle)):
                     if target is not None:
@@ -126,7 +148,9 @@ def summarize_fair(races: list[Race], runs: list[dict], summary: dict) -> dict |
         "worst_regret": worst,
         "how": (
             "oracle: the re-run sweep centre with the best mean final quality over its seeds; regret = an arm's mean final "
-            "quality / the oracle's mean - 1, its standard error and Welch's t from both arms' seeds; speed-ups on raw curves "
+            "quality / the oracle's mean - 1, its standard error and Welch's t from both arms' seeds; paired: the mean over "
+            "seeds of an arm's final / the oracle's (or the library's InfoNoise's) final of the same seed - 1, with its "
+            "standard error and t (the seeds share initial weights, data order and evaluation noise); speed-ups on raw curves "
             "(linear between evaluations): the stronger default's (or the oracle's) mean-curve steps to its own final quality "
             "/ the steps each InfoNoise seed needs to reach it"
         ),
@@ -141,6 +165,12 @@ def _speedups(sp: dict | None) -> str:
         for p in sp["per_seed"]
     )
     return f"{sp['median']:.2f} [{seeds}]"
+
+
+def _paired(p: dict | None) -> str:
+    if not p or p["mean"] is None:
+        return "—"
+    return f"{100 * p['mean']:+.1f}%" + (f" ± {100 * p['se']:.1f}% (t {p['t']:+.1f})" if p["t"] is not None else "")
 
 
 def _regret(e: dict) -> str:
@@ -158,8 +188,8 @@ def markdown(part: dict, figure: str | None = None) -> list[str]:
         "`≥`: reached at the first evaluation (a lower bound); `<x`: not reached within the budget (x an upper bound).",
         "",
         "| task | metric, budget, evaluations | oracle (mean) | arm | final, mean ± std (seeds) | TV(φ, ρ̂) | regret ± se (Welch t) "
-        "| speed-up vs the stronger default | speed-up vs the oracle |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| regret paired by seed ± se (t) | speed-up vs the stronger default | speed-up vs the oracle |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, t in part["tasks"].items():
         first = True
@@ -182,6 +212,7 @@ def markdown(part: dict, figure: str | None = None) -> list[str]:
                         f"{e['final_mean']:.3g} ± {e['final_std']:.2g} ({e['seeds']})",
                         tv,
                         _regret(e),
+                        _paired(e.get("paired_regret")),
                         _speedups(e.get("speedup_vs_default")),
                         _speedups(e.get("speedup_vs_oracle")),
                     ]
@@ -189,6 +220,11 @@ def markdown(part: dict, figure: str | None = None) -> list[str]:
                 + " |"
             )
             first = False
+    candidates = [(name, a, e) for name, t in part["tasks"].items() for a, e in t["arms"].items() if e.get("paired_vs_infonoise")]
+    if candidates:
+        L += ["", "Candidate targets against the library's InfoNoise, paired by seed (final / InfoNoise's final − 1):", ""]
+        L += ["| task | arm | paired difference ± se (t) | seeds |", "|---|---|---|---|"]
+        L += [f"| {n} | `{a}` | {_paired(e['paired_vs_infonoise'])} | {len(e['paired_vs_infonoise']['seeds'])} |" for n, a, e in candidates]
     L += ["", "Worst mean regret across tasks:", "", "| arm | worst regret (task) |", "|---|---|"]
     for a, w in sorted(part["worst_regret"].items(), key=lambda kv: kv[1]["regret"]):
         L.append(f"| `{a}` | {100 * w['regret']:+.1f}% ({w['task']}) |")

@@ -57,6 +57,15 @@ def test_welch_by_hand():
     assert fair.welch([1.0], [2.0, 3.0])["se"] is None
 
 
+def test_paired_by_seed_by_hand():
+    # seeds 0-2 in both: d = 44/40 - 1 = 0.1, 55/50 - 1 = 0.1, 72/60 - 1 = 0.2 -> mean 0.4/3, sd of (0.1, 0.1, 0.2) =
+    # sqrt(((-1/30)^2 * 2 + (2/30)^2) / 2) = sqrt(1/300), se = sqrt(1/300)/sqrt(3) = 1/30; seed 3 of a alone is left out
+    p = fair.paired({0: 44.0, 1: 55.0, 2: 72.0, 3: 1.0}, {0: 40.0, 1: 50.0, 2: 60.0})
+    assert p["seeds"] == [0, 1, 2] and p["mean"] == pytest.approx(0.4 / 3)
+    assert p["se"] == pytest.approx(1 / 30) and p["t"] == pytest.approx(4.0)
+    assert fair.paired({0: 1.0}, {0: 2.0})["se"] is None
+
+
 def test_the_oracle_is_the_best_mean_and_the_speedups_read_raw_curves():
     race = _race()  # sweep: logit_normal (centre 0) and centre +1
     flat = [100, 80, 70, 60, 55]
@@ -83,9 +92,30 @@ def test_the_oracle_is_the_best_mean_and_the_speedups_read_raw_curves():
     # the oracle's mean curve ends at 45: InfoNoise reaches it at 150 + 75 * (60 - 45) / 20 = 206.25
     assert info["speedup_vs_oracle"]["median"] == pytest.approx(450 / 206.25)
     assert out["fair"]["worst_regret"]["edm_lognormal"]["regret"] == pytest.approx(70 / 45 - 1)
+    # paired by seed: InfoNoise 40 on every seed against the oracle's 44, 45, 46
+    d = [40 / 44 - 1, 40 / 45 - 1, 40 / 46 - 1]
+    assert info["paired_regret"]["mean"] == pytest.approx(sum(d) / 3)
     md = "\n".join(fair.markdown(out["fair"]))
     assert "| tf-bin16 | `fd_thresholded`, 450, 6 | `logit_normal@mean=1` 45 | `infonoise` |" in md
     assert "2.40 [2.40, 2.40, 2.40]" in md
+
+
+def test_a_candidate_target_is_compared_with_the_librarys_infonoise_seed_by_seed():
+    import dataclasses
+
+    cand = "infonoise-target_space=importance"
+    race = dataclasses.replace(_race(), samplers=(*_race().samplers, cand))
+    flat = [100, 80, 70, 60, 55]
+    runs = [_run(a, s, [*flat, v]) for a in ("logit_normal", "logit_normal@mean=1") for s, v in enumerate((44.0, 45.0, 46.0))]
+    runs += [_run("infonoise", s, [*flat, v]) for s, v in enumerate((40.0, 50.0, 60.0))]
+    # 36/40 - 1 = -0.1, 45/50 - 1 = -0.1, 48/60 - 1 = -0.2: mean -0.4/3, se 1/30 (as test_paired_by_seed_by_hand), t -4
+    runs += [_run(cand, s, [*flat, v]) for s, v in enumerate((36.0, 45.0, 48.0))]
+    t = fair.summarize_fair([race], runs, summary.summarize([race], runs, {}))["tasks"]["tf-bin16"]
+    p = t["arms"][cand]["paired_vs_infonoise"]
+    assert p["mean"] == pytest.approx(-0.4 / 3) and p["t"] == pytest.approx(-4.0)
+    assert "paired_vs_infonoise" not in t["arms"]["infonoise"]
+    md = "\n".join(fair.markdown({"tasks": {"tf-bin16": t}, "worst_regret": {}, "how": ""}))
+    assert f"| tf-bin16 | `{cand}` | -13.3% ± 3.3% (t -4.0) | 3 |" in md
 
 
 def test_a_task_with_too_few_seeds_decides_nothing():
