@@ -114,6 +114,12 @@ def _cmd_show(args) -> int:
             f"TV(pi, {target}) = {drawn:.3f} (floor {sampler.settings.floor:g}); "
             f"TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, large by design (METHOD.md section 5.10)"
         )
+    elif rho is not None and sampler.settings.target_space in _STUDY_TARGETS:  # its phi is not held to the floor
+        space = sampler.settings.target_space
+        out.append(
+            f"  phi vs rho_hat   target_space={space} (a study target, docs/METHOD.md 4.1: {_STUDY_TARGETS[space]}): "
+            f"TV(phi = pi*w, rho_hat) = {total_variation(phi, rho, x):.3f}, not held to the floor"
+        )
     elif tempered is not None:  # a tempered target: phi follows rho_hat^tau, which the floor bounds
         out.append(
             f"  phi vs {target:<12} a tempered target (pi ~ {target}/w): TV(phi, {target}) = "
@@ -299,6 +305,13 @@ def _print_schedule_fit(scheduler, where: str, profile_file: Path) -> None:
         "take over within about one memory of the estimator, docs/METHOD.md 5.10)"
     )
 
+
+#: what ``show`` says the draws of the other study targets follow (``target_space``, docs/METHOD.md §4.1)
+_STUDY_TARGETS = {
+    "importance": "draws ~ rho_hat*m_hat, each draw's loss multiplied so that the loss's allocation is rho_hat",
+    "rho_draws": "draws ~ rho_hat, each draw's loss multiplied by a factor ~ 1/w",
+    "reducible": "draws ~ rho_hat*R_hat, R_hat the error a level sheds per e-fold of its draws; the weighting unchanged",
+}
 
 #: what ``compare`` and ``show`` say of a schedule of the study variant ``target_space="pi"``
 _DRAWS_NOTE = (

@@ -550,6 +550,24 @@ def test_show_holds_a_tempered_target_to_the_floor(capsys, tmp_path):
     assert rc == 0 and "target is tempered" not in out  # no infonoise row, nothing to say
 
 
+@pytest.mark.parametrize("space", ["importance", "reducible"])
+def test_show_names_a_study_target_and_does_not_hold_it_to_the_floor(capsys, tmp_path, space):
+    """A schedule of candidate B or C (docs/METHOD.md §4.1): `infonoise show` names the target its draws follow and gives
+    TV(φ, ρ̂) without the floor check of the method; the TV by hand from the payload's π, ρ̂ and EDM's weight."""
+    _save_a_gaussian_schedule(tmp_path, target_space=space)
+    rc, out, _ = run(capsys, "show", tmp_path)
+    assert rc == 0 and f"target_space={space} (a study target" in out and "wants <= floor" not in out
+    payload = json.loads((tmp_path / "scheduler_config.json").read_text())[CONFIG_KEY]
+    edges = torch.tensor(payload["edges"], dtype=torch.float64)
+    sig = torch.exp(0.5 * (edges[1:] + edges[:-1]))
+    w = (sig**2 + 0.25) / (sig * 0.5) ** 2  # EDM's λ(σ) with σ_d = 0.5 (METHOD.md §4)
+    phi = torch.tensor(payload["pi"], dtype=torch.float64) * w
+    rho = torch.tensor(payload["rho_hat"], dtype=torch.float64)
+    by_hand = 0.5 * float((phi / phi.sum() - rho / rho.sum()).abs().sum())  # equal bins: masses ∝ densities
+    shown = float(re.search(r"TV\(phi = pi\*w, rho_hat\) = ([0-9.]+)", out).group(1))
+    assert shown == pytest.approx(by_hand, abs=2e-3)
+
+
 def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):
     """A schedule of the study variant target_space="pi" (issue 31): `infonoise show` reports TV(π, ρ̂), which the floor
     bounds, and says TV(φ, ρ̂) is large by design, instead of holding it to the method's floor check; TV(π, ρ̂) by hand
