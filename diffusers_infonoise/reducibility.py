@@ -19,18 +19,30 @@ import math
 
 import torch
 
-__all__ = ["LearningExponents", "NUM_GROUPS", "MIN_POINTS", "MEMORY_FACTOR"]
+__all__ = ["LearningExponents", "NUM_GROUPS", "MIN_POINTS", "MEMORY_FACTOR", "PLATEAU", "fit_horizon"]
 
-#: coarse groups of bins the exponent is fitted on (8 of 64 bins: about 1.3 ln-units of VE σ each on the EDM grid)
+#: coarse groups of bins the exponent is fitted on (8 of 64 bins: about 1.3 ln-units of VE σ each on the EDM grid;
+#: K groups of one bin when K < 8)
 NUM_GROUPS = 8
 #: points (windows) a bin needs before its group's exponent counts; a group needs one such bin
 MIN_POINTS = 3
 #: the fit's horizon in units of the estimator's memory H (docs/METHOD.md §5.10: an eighth of the run): over one H a
 #: level's ln-draws spread by about 1/8 e-fold, too little to read a slope through the windows' noise; 4·H, about half
-#: the run, spreads them by about 1/2
+#: the run, spreads them by about 1/2 (:func:`fit_horizon`)
 MEMORY_FACTOR = 4
+#: a level that sheds less than this share of its error per e-fold of its draws is not learning: when no group's
+#: exponent reaches it (a plateau), the budget says nothing about where to draw, and π follows ρ̂/w
+PLATEAU = 0.01
 #: a group's exponent needs its points' ln-draws to spread by at least this much (standard deviation, e-folds)
 MIN_SPREAD = 0.05
+
+
+def fit_horizon(memory: float, step: int) -> float:
+    """The fit's horizon in optimizer steps: ``MEMORY_FACTOR·H`` (``memory`` H, the estimator's), and at least half the
+    steps so far, so that H's cap of 500 steps (§5.10) does not shrink the ln-draws' spread in a long run below what a
+    slope can be read from (in a run of T ≤ 4000 steps H = T/8 and this is 4·H)."""
+    return max(MEMORY_FACTOR * float(memory), 0.5 * float(step))
+
 
 _STATE_KEYS = ("draws", "open_sums", "open_counts", "weight", "sum_x", "sum_y", "sum_xx", "sum_xy", "points")
 
@@ -40,7 +52,8 @@ class LearningExponents:
 
     Args:
         num_bins: K, the estimator's bins (uniform in ln σ, VE σ).
-        num_groups: G ≤ K contiguous groups of bins the exponent is fitted on (default :data:`NUM_GROUPS`).
+        num_groups: G contiguous groups of about K/G bins the exponent is fitted on (default :data:`NUM_GROUPS`; K when
+            K is smaller).
         min_count: samples a bin's window needs before it makes a point (smaller windows are carried over).
 
     Raises:
@@ -50,8 +63,9 @@ class LearningExponents:
     def __init__(self, num_bins: int, *, num_groups: int = NUM_GROUPS, min_count: int = 8):
         if not (isinstance(num_bins, int) and num_bins >= 2):
             raise ValueError(f"num_bins: must be an int >= 2, got {num_bins!r}")
-        if not (isinstance(num_groups, int) and 1 <= num_groups <= num_bins):
-            raise ValueError(f"num_groups: must be an int in [1, num_bins={num_bins}], got {num_groups!r}")
+        if not (isinstance(num_groups, int) and num_groups >= 1):
+            raise ValueError(f"num_groups: must be an int >= 1, got {num_groups!r}")
+        num_groups = min(num_groups, num_bins)
         if not (isinstance(min_count, int) and min_count >= 1):
             raise ValueError(f"min_count: must be an int >= 1, got {min_count!r}")
         self.num_bins, self.num_groups, self.min_count = num_bins, num_groups, min_count
@@ -102,10 +116,10 @@ class LearningExponents:
     def reducibility(self, centers: torch.Tensor, m_hat: torch.Tensor) -> torch.Tensor | None:
         """(K,) float64 ``R̂ = β·m̂``: the x0 error each bin sheds per e-fold of its draws, β interpolated linearly in
         ln σ between the fitted groups' centres (``centers``: the (K,) bin centres, ln VE σ) and flat beyond them;
-        ``m_hat``: (K,) the filled x0 error. None while no group is fitted."""
+        ``m_hat``: (K,) the filled x0 error. None while no group is fitted, or none learns faster than :data:`PLATEAU`."""
         beta = self.exponents()
         fitted = ~torch.isnan(beta)
-        if not bool(fitted.any()):
+        if not bool(fitted.any()) or float(beta[fitted].max()) < PLATEAU:
             return None
         centers = torch.as_tensor(centers, dtype=torch.float64)
         group_centers = torch.zeros(self.num_groups, dtype=torch.float64).index_add_(0, self.group, centers)
@@ -133,9 +147,12 @@ class LearningExponents:
             raise ValueError(f"reducibility: expected a dict with {', '.join((*_STATE_KEYS, 'last_step'))}")
         values = {}
         for key in _STATE_KEYS:
-            v = torch.as_tensor(state[key], dtype=torch.float64).flatten()
+            try:
+                v = torch.as_tensor(state[key], dtype=torch.float64)
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(f"reducibility[{key!r}]: expected {self.num_bins} finite numbers") from None
             if v.shape != (self.num_bins,) or not bool(torch.isfinite(v).all()):
-                raise ValueError(f"reducibility[{key!r}]: expected {self.num_bins} finite values")
+                raise ValueError(f"reducibility[{key!r}]: expected {self.num_bins} finite numbers")
             if key not in ("sum_x", "sum_y", "sum_xy") and bool((v < 0).any()):
                 raise ValueError(f"reducibility[{key!r}]: expected values >= 0")
             values[key] = v.clone()

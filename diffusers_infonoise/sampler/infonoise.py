@@ -22,7 +22,7 @@ from ..data_statistics import BOUND_WORK_PER_SECOND, MAX_BOUND_WORK, ValueTally,
 from ..estimator import ProfileEstimator
 from ..logs import get_logger
 from ..paths import NoisePath, path_from_scheduler
-from ..reducibility import MEMORY_FACTOR, LearningExponents
+from ..reducibility import LearningExponents, fit_horizon
 from ..schedule_io import FORMAT, VERSION, ScheduleError, StoredSchedule, read_schedule, stored_mu, write_schedule
 from .adaptive import _AdaptiveSampler, _stored_when, apply_data_statistics, estimator_for
 from .base import as_count, default_prediction_type
@@ -81,7 +81,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     def _observe_window(self):
         if self.reducibility is not None and self.estimator.last_window is not None:
-            memory = MEMORY_FACTOR * self._memory_steps()
+            memory = fit_horizon(self._memory_steps(), self.optimizer_step)
             self.reducibility.observe(self.optimizer_step, *self.estimator.last_window, memory=memory)
 
     def _reducibility_mass(self) -> torch.Tensor | None:
@@ -139,10 +139,19 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         return state
 
     def load_state_dict(self, state):
-        """:meth:`~.adaptive._AdaptiveSampler.load_state_dict`; target C's fit first (π is checked against it)."""
-        if self.reducibility is not None and isinstance(state, dict) and state.get("reducibility") is not None:
-            self.reducibility.load_state_dict(state["reducibility"])
-        super().load_state_dict(state)
+        """:meth:`~.adaptive._AdaptiveSampler.load_state_dict`, with target C's fit loaded first (π is checked against
+        it); a refused state leaves the fit as it was."""
+        fit = state.get("reducibility") if isinstance(state, dict) and self.reducibility is not None else None
+        edges = state.get("edges") if isinstance(state, dict) else None
+        if fit is None or edges is None or len(edges) != self.estimator.num_bins + 1:
+            return super().load_state_dict(state)  # no fit to load, or another grid (refused there, naming the option)
+        before = self.reducibility.state_dict()
+        self.reducibility.load_state_dict(fit)  # checked before anything changes
+        try:
+            super().load_state_dict(state)
+        except Exception:
+            self.reducibility.load_state_dict(before)
+            raise
 
     def _importance_weights(self, sigmas, timesteps, levels):
         """The per-sample factor ``c·ρ̂(σ)/(π(σ)·w(σ))`` of the importance study spaces (``target_space``
@@ -475,11 +484,17 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         self.plan_run(start="stored")  # the stored m̂ already is an adapted estimate: no automatic warm-up
         stored_pi = torch.tensor(payload["pi"], dtype=torch.float64)
         mine = self._schedule_settings()
-        if self.reducibility is not None and not interpolated and isinstance(payload.get("reducibility"), dict):
-            try:  # target C's fit, which π follows besides m̂ (docs/METHOD.md §4.1)
-                self.reducibility.load_state_dict(payload["reducibility"])
-            except ValueError as err:
-                raise ScheduleError(f"_infonoise_schedule: {err}") from None
+        if self.reducibility is not None and (payload.get("hyperparameters") or {}).get("target_space") == "reducible":
+            # target C's fit, which π follows besides m̂ (docs/METHOD.md §4.1): on another grid it does not apply
+            if interpolated:
+                logger.info("stored schedule: target C's fit is for its own grid and is dropped; pi ~ rho_hat/w until refitted")
+            elif not isinstance(payload.get("reducibility"), dict):
+                raise ScheduleError("_infonoise_schedule: reducibility: a schedule of target_space 'reducible' stores its fit as an object")
+            else:
+                try:
+                    self.reducibility.load_state_dict(payload["reducibility"])
+                except ValueError as err:
+                    raise ScheduleError(f"_infonoise_schedule: {err}") from None
         if not interpolated and same_path and mine == _stored_pi_settings(payload):
             # π is a function of m̂ and the stored settings: check it, so that an edited π cannot bypass the
             # floor or the estimate (one refresh's arithmetic)

@@ -380,7 +380,7 @@ class InfoNoiseSettings(AdaptiveSettings):
             (a study setting, candidate C of docs/METHOD.md §4.1): the draws are ``(1 − η)·ρ̂·R̂ + η·π_base`` normalised,
             ``R̂ = β·m̂`` the x0 error a level sheds per e-fold of its own draws (``β`` a learning exponent fitted on
             8 groups of bins, :mod:`~diffusers_infonoise.reducibility`), the weighting left as it is; ``π ∝ ρ̂/w``
-            until a group's exponent is fitted (three refreshes of a bin's windows).
+            until a group's exponent is fitted (three windows of a bin) and while none learns (a plateau).
 
     Raises:
         ValueError: an invalid setting, naming the argument and its accepted values.

@@ -15,7 +15,7 @@ import torch
 from diffusers import DDPMScheduler, EDMEulerScheduler
 
 from diffusers_infonoise import InfoNoiseTrainingTimestepSampler
-from diffusers_infonoise.reducibility import LearningExponents
+from diffusers_infonoise.reducibility import PLATEAU, LearningExponents, fit_horizon
 from diffusers_infonoise.schedule_io import ScheduleError
 
 from helpers.reference import gauss_mmse, grid_by_hand, total_variation
@@ -54,6 +54,21 @@ def test_a_rising_error_clips_at_zero_and_no_exponent_before_three_points():
     young = _power_law_windows(np.array([0.5] * 4), counts=[10] * 4, scales=np.ones(4), steps=2)
     assert bool(torch.isnan(young.exponents()).all())
     assert young.reducibility(torch.arange(4.0), torch.ones(4)) is None
+
+
+def test_a_plateau_gives_no_r_hat_and_a_long_run_keeps_its_fit():
+    """No group sheds more than PLATEAU of its error per e-fold: no R̂ (π follows ρ̂/w). A run of 60,000 steps whose
+    estimator memory is capped at 500 steps keeps its groups fitted: the horizon grows to half the steps so far (at a
+    fixed 2,000 steps ln n would spread by about 2,000/t, below MIN_SPREAD after about 40,000 steps)."""
+    flat = _power_law_windows(np.array([PLATEAU / 2] * 4), counts=[10] * 4, scales=np.ones(4), steps=6)
+    assert float(flat.exponents().max()) == pytest.approx(PLATEAU / 2) and flat.reducibility(torch.arange(4.0), torch.ones(4)) is None
+    assert fit_horizon(500, 40_000) == 20_000 and fit_horizon(50, 300) == 200
+    fit = LearningExponents(2, num_groups=1, min_count=4)
+    draws = 0.0
+    for step in range(100, 60_001, 100):
+        fit.observe(step, torch.tensor([100 * (draws + 50) ** -0.3] * 2), torch.tensor([100.0] * 2), memory=fit_horizon(500, step))
+        draws += 100
+    assert fit.exponents().tolist() == pytest.approx([0.3], abs=1e-6)  # float64 sums of x ≈ 11 over 600 points
 
 
 def test_windows_smaller_than_min_count_are_carried_into_one_point():
@@ -149,9 +164,16 @@ def test_resume_and_stored_schedule_carry_the_fit():
     payload["reducibility"] = {**payload["reducibility"], "sum_xy": [0.0] * 64}
     with pytest.raises(ScheduleError, match="does not follow"):
         InfoNoiseTrainingTimestepSampler.from_stored(sched, payload=payload)
-    payload["reducibility"] = {**payload["reducibility"], "draws": [-1.0] * 64}
-    with pytest.raises(ScheduleError, match="reducibility"):
-        InfoNoiseTrainingTimestepSampler.from_stored(sched, payload=payload)
+    for bad in ({**payload["reducibility"], "draws": [-1.0] * 64}, {**payload["reducibility"], "sum_x": "abc"}, None):
+        with pytest.raises(ScheduleError, match="reducibility"):
+            InfoNoiseTrainingTimestepSampler.from_stored(sched, payload={**payload, "reducibility": bad})
+    # a refused checkpoint (another grid) leaves the fit as it was; fewer bins than groups: one group a bin
+    before = b.reducibility.state_dict()
+    other = _sampler(num_bins=32)
+    with pytest.raises(ValueError, match="num_bins"):
+        b.load_state_dict(other.state_dict())
+    assert all(torch.equal(before[k], v) for k, v in b.reducibility.state_dict().items() if k != "last_step")
+    assert _sampler(num_bins=4).reducibility.num_groups == 4
     assert InfoNoiseTrainingTimestepSampler.from_scheduler(DDPMScheduler(), target_space="reducible").reducibility is not None
 
 
@@ -163,7 +185,7 @@ def s_fitted(sampler) -> bool:
     "kwargs, match",
     [
         ({"num_bins": 1}, "num_bins"),
-        ({"num_bins": 8, "num_groups": 9}, "num_groups"),
+        ({"num_bins": 8, "num_groups": 0}, "num_groups"),
         ({"num_bins": 8, "min_count": 0}, "min_count"),
     ],
 )
