@@ -86,7 +86,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     def _reducibility_mass(self) -> torch.Tensor | None:
         """(K,) bin masses of target C's draws ``ρ̂·R̂`` normalised (``target_space="reducible"``, docs/METHOD.md §4.1),
-        or None when another target is set or no group's exponent is fitted yet (π then follows ``ρ̂/w``)."""
+        or None when another target is set, no group's exponent is fitted yet or none learns (a plateau; π then follows
+        ``ρ̂/w``)."""
         if self.reducibility is None:
             return None
         r = self.reducibility.reducibility(self.estimator.centers, self.estimator.filled_m_hat())
@@ -398,7 +399,8 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         null before adaptation), ``start`` (how the run began, METHOD.md §5.9: :attr:`start_record`, kept through
         resumes; null when not recorded; payloads written before it have no such field) and, for a tempered target
         (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds), and for
-        a study ``target_space`` other than ``"phi"`` ``tv_pi_rho`` (TV(π, ρ̂)).
+        a study ``target_space`` other than ``"phi"`` ``tv_pi_rho`` (TV(π, ρ̂)), and for ``target_space="reducible"``
+        ``reducibility`` (target C's fit, :meth:`~diffusers_infonoise.reducibility.LearningExponents.state_dict` as lists).
         """
         from ..version import __version__
 
