@@ -77,7 +77,7 @@ class LearningExponents:
     def observe(self, step: int, window_sums: torch.Tensor, window_counts: torch.Tensor, memory: float) -> None:
         """Fold in one refresh's window: ``window_sums``/``window_counts`` (K,) float64, the x0 errors of the training
         draws since the last refresh (all processes), at optimizer ``step``. Every earlier point's weight decays by
-        ``exp(−(step − last step)/memory)`` (``memory``: optimizer steps, the estimator's horizon, docs/METHOD.md §5.10)."""
+        ``exp(−(step − last step)/memory)`` (``memory``: optimizer steps, the fit's horizon, :func:`fit_horizon`)."""
         sums = torch.as_tensor(window_sums, dtype=torch.float64).cpu()
         counts = torch.as_tensor(window_counts, dtype=torch.float64).cpu()
         decay = math.exp(-max(0, int(step) - self.last_step) / float(memory))
