@@ -15,7 +15,7 @@ STEPS = 6
 BATCH = 1024
 
 
-def make_sampler():
+def make_sampler(target_space: str = "phi"):
     path = VEPath("ve", 0.002, 80.0, sigma_data=0.5)  # EDMEulerScheduler's defaults
     # the m̂ cap and the gate come from the data each rank sees (reduced over ranks at refreshes)
     return InfoNoiseTrainingTimestepSampler(
@@ -28,6 +28,7 @@ def make_sampler():
         min_count=4,
         mmse_cap="auto",
         gate="auto",
+        target_space=target_space,
     )
 
 
@@ -44,11 +45,11 @@ def batch(sampler, rank: int, step: int):
     return levels, torch.round(m * 2**20) / 2**20
 
 
-def worker(rank: int, world: int, port: int, outdir: str):
+def worker(rank: int, world: int, port: int, outdir: str, target_space: str = "phi"):
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        sampler = make_sampler()
+        sampler = make_sampler(target_space)
         hashes = []
         for step in range(STEPS):
             levels, loss = batch(sampler, rank, step)
@@ -70,14 +71,14 @@ def worker(rank: int, world: int, port: int, outdir: str):
         torch.distributed.destroy_process_group()
 
 
-def resume_worker(rank: int, world: int, port: int, outdir: str):
+def resume_worker(rank: int, world: int, port: int, outdir: str, target_space: str = "phi"):
     """Steps 0-2, a checkpoint of the sampler written by rank 0 alone (``state_dict`` makes no collective
     call: diffusers' scripts call ``save_state`` on the main process only), then steps 3-5 on fresh
     samplers that all load it. Also records two draws of each rank's own stream."""
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        sampler = make_sampler().manual_seed(7)
+        sampler = make_sampler(target_space).manual_seed(7)
         for step in range(3):
             levels, loss = batch(sampler, rank, step)
             sampler.update(levels, loss)
@@ -88,7 +89,7 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
         if rank == 0:
             torch.save(state, path)
         torch.distributed.barrier()
-        resumed = make_sampler()
+        resumed = make_sampler(target_space)
         resumed.load_state_dict(torch.load(path, weights_only=False))
         after = [resumed.sample(16).sigmas]
         for step in range(3, STEPS):
@@ -104,6 +105,8 @@ def resume_worker(rank: int, world: int, port: int, outdir: str):
                 "open_counts": None if state is None else state["estimator"]["counts"],
                 "merged_counts": sampler.estimator.merged_counts.clone(),
                 "unmerged": sampler.estimator.counts.clone(),
+                # target C's fitted groups at the end (target_space="reducible"), None for other targets
+                "fitted": None if resumed.reducibility is None else int((~torch.isnan(resumed.reducibility.exponents())).sum()),
             },
             os.path.join(outdir, f"resumed{rank}.pt"),
         )

@@ -47,15 +47,19 @@ def test_two_processes_share_pi_equal_to_union(tmp_path):
     assert abs(alone.estimator.mmse_cap - 1.0) < 3e-3 and alone.estimator.data_min_gap == 2.0
 
 
-def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path):
+@pytest.mark.parametrize("target_space", ["phi", "reducible"])
+def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path, target_space):
     """What ``accelerator.register_for_checkpointing(sampler)`` relies on: accelerate writes the state of
-    rank 0 only (and diffusers' scripts call ``save_state`` on rank 0 only), and every rank loads it."""
-    mp.spawn(W.resume_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    rank 0 only (and diffusers' scripts call ``save_state`` on rank 0 only), and every rank loads it. Target C
+    (``reducible``) too: its fit, read from both ranks' merged windows, is in the checkpoint and decides the final π."""
+    mp.spawn(W.resume_worker, args=(2, free_port(), str(tmp_path), target_space), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"resumed{r}.pt") for r in (0, 1))
     # the uninterrupted two-rank run of the same batches
-    mp.spawn(W.worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(W.worker, args=(2, free_port(), str(tmp_path), target_space), nprocs=2, join=True)
     ref = torch.load(tmp_path / "rank0.pt")
     assert torch.equal(r0["probs"], ref["probs"]) and torch.equal(r1["probs"], ref["probs"])
+    if target_space == "reducible":  # the fit was active at the end on both ranks (3 windows: steps 2, 4, 6)
+        assert r0["fitted"] == r1["fitted"] and r0["fitted"] > 0
     # the saved open statistics are both ranks' (step 2's batch of 1024 on each: 2048 samples), merged at
     # the step on every rank alike, with nothing left unmerged
     assert float(r0["open_counts"].sum()) == 2 * W.BATCH
