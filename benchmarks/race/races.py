@@ -98,12 +98,14 @@ class Race:
     #: names its default arm here (``content``, ``draws``, ``learnability``, ``budget``); the ``bound`` tiers, whose
     #: reports predate it, name none and compare with nothing
     infonoise_arm: str = "infonoise"
+    #: the steps-to-target speed-up's centred moving average, in evaluations (1: each seed's raw curve, the fair tiers)
+    smoothing: int = 3
 
 
 #: the Race fields that only the transfer tier sets
 TRANSFER_FIELDS = {"jitter": True, "sweep": (), "task": "", "reference": None}
 #: the Race fields left out of a results file where they keep their defaults (so that older files compare)
-OMITTED_AT_DEFAULT = {**TRANSFER_FIELDS, "infonoise_arm": "infonoise"}
+OMITTED_AT_DEFAULT = {**TRANSFER_FIELDS, "infonoise_arm": "infonoise", "smoothing": 3}
 
 
 @dataclass(frozen=True)

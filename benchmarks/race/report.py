@@ -48,12 +48,18 @@ def design(races, tier: str) -> dict:
         "DNA: Jensen-Shannon distance of pooled k-mer distributions (k=4..6, mean) reported, k-mer spectrum "
         "FDs also given",
         "speedup": "steps the baseline needs to reach its own final quality / steps InfoNoise needs, on curves "
-        "smoothed by a centred 3-evaluation moving average, linear interpolation between evaluations, "
+        f"smoothed by a centred moving average over {_smoothing(races)}, linear interpolation between evaluations, "
         "paired by seed; median over seeds",
         "datasets": {r.dataset: DATASETS[r.dataset].note for r in races},
         "races": [{k: v for k, v in asdict(r).items() if k not in OMITTED_AT_DEFAULT or v != OMITTED_AT_DEFAULT[k]} for r in races],
         "other_tiers": get_tier(tier).other_tiers,
     }
+
+
+def _smoothing(races) -> str:
+    """The races' speed-up smoothing in words (:attr:`~benchmarks.race.races.Race.smoothing`)."""
+    windows = sorted({r.smoothing for r in races})
+    return " or ".join("1 evaluation (the raw curves)" if w == 1 else f"{w} evaluations" for w in windows)
 
 
 def compact_run(r: dict) -> dict:
@@ -261,6 +267,8 @@ def _race_section(race, e: dict) -> list[str]:
             for b, sp in against.items()
         ]
         L.append(f"Steps-to-target speedup of `{v}` on `{m}`: " + "; ".join(cells) + ".  ")
+    window = e.get("speedup_smoothing", 3)  # results files written before the setting smoothed over 3
+    curves = "raw curves" if window == 1 else f"curves smoothed over {window} evaluations"
     for b, per_metric in e["speedup_vs"].items():
         for mm, sp in per_metric.items():
             seeds = ", ".join(
@@ -272,7 +280,7 @@ def _race_section(race, e: dict) -> list[str]:
             med = f"{'≤ ' if sp['num_not_reached'] else ''}{sp['median']:.2f}"
             L.append(
                 f"Steps-to-target speedup of InfoNoise vs `{b}` on `{mm}` (target: {b}'s own final quality, "
-                f"curves smoothed over 3 evaluations): median **{med}** ({seeds}).  "
+                f"{curves}): median **{med}** ({seeds}).  "
             )
     L.append("")
     return L

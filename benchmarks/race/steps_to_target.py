@@ -1,6 +1,6 @@
 """The quality race's steps-to-target speedup (issue 6): how many training steps one run needs to reach
-another run's final quality, on curves smoothed by a centred moving average, linear between
-evaluations; :func:`paired_speedups` pairs runs by seed."""
+another run's final quality, on curves smoothed by a centred moving average (a race's ``smoothing``; 1: the raw
+curves), linear between evaluations; :func:`paired_speedups` pairs runs by seed."""
 
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ def steps_to_reach(steps, values, target: float) -> tuple[float | None, str]:
     return None, "not_reached"
 
 
-def speedup(base: dict, other: dict, metric: str) -> dict:
-    """Steps ``base`` needs to reach its own final (smoothed) quality / steps ``other`` needs."""
-    sb, qb = base["steps"], smooth(base["quality"][metric])
-    so, qo = other["steps"], smooth(other["quality"][metric])
+def speedup(base: dict, other: dict, metric: str, window: int = 3) -> dict:
+    """Steps ``base`` needs to reach its own final quality / steps ``other`` needs, both curves smoothed over ``window``
+    evaluations (1: raw)."""
+    sb, qb = base["steps"], smooth(base["quality"][metric], window)
+    so, qo = other["steps"], smooth(other["quality"][metric], window)
     target = float(qb[-1])
     nb, _ = steps_to_reach(sb, qb, target)
     no, how = steps_to_reach(so, qo, target)
@@ -43,11 +44,11 @@ def speedup(base: dict, other: dict, metric: str) -> dict:
     return out
 
 
-def paired_speedups(baseline_runs: list, runs: list, metric: str) -> dict:
+def paired_speedups(baseline_runs: list, runs: list, metric: str, window: int = 3) -> dict:
     """:func:`speedup` of ``runs`` against ``baseline_runs`` seed by seed (the seeds both have), their
     median (a not-reached seed with its upper bound) and how many did not reach the target."""
     per_seed = [
-        {"seed": rb["seed"], **speedup(rb, ri[0], metric)} for rb in baseline_runs if (ri := [r for r in runs if r["seed"] == rb["seed"]])
+        {"seed": rb["seed"], **speedup(rb, ri[0], metric, window)} for rb in baseline_runs if (ri := [r for r in runs if r["seed"] == rb["seed"]])
     ]
     vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
     return {

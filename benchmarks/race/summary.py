@@ -53,6 +53,7 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict, tier_summaries
             "final": {},
             "at_budget": {},
             "speedup_vs": {},
+            "speedup_smoothing": race.smoothing,
             "wall_time_s": {},
         }
         for s, lst in by.items():
@@ -79,7 +80,7 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict, tier_summaries
                 per_metric = {}
                 for m in (metric,) + tuple(x for x in ("fd",) if x != metric and x in metrics):
                     per_metric[m] = {
-                        **paired_speedups(by[b], by[ref], m),
+                        **paired_speedups(by[b], by[ref], m, race.smoothing),
                         "note": "a not-reached seed enters the median with its upper bound (baseline steps / budget)",
                     }
                 entry["speedup_vs"][b] = per_metric
@@ -87,7 +88,7 @@ def summarize(races: list[Race], runs: list[dict], scorers: dict, tier_summaries
         entry["variant_speedup_vs"] = {}
         for v in (x for x in race.samplers if x.startswith("infonoise-") and x != ref and by.get(x)):
             for b in (x for x in (race.baseline, "logit_normal") if by.get(x)):
-                sp = paired_speedups(by[b], by[v], metric)
+                sp = paired_speedups(by[b], by[v], metric, race.smoothing)
                 if sp["per_seed"]:
                     entry["variant_speedup_vs"].setdefault(v, {})[b] = sp
         jit = [r["jitter"] for r in rr if r.get("jitter")]

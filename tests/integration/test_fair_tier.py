@@ -27,6 +27,7 @@ def test_the_fair_races_rerun_the_oracle_with_every_seed_and_six_evaluations():
         assert {"infonoise", "logit_normal", "edm_lognormal"} <= set(race.samplers)
         assert all(race.seeds[a] == [0, 1, 2] for a in race.samplers)
         assert len(race.eval_steps) == 6 and race.eval_steps[-1] == race.steps
+        assert race.smoothing == 1  # every speed-up of a fair report, its summary table's too, on raw curves
     assert [r.name for r in tiers.tier_races("fair")] == list(target.FAIR_ORACLES)
     assert all(len(r.eval_steps) == 8 for r in tiers.tier_races("fair_budget"))
     # the recommended fixed density is an arm of every fair task (issue 48), not of the candidates' races
@@ -98,6 +99,10 @@ def test_the_oracle_is_the_best_mean_and_the_speedups_read_raw_curves():
     md = "\n".join(fair.markdown(out["fair"]))
     assert "| tf-bin16 | `fd_thresholded`, 450, 6 | `logit_normal@mean=1` 45 | `infonoise` |" in md
     assert "2.40 [2.40, 2.40, 2.40]" in md
+    # the report's top table reads raw curves too: logit-normal(0, 1)'s seed 0 ends at 40 (at 450 steps), which
+    # InfoNoise's raw curve first reaches at its third evaluation, 225 (smoothed over 3 evaluations the target is 47.5)
+    top = out["tf-bin16"]["speedup_vs"]["logit_normal"]["fd_thresholded"]["per_seed"][0]
+    assert top["target"] == 40.0 and top["speedup"] == pytest.approx(450 / 225) and out["tf-bin16"]["speedup_smoothing"] == 1
 
 
 def test_a_candidate_target_is_compared_with_the_librarys_infonoise_seed_by_seed():

@@ -43,6 +43,11 @@ def test_smooth_and_speedup_by_hand():
     worse = {"steps": [100, 200, 300, 400], "quality": {"fd": [12, 11, 10, 9]}}
     out = steps_to_target.speedup(base, worse, "fd")
     assert out["speedup"] is None and out["speedup_upper_bound"] == pytest.approx(1.0)
+    # raw curves (window 1, the fair tiers): the target is the baseline's last value 5, reached at step 400; the
+    # other's raw curve [9, 6, 4, 3] crosses 5 at 200 + 100 * (6 - 5) / (6 - 4) = 250
+    out = steps_to_target.speedup(base, other, "fd", window=1)
+    assert out["target"] == 5 and out["baseline_steps"] == pytest.approx(400)
+    assert out["steps"] == pytest.approx(250) and out["speedup"] == pytest.approx(400 / 250)
 
 
 def _spec(tier, race_name, sampler, seed=0, root="/tmp/x"):
