@@ -128,6 +128,8 @@ def validate_payload(payload: Any) -> dict:
     start = payload.get("start")
     if start is not None and not (isinstance(start, dict) and start.get("choice") in ("base", "stored", "profile")):
         raise ScheduleError(f"{CONFIG_KEY}: start must be null or an object with choice 'base', 'stored' or 'profile', got {start!r}")
+    if payload.get("pi_moves") is not None:  # payloads written before π's moves were kept have none
+        check_pi_moves(payload["pi_moves"], f"{CONFIG_KEY}: pi_moves", ScheduleError)
     data = payload.get("data")
     if data is not None:
         if not isinstance(data, dict):
@@ -177,6 +179,35 @@ def check_number_list(values: Any, name: str, *, nulls: bool = False, error: typ
     for i, v in enumerate(values):
         if not ((isinstance(v, (int, float)) and not isinstance(v, bool)) or (nulls and v is None)):
             raise error(f"{name} must be {what}, got {name.split(': ')[-1]}[{i}] = {_short(v)}")
+
+
+#: how many of π's last changes a sampler keeps and a stored schedule carries (``pi_moves``; METHOD.md §6.1, "settled")
+PI_MOVES_KEPT = 8
+
+
+def _finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_pi_moves(moves, name: str, error: type[ValueError]) -> dict:
+    """A copy of recorded moves of π (the sampler's ``pi_moves``, a payload's): ``{"steps": [...], "tv": [...]}`` of
+    equal lengths, at most :data:`PI_MOVES_KEPT`, steps ints ≥ 0 not decreasing, TVs in [0, 1] (float round-off above 1
+    allowed).
+
+    Raises:
+        ``error`` naming ``name`` and what is wrong.
+    """
+    ok = isinstance(moves, dict) and isinstance(moves.get("steps"), list) and isinstance(moves.get("tv"), list)
+    steps, tvs = (moves.get("steps"), moves.get("tv")) if ok else ([], [])
+    ok = ok and len(steps) == len(tvs) <= PI_MOVES_KEPT
+    ok = ok and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+    ok = ok and all(a <= b for a, b in zip(steps, steps[1:])) and all(_finite_number(t) and 0 <= t <= 1 + 1e-9 for t in tvs)
+    if not ok:
+        raise error(
+            f"{name}: expected {{'steps': [...], 'tv': [...]}} of equal length (at most {PI_MOVES_KEPT}), optimizer steps "
+            f"(ints >= 0, not decreasing) and total variations in [0, 1], got {str(moves)[:120]}"
+        )
+    return {"steps": [int(s) for s in steps], "tv": [float(t) for t in tvs]}
 
 
 MIN_BINS = 4  # the smallest grid a sampler takes (num_bins >= 4)

@@ -93,6 +93,7 @@ def _cmd_show(args) -> int:
         f"  training         {payload['optimizer_steps']} optimizer steps, {payload.get('num_updates', '?')} schedule updates, "
         f"adapted: {'yes' if payload.get('adapted', True) else 'no (still the base density)'}",
         f"  start            {describe_start(payload.get('start'))}",
+        *_moves_lines(payload),
         f"  gate             pivot {_fmt(gate.get('pivot'))} "
         f"({gate.get('source', '?')}{': ' + gate['reason'] if gate.get('reason') else ''})",
         "  hyperparameters  " + ", ".join(f"{k}={v}" for k, v in hyper.items()),
@@ -215,6 +216,23 @@ def _cmd_compare(args) -> int:
 
 #: adaptive samplers that learn during a run and store nothing: outside a run, their allocation is their base density
 _UNSTORED_ADAPTIVE = ("kingma_gao", "loss_slope")
+
+
+def _moves_lines(payload: dict) -> list[str]:
+    """``infonoise show``'s line on π's last changes (the payload's ``pi_moves``; none in payloads written before it)."""
+    from ..diagnostics.recommend import MAX_SETTLED_MOVE, SETTLED_MOVES, pi_still_moving
+
+    moves = payload.get("pi_moves") or {}
+    if not moves.get("tv"):
+        return []
+    pairs = ", ".join(f"{t:.3f} at step {s}" for s, t in zip(moves["steps"], moves["tv"]))
+    if len(moves["tv"]) < SETTLED_MOVES:
+        verdict = f"fewer than {SETTLED_MOVES} changes: not judged"
+    elif pi_still_moving(payload):
+        verdict = f"still moving (the last {SETTLED_MOVES} sum above {MAX_SETTLED_MOVE:g}): a fit of it warns"
+    else:
+        verdict = f"settled (the last {SETTLED_MOVES} sum to at most {MAX_SETTLED_MOVE:g}; docs/METHOD.md 6.1)"
+    return [f"  pi moved         TV {pairs}; {verdict}"]
 
 
 def _print_base_notes(allocs, unlearned: dict | None) -> None:

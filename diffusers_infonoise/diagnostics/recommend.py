@@ -38,6 +38,8 @@ from .grid import _F64, Allocation, _widths, grid_edges, normalize_density, prof
 __all__ = [
     "FAMILIES",
     "MIN_SETTLED_REFRESHES",
+    "SETTLED_MOVES",
+    "MAX_SETTLED_MOVE",
     "NotAdapted",
     "RANGE_TAIL",
     "RecommendTarget",
@@ -56,6 +58,12 @@ __all__ = [
 
 #: a stored schedule is fitted only after this many refreshes of π from the run's own measurements (METHOD.md §6.1)
 MIN_SETTLED_REFRESHES = 3
+#: a stored π has settled when its last SETTLED_MOVES changes (``pi_moves``) moved it by at most MAX_SETTLED_MOVE in
+#: all (their sum bounds TV(π, π SETTLED_MOVES changes before)): the library's tolerance of an estimate against its
+#: target (METHOD.md §5, TV ≤ 0.05). Measured on the fair races' runs (benchmarks/results/pi_settling.md): 0.008-0.036
+#: at the end of the runs whose π had stopped, 0.065-0.19 where it was still moving
+SETTLED_MOVES = 3
+MAX_SETTLED_MOVE = 0.05
 #: a range family covers π*'s central quantiles [RANGE_TAIL, 1 − RANGE_TAIL] (METHOD.md §6.1)
 RANGE_TAIL = 0.01
 
@@ -83,6 +91,7 @@ class RecommendTarget:
             (METHOD.md §5.10: no better than returning its input: model error, not data), or None.
         unsettled: why a stored schedule is not fitted (within its warm-up, too few refreshes), or None.
         notes: what the figures rest on, in words (one line each).
+        warnings: what every fitted row's warning begins with (a stored π still moving, :func:`pi_still_moving`).
         dynamic_shift: the training's flow scheduler has ``use_dynamic_shifting`` (its own table is unshifted; the
             path carries the given ``mu``'s shift).
 
@@ -102,6 +111,7 @@ class RecommendTarget:
     model_error: torch.Tensor | None = None
     unsettled: str | None = None
     notes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
     dynamic_shift: bool = False
 
     def __post_init__(self):
@@ -142,6 +152,7 @@ class RecommendTarget:
             "source": self.source,
             "unsettled": self.unsettled,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -218,6 +229,21 @@ def schedule_settledness(payload: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
+def pi_still_moving(payload: dict) -> str | None:
+    """A warning when a stored π was still moving (METHOD.md §6.1), else None: its last :data:`SETTLED_MOVES` changes
+    (the payload's ``pi_moves``) moved it by more than :data:`MAX_SETTLED_MOVE` in total variation, summed. None too
+    for payloads that keep fewer changes (written before π's moves were kept, or a state resumed from one)."""
+    moves = payload.get("pi_moves") or {}
+    steps, tvs = list(moves.get("steps") or [])[-SETTLED_MOVES:], list(moves.get("tv") or [])[-SETTLED_MOVES:]
+    if len(tvs) < SETTLED_MOVES or sum(tvs) <= MAX_SETTLED_MOVE:
+        return None
+    return (
+        f"pi was still moving: its last {SETTLED_MOVES} refreshes (steps {steps[0]}-{steps[-1]}) moved it by TV "
+        f"{' + '.join(f'{t:.3f}' for t in tvs)} = {sum(tvs):.3f}, above the {MAX_SETTLED_MOVE:g} of a settled run "
+        "(METHOD.md 6.1): a longer run would fit elsewhere"
+    )
+
+
 def target_from_schedule(
     payload: dict,
     noise_scheduler=None,
@@ -269,7 +295,8 @@ def target_from_schedule(
             "no estimate of rho_hat to fit"
         )
     prof = sampler.profile()
-    refusal, warning = schedule_settledness(payload)
+    refusal, note = schedule_settledness(payload)
+    moving = pi_still_moving(payload)
     return RecommendTarget(
         log_sigma=prof["log_sigma"].clone(),
         rho_hat=normalize_density(prof["rho_hat"], prof["log_sigma"]),
@@ -279,7 +306,8 @@ def target_from_schedule(
         source=source,
         m_hat=prof["m_hat"].to(_F64).clone(),
         unsettled=refusal,
-        notes=[warning] if warning else [],
+        notes=[note] if note else [],
+        warnings=[moving] if moving else [],
         dynamic_shift=_dynamic(scheduler),
     )
 

@@ -1020,6 +1020,7 @@ def _row_target(t: TrainerScripts, target: RecommendTarget) -> tuple[RecommendTa
         m_hat=target.m_hat,
         s_hat=target.s_hat,
         model_error=target.model_error,
+        warnings=target.warnings,
         dynamic_shift=target.dynamic_shift,
     )
     note = (
@@ -1078,6 +1079,7 @@ def _trainer_rows(target: RecommendTarget, trainer: str) -> list[dict]:
                 warnings.insert(0, draws.note)
             if clamped:
                 warnings.insert(0, clamped)
+            warnings[:0] = own.warnings  # the target's own (a stored π still moving) first: it is the fit's premise
             settings.append({"family": s.family, "flags": flags, **_public(fig), "clamped": clamped, "warnings": warnings})
         dw = _warnings(default, default, own)
         rows.append(

@@ -14,7 +14,7 @@ from ..data_statistics import DataStatistics
 from ..estimator import ProfileEstimator
 from ..logs import get_logger
 from ..paths import NoisePath
-from ..schedule_io import ScheduleError
+from ..schedule_io import PI_MOVES_KEPT, ScheduleError, check_pi_moves
 from .base import NoiseLevels, RunPlan, TrainingTimestepSampler, _check_global_step_arg
 from .fixed import _resolve_base
 from .settings import MAX_MEMORY_STEPS, MEMORY_FRACTION, AdaptiveSettings, _is_int, _plain_number, _real, default_mmse_cap, unread_by
@@ -108,6 +108,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
         self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
         self.value_tally = None  # a ValueTally while a profile start measures (its per-element bound), else None
+        #: π's last changes (at most :data:`PI_MOVES_KEPT`, oldest first): ``{"steps": [...], "tv": [...]}``, the
+        #: optimizer step of each change of π (a refresh, a start) and its total variation from the π before it
+        #: (the base density before the first); stored schedules carry it, so that a fit can tell a settled π
+        self.pi_moves: dict = {"steps": [], "tv": []}
 
     @property
     def _auto_cap(self) -> bool:
@@ -368,16 +372,29 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         ``estimator.last_window``: a target that reads more than m̂ (InfoNoise's ``target_space="reducible"``) folds it in."""
 
     def _adopt_estimate(self, what: str = "pi refreshed") -> None:
-        """π from the current estimate (floor included), counted as an update and described (:attr:`last_refresh`)."""
-        self.probs = self._build_probs()
+        """π from the current estimate (floor included), counted as an update, its move recorded (:attr:`pi_moves`)
+        and described (:attr:`last_refresh`, with ``pi_moved``, that move's total variation)."""
+        moved = self._record_move(self._build_probs())
         self.num_updates += 1
-        self._cell_cache = None
-        self.last_refresh = self._describe_refresh()
+        self.last_refresh = {**self._describe_refresh(), "pi_moved": moved}
         logger.info(
             f"noise sampler: step {self.optimizer_step}: {what}; "
             + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step")
         )
         self._check_measured_mass()
+
+    def _record_move(self, probs: torch.Tensor) -> float:
+        """Make ``probs`` (K,) π and record the change in :attr:`pi_moves`: TV(π before, ``probs``) = ½·Σ|Δ| (the base
+        density's bin masses before the first change), at this optimizer step; returns that TV."""
+        before = self.probs if self.probs is not None else self.base_masses
+        moved = 0.5 * float((probs - before).abs().sum())
+        self.probs = probs
+        self._cell_cache = None
+        self.pi_moves = {
+            "steps": [*self.pi_moves["steps"], int(self.optimizer_step)][-PI_MOVES_KEPT:],
+            "tv": [*self.pi_moves["tv"], moved][-PI_MOVES_KEPT:],
+        }
+        return moved
 
     def _check_measured_mass(self, stored: str | None = None) -> None:
         """Warn (``UserWarning``, once) when most of π lies on bins never measured: the
@@ -487,6 +504,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
                 # what decides π and how the statistics are collected, to name what a resume command changes
                 "settings": {k: getattr(self.settings, k) for k in self.settings.names("pi", "statistics")},
                 "samples_trained": self.samples_trained,
+                "pi_moves": {
+                    "steps": torch.tensor(self.pi_moves["steps"], dtype=torch.int64),
+                    "tv": torch.tensor(self.pi_moves["tv"], dtype=torch.float64),
+                },
                 # the loss π was built for: a resume of another loss rebuilds π at its next refresh, not checked against it
                 "objective": self.objective.record(),
                 "data": {
@@ -533,6 +554,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
+        moves = state.get("pi_moves")  # states written before π's moves were kept have none: the history starts here
+        if isinstance(moves, dict):
+            moves = {k: v.tolist() if torch.is_tensor(v) else v for k, v in moves.items()}
+        self.pi_moves = {"steps": [], "tv": []} if moves is None else check_pi_moves(moves, "state_dict['pi_moves']", ValueError)
         if "warmup_steps" in state:  # states written before the run-sized warm-up have none
             self.warmup_steps = int(state["warmup_steps"])
         setting = state.get("warmup_setting")  # states written before the warm-up's setting was kept have none

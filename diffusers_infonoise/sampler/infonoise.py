@@ -400,7 +400,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         resumes; null when not recorded; payloads written before it have no such field) and, for a tempered target
         (``temperature`` τ ≠ 1), ``tv_phi_target`` (TV(φ, ρ̂^τ), which the floor bounds), and for
         a study ``target_space`` other than ``"phi"`` ``tv_pi_rho`` (TV(π, ρ̂)), and for ``target_space="reducible"``
-        ``reducibility`` (target C's fit, :meth:`~diffusers_infonoise.reducibility.LearningExponents.state_dict` as lists).
+        ``reducibility`` (target C's fit, :meth:`~diffusers_infonoise.reducibility.LearningExponents.state_dict` as lists),
+        and ``pi_moves`` (:attr:`~.adaptive._AdaptiveSampler.pi_moves`: the optimizer step and the total variation of
+        each of π's last changes; payloads written before it have none).
         """
         from ..version import __version__
 
@@ -437,6 +439,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
             ),
             **({"tv_pi_rho": self._draws_total_variation()} if tv is not None and self.settings.target_space != "phi" else {}),
             **({"reducibility": _fit_lists(self.reducibility.state_dict())} if self.reducibility is not None else {}),
+            "pi_moves": {k: list(v) for k, v in self.pi_moves.items()},
         }
 
     def load_schedule(self, payload: dict, *, source: str | None = None) -> None:
@@ -513,10 +516,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 logger.info(f"stored schedule: {what}; rebuilding pi from the stored m_hat")
             probs = self._build_probs()
         if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:  # else: the base until the warm-up ends
-            self.probs = probs
+            moved = self._record_move(probs)  # drops cached cell masses: π changed without a new num_updates
             self.num_updates = max(self.num_updates, 1)
-            self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
-            self.last_refresh = self._describe_refresh()
+            self.last_refresh = {**self._describe_refresh(), "pi_moved": moved}
             self._check_measured_mass(stored=_stored_when(payload))
 
     def save_to_scheduler(self, noise_scheduler) -> bool:
