@@ -48,7 +48,9 @@ def paired_speedups(baseline_runs: list, runs: list, metric: str, window: int = 
     """:func:`speedup` of ``runs`` against ``baseline_runs`` seed by seed (the seeds both have), their
     median (a not-reached seed with its upper bound) and how many did not reach the target."""
     per_seed = [
-        {"seed": rb["seed"], **speedup(rb, ri[0], metric, window)} for rb in baseline_runs if (ri := [r for r in runs if r["seed"] == rb["seed"]])
+        {"seed": rb["seed"], **speedup(rb, ri[0], metric, window)}
+        for rb in baseline_runs
+        if (ri := [r for r in runs if r["seed"] == rb["seed"]])
     ]
     vals = [p["speedup"] if p["speedup"] is not None else p["speedup_upper_bound"] for p in per_seed]
     return {
