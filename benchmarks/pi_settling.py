@@ -42,9 +42,7 @@ def run_history(path: Path) -> dict:
     moves = [tv(probs[i], probs[i - 1]) for i in range(1, len(probs))]
     points = []
     for k in range(SETTLED_MOVES, len(probs)):
-        points.append(
-            {"step": steps[k], "s": sum(moves[k - SETTLED_MOVES : k]), "d": tv(probs[k], probs[-1]), "last": k == len(probs) - 1}
-        )
+        points.append({"step": steps[k], "s": sum(moves[k - SETTLED_MOVES : k]), "d": tv(probs[k], probs[-1]), "last": k == len(probs) - 1})
     return {"steps": steps, "moves": moves, "points": points}
 
 
@@ -86,7 +84,7 @@ def main(argv=None) -> dict:
         f"sum of the TVs of pi's last {SETTLED_MOVES} moves between refreshes (what a schedule saved there carries in pi_moves), "
         "and D_k = TV(pi_k, pi at the run's end), how far pi still went; a mid-run refresh is one before the run's last",
         "summary": summary,
-        "runs": {rid: {**r, "points": [{k: round(v, 4) if isinstance(v, float) else v for k, v in pt.items()} for pt in r["points"]]} for rid, r in runs.items()},
+        "runs": {rid: {**r, "points": [_rounded(pt) for pt in r["points"]]} for rid, r in runs.items()},
     }
     (results / "pi_settling.json").write_text(json.dumps(out, indent=1))
     (results / "pi_settling.md").write_text("\n".join(markdown(out)) + "\n")
@@ -102,7 +100,7 @@ def markdown(out: dict) -> list[str]:
         "",
         f"Command: `{out['command'].strip()}`. How: {out['how']}.",
         "",
-        f"Threshold: S_k ≤ {s['threshold']:g} (the sum of π's last {SETTLED_MOVES} moves in TV). \"Far\": D_k > {s['far']:g}.",
+        f'Threshold: S_k ≤ {s["threshold"]:g} (the sum of π\'s last {SETTLED_MOVES} moves in TV). "Far": D_k > {s["far"]:g}.',
         "",
         "| mid-run refreshes | n | D_k (how far π still went) | D_k > far |",
         "|---|---|---|---|",
@@ -120,6 +118,10 @@ def markdown(out: dict) -> list[str]:
         pts = " ".join(f"{p['s']:.3f}/{p['d']:.2f}" for p in r["points"])
         L.append(f"| {rid} | {moves} | {pts} |")
     return L
+
+
+def _rounded(point: dict) -> dict:
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in point.items()}
 
 
 def _f(v) -> str:

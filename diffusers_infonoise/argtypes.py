@@ -39,6 +39,16 @@ __all__ = [
 ]
 
 
+def is_real(x) -> bool:
+    """A finite int or float (not a bool); an int too large for a float (``10**400``) is not one."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def _is_auto(value: str) -> bool:
     return value.lower() == "auto"
 

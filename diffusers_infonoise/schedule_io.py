@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .argtypes import is_real
 from .paths import PATH_CLASSES, path_from_scheduler
 
 __all__ = [
@@ -129,7 +130,7 @@ def validate_payload(payload: Any) -> dict:
     if start is not None and not (isinstance(start, dict) and start.get("choice") in ("base", "stored", "profile")):
         raise ScheduleError(f"{CONFIG_KEY}: start must be null or an object with choice 'base', 'stored' or 'profile', got {start!r}")
     if payload.get("pi_moves") is not None:  # payloads written before π's moves were kept have none
-        check_pi_moves(payload["pi_moves"], f"{CONFIG_KEY}: pi_moves", ScheduleError)
+        check_pi_moves(payload["pi_moves"], f"{CONFIG_KEY}: pi_moves", ScheduleError, max_step=payload["optimizer_steps"])
     data = payload.get("data")
     if data is not None:
         if not isinstance(data, dict):
@@ -185,28 +186,28 @@ def check_number_list(values: Any, name: str, *, nulls: bool = False, error: typ
 PI_MOVES_KEPT = 8
 
 
-def _finite_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def check_pi_moves(moves, name: str, error: type[ValueError]) -> dict:
+def check_pi_moves(moves, name: str, error: type[ValueError], max_step: int | None = None) -> dict:
     """A copy of recorded moves of π (the sampler's ``pi_moves``, a payload's): ``{"steps": [...], "tv": [...]}`` of
-    equal lengths, at most :data:`PI_MOVES_KEPT`, steps ints ≥ 0 not decreasing, TVs in [0, 1] (float round-off above 1
-    allowed).
+    equal lengths, at most :data:`PI_MOVES_KEPT`; steps ints from 0 to ``max_step`` (the run's own optimizer step
+    count, when given), not decreasing; TVs finite numbers in [0, 1] (float round-off above 1 allowed).
 
     Raises:
-        ``error`` naming ``name`` and what is wrong.
+        ``error``: ``"{name}: ..."`` naming the first rule broken (and the entry that breaks it).
     """
-    ok = isinstance(moves, dict) and isinstance(moves.get("steps"), list) and isinstance(moves.get("tv"), list)
-    steps, tvs = (moves.get("steps"), moves.get("tv")) if ok else ([], [])
-    ok = ok and len(steps) == len(tvs) <= PI_MOVES_KEPT
-    ok = ok and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
-    ok = ok and all(a <= b for a, b in zip(steps, steps[1:])) and all(_finite_number(t) and 0 <= t <= 1 + 1e-9 for t in tvs)
-    if not ok:
-        raise error(
-            f"{name}: expected {{'steps': [...], 'tv': [...]}} of equal length (at most {PI_MOVES_KEPT}), optimizer steps "
-            f"(ints >= 0, not decreasing) and total variations in [0, 1], got {str(moves)[:120]}"
-        )
+    if not isinstance(moves, dict) or not isinstance(moves.get("steps"), list) or not isinstance(moves.get("tv"), list):
+        raise error(f"{name}: expected an object {{'steps': [...], 'tv': [...]}} of two lists, got {_short(moves)}")
+    steps, tvs = moves["steps"], moves["tv"]
+    if len(steps) != len(tvs) or len(steps) > PI_MOVES_KEPT:
+        raise error(f"{name}: steps and tv must be lists of equal length, at most {PI_MOVES_KEPT}; got {len(steps)} and {len(tvs)}")
+    top = "" if max_step is None else f" and at most the run's optimizer steps, {max_step}"
+    for i, s in enumerate(steps):
+        if not (isinstance(s, int) and not isinstance(s, bool)) or s < 0 or (max_step is not None and s > max_step):
+            raise error(f"{name}: steps[{i}] = {_short(s)}: each must be an int >= 0{top}")
+        if i and s < steps[i - 1]:
+            raise error(f"{name}: steps[{i}] = {s} follows {steps[i - 1]}: the steps must not decrease")
+    for i, t in enumerate(tvs):
+        if not (is_real(t) and 0 <= t <= 1 + 1e-9):
+            raise error(f"{name}: tv[{i}] = {_short(t)}: each must be a total variation, a finite number in [0, 1]")
     return {"steps": [int(s) for s in steps], "tv": [float(t) for t in tvs]}
 
 

@@ -731,6 +731,8 @@ def _cmd_recommend(args) -> int:
     )
     for note in rec.notes:
         print(f"note: {note}")
+    for warning in t.warnings:  # also at the start of every fitted row's warning (none if every row is dropped)
+        print(f"warning: {warning}")
     if rec.refused:
         return _recommend_refused(rec, what, args)
     print(
@@ -739,7 +741,8 @@ def _cmd_recommend(args) -> int:
     )
     for name, fit in rec.families.items():
         params = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fit.params.items())
-        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}  n_eff {1 / fit.rv:.2f}x batch")
+        warn = " | warning: pi was still moving (above)" if t.warnings else ""
+        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}  n_eff {1 / fit.rv:.2f}x batch{warn}")
     for row in rec.trainers:
         if "unsupported" in row:
             print(f"{row['trainer']}: nothing for a {path['kind']} path: {row['unsupported']}")

@@ -60,8 +60,8 @@ __all__ = [
 MIN_SETTLED_REFRESHES = 3
 #: a stored π has settled when its last SETTLED_MOVES changes (``pi_moves``) moved it by at most MAX_SETTLED_MOVE in
 #: all (their sum bounds TV(π, π SETTLED_MOVES changes before)): the library's tolerance of an estimate against its
-#: target (METHOD.md §5, TV ≤ 0.05). Measured on the fair races' runs (benchmarks/results/pi_settling.md): 0.008-0.036
-#: at the end of the runs whose π had stopped, 0.065-0.19 where it was still moving
+#: target (METHOD.md §5, TV ≤ 0.05). Measured on π's history in the fair races' runs (benchmarks/results/pi_settling.md):
+#: after no mid-run refresh at or below it did π move more than 0.05 further; above it, more than 0.1 at about a third
 SETTLED_MOVES = 3
 MAX_SETTLED_MOVE = 0.05
 #: a range family covers π*'s central quantiles [RANGE_TAIL, 1 − RANGE_TAIL] (METHOD.md §6.1)
@@ -209,7 +209,7 @@ def schedule_settledness(payload: dict) -> tuple[str | None, str | None]:
     (``optimizer_steps < warmup_steps_resolved``: π is the base density) or one whose π was refreshed fewer than
     :data:`MIN_SETTLED_REFRESHES` times; the warning, a run whose steps since its warm-up are fewer than the
     estimator's memory (:func:`_memory_steps`), so that its m̂ still weighs the warm-up's younger model by more
-    than e⁻¹. Whether the last refreshes still moved π cannot be read from a payload."""
+    than e⁻¹. Whether the last refreshes still moved π is :func:`pi_still_moving`'s (a warning on every fitted row)."""
     steps, warmup = int(payload.get("optimizer_steps") or 0), int(payload.get("warmup_steps_resolved") or 0)
     updates = int(payload.get("num_updates") or 0)
     if steps < warmup:

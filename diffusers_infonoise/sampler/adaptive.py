@@ -108,9 +108,10 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         self.data = DataStatistics()  # what add_noise/observe_data saw of x0 (cap V, value grid)
         self.num_observed = 0  # batches given to observe_data (add_noise) in this process: did a loss show its data?
         self.value_tally = None  # a ValueTally while a profile start measures (its per-element bound), else None
-        #: π's last changes (at most :data:`PI_MOVES_KEPT`, oldest first): ``{"steps": [...], "tv": [...]}``, the
-        #: optimizer step of each change of π (a refresh, a start) and its total variation from the π before it
-        #: (the base density before the first); stored schedules carry it, so that a fit can tell a settled π
+        #: π's last changes at refreshes since the run's start (at most :data:`PI_MOVES_KEPT`, oldest first):
+        #: ``{"steps": [...], "tv": [...]}``, the optimizer step of each and its total variation from the π in use before
+        #: it (the base density before the first, after a warm-up on it); a start (a π set before step 1: stored,
+        #: profile) is no move and begins the history anew. Stored schedules carry it, so that a fit can tell a settled π
         self.pi_moves: dict = {"steps": [], "tv": []}
 
     @property
@@ -374,22 +375,26 @@ class _AdaptiveSampler(TrainingTimestepSampler):
     def _adopt_estimate(self, what: str = "pi refreshed") -> None:
         """π from the current estimate (floor included), counted as an update, its move recorded (:attr:`pi_moves`)
         and described (:attr:`last_refresh`, with ``pi_moved``, that move's total variation)."""
-        moved = self._record_move(self._build_probs())
+        moved = self._set_probs(self._build_probs())
         self.num_updates += 1
-        self.last_refresh = {**self._describe_refresh(), "pi_moved": moved}
+        self.last_refresh = self._describe_refresh() | ({} if moved is None else {"pi_moved": moved})
         logger.info(
             f"noise sampler: step {self.optimizer_step}: {what}; "
             + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_refresh.items() if k != "step")
         )
         self._check_measured_mass()
 
-    def _record_move(self, probs: torch.Tensor) -> float:
-        """Make ``probs`` (K,) π and record the change in :attr:`pi_moves`: TV(π before, ``probs``) = ½·Σ|Δ| (the base
-        density's bin masses before the first change), at this optimizer step; returns that TV."""
+    def _set_probs(self, probs: torch.Tensor) -> float | None:
+        """Make ``probs`` (K,) π. From step 1 on (a refresh) the change is recorded in :attr:`pi_moves`, TV(π in use
+        before, ``probs``) = ½·Σ|Δ| (the base density's bin masses before the first), and returned; before step 1 it
+        is a start: the history begins anew and None is returned."""
         before = self.probs if self.probs is not None else self.base_masses
-        moved = 0.5 * float((probs - before).abs().sum())
         self.probs = probs
         self._cell_cache = None
+        if self.optimizer_step == 0:
+            self.pi_moves = {"steps": [], "tv": []}
+            return None
+        moved = 0.5 * float((probs - before).abs().sum())
         self.pi_moves = {
             "steps": [*self.pi_moves["steps"], int(self.optimizer_step)][-PI_MOVES_KEPT:],
             "tv": [*self.pi_moves["tv"], moved][-PI_MOVES_KEPT:],
@@ -549,15 +554,18 @@ class _AdaptiveSampler(TrainingTimestepSampler):
         trained = state.get("samples_trained")
         if trained is not None and not (_real(trained) and trained >= 0):
             raise ValueError(f"state_dict['samples_trained']: expected a finite number >= 0, got {trained!r}")
+        moves = state.get("pi_moves")  # states written before π's moves were kept have none: the history starts here
+        if isinstance(moves, dict):
+            moves = {k: v.tolist() if torch.is_tensor(v) else v for k, v in moves.items()}
+        step = state["optimizer_step"]
+        step = step if _is_int(step) and step >= 0 else None  # a bad one is refused below, by its name
+        moves = {"steps": [], "tv": []} if moves is None else check_pi_moves(moves, "state_dict['pi_moves']", ValueError, max_step=step)
         self._load_base_state(state)
         self.estimator.load_state_dict(state["estimator"])  # the same on every rank (already summed over them)
         self.probs = None if state["probs"] is None else torch.as_tensor(state["probs"], dtype=torch.float64).clone()
         self.num_updates = int(state["num_updates"])
         self._cell_cache = None  # π changed without a new num_updates: drop cached cell masses
-        moves = state.get("pi_moves")  # states written before π's moves were kept have none: the history starts here
-        if isinstance(moves, dict):
-            moves = {k: v.tolist() if torch.is_tensor(v) else v for k, v in moves.items()}
-        self.pi_moves = {"steps": [], "tv": []} if moves is None else check_pi_moves(moves, "state_dict['pi_moves']", ValueError)
+        self.pi_moves = moves
         if "warmup_steps" in state:  # states written before the run-sized warm-up have none
             self.warmup_steps = int(state["warmup_steps"])
         setting = state.get("warmup_setting")  # states written before the warm-up's setting was kept have none

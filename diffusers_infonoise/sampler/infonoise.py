@@ -516,9 +516,9 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
                 logger.info(f"stored schedule: {what}; rebuilding pi from the stored m_hat")
             probs = self._build_probs()
         if self.warmup_steps == 0 or self.optimizer_step >= self.warmup_steps:  # else: the base until the warm-up ends
-            moved = self._record_move(probs)  # drops cached cell masses: π changed without a new num_updates
+            moved = self._set_probs(probs)  # drops cached cell masses: π changed without a new num_updates
             self.num_updates = max(self.num_updates, 1)
-            self.last_refresh = {**self._describe_refresh(), "pi_moved": moved}
+            self.last_refresh = self._describe_refresh() | ({} if moved is None else {"pi_moved": moved})
             self._check_measured_mass(stored=_stored_when(payload))
 
     def save_to_scheduler(self, noise_scheduler) -> bool:

@@ -20,11 +20,11 @@ options work but are left out of ``--help`` (``study`` in the field's metadata).
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from dataclasses import dataclass, field
 
 from ..argtypes import bool_arg, ema_decay_arg, gate_arg, memory_arg, mmse_cap_arg, positive_float, positive_int, warmup_arg
+from ..argtypes import is_real as _real
 from ..estimator import check_estimator_settings
 
 __all__ = [
@@ -66,16 +66,6 @@ def _plain_number(x):
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         return x
     return int(x) if isinstance(x, numbers.Integral) else float(x)
-
-
-def _real(x) -> bool:
-    """A finite int or float (not a bool); an int too large for a float (``10**400``) is not one."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return False
-    try:
-        return math.isfinite(x)
-    except OverflowError:
-        return False
 
 
 def _setting(default, role: str, place: int, *, option, check=None, before=_NOT_BEFORE, study: bool = False):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -90,21 +91,52 @@ def test_a_stored_schedule_carries_its_moves_and_refuses_corrupt_ones():
     payload = read_schedule(sched)
     assert payload["pi_moves"] == {"steps": s.pi_moves["steps"], "tv": s.pi_moves["tv"]}
     for bad, says in (
-        ({"steps": [1, 2], "tv": [0.1]}, "equal length"),
-        ({"steps": [1, 2], "tv": [0.1, 1.5]}, "in [0, 1]"),
-        ({"steps": [3, 2], "tv": [0.1, 0.1]}, "not decreasing"),
-        ({"steps": [1.5], "tv": [0.1]}, "ints >= 0"),
-        ([0.1, 0.2], "expected"),
+        ({"steps": [1, 2], "tv": [0.1]}, "equal length, at most 8; got 2 and 1"),
+        ({"steps": list(range(9)), "tv": [0.1] * 9}, "got 9 and 9"),
+        ({"steps": [1, 2], "tv": [0.1, 1.5]}, "tv[1] = 1.5: each must be a total variation"),
+        ({"steps": [1, 2], "tv": [0.1, 10**400]}, "_infonoise_schedule.pi_moves.tv[1]: an integer of about 401 digits"),
+        ({"steps": [3, 2], "tv": [0.1, 0.1]}, "steps[1] = 2 follows 3"),
+        ({"steps": [1.5], "tv": [0.1]}, "steps[0] = 1.5: each must be an int >= 0 and at most the run's optimizer steps, 6"),
+        ({"steps": [True], "tv": [0.1]}, "steps[0] = True"),
+        ({"steps": [7], "tv": [0.1]}, "steps[0] = 7: each must be an int >= 0 and at most the run's optimizer steps, 6"),
+        ([0.1, 0.2], "expected an object"),
     ):
-        with pytest.raises(ScheduleError, match=r"pi_moves: .*" + ".*".join(says.split())):
-            validate_payload(json.loads(json.dumps({**payload, "pi_moves": bad})))
+        with pytest.raises(ScheduleError) as err:
+            validate_payload({**payload, "pi_moves": bad})
+        assert says in str(err.value) and str(err.value).startswith(("_infonoise_schedule: pi_moves: ", "_infonoise_schedule.pi_moves")), (
+            err.value
+        )
+    # a checkpoint's state: the same checks, bounded by its own step count; a refused state changes nothing
     state = s.state_dict()
-    state["pi_moves"] = {"steps": torch.tensor([1]), "tv": torch.tensor([-0.1], dtype=torch.float64)}
-    with pytest.raises(ValueError, match=r"state_dict\['pi_moves'\]"):
-        _sampler().load_state_dict(state)
+    r = _sampler()
+    for moves, says in (
+        ({"steps": torch.tensor([1]), "tv": torch.tensor([-0.1], dtype=torch.float64)}, "tv[0] = -0.1"),
+        ({"steps": torch.tensor([1000]), "tv": torch.tensor([0.1], dtype=torch.float64)}, "steps[0] = 1000"),
+        ({"steps": [1], "tv": [10**400]}, "tv[0] = 1000"),
+    ):
+        with pytest.raises(ValueError, match=r"state_dict\['pi_moves'\]: " + re.escape(says)):
+            r.load_state_dict({**state, "pi_moves": moves})
+        assert r.optimizer_step == 0 and r.probs is None and r.pi_moves == {"steps": [], "tv": []}
     # a payload written before the moves were kept: no field, nothing said about them
     old = {k: v for k, v in payload.items() if k != "pi_moves"}
     assert validate_payload(old) is old and pi_still_moving(old) is None
+
+
+def test_a_start_is_no_move_and_begins_the_history_anew():
+    """A run started from a settled stored schedule: loading it sets π before step 1 (no move, an empty history), so
+    two refreshes later its own schedule is not judged (fewer than 3 moves), and each refresh's move is small."""
+    s = _sampler()
+    _train(s, 12)
+    sched = EDMEulerScheduler()
+    s.save_to_scheduler(sched)
+    started = make_sampler("infonoise", sched, prediction_type="sample", num_bins=16, refresh_every=1)
+    started.load_schedule(read_schedule(sched))
+    assert started.pi_moves == {"steps": [], "tv": []} and "pi_moved" not in started.last_refresh
+    _train(started, 2, seed=3)
+    assert started.pi_moves["steps"] == [1, 2] and max(started.pi_moves["tv"]) < 0.05
+    out = EDMEulerScheduler()
+    started.save_to_scheduler(out)
+    assert pi_still_moving(read_schedule(out)) is None
 
 
 def _moving_payload(tvs):
@@ -126,7 +158,7 @@ def _moving_payload(tvs):
         ((0.04, 0.04), False),  # fewer than 3 recorded: not judged
     ],
 )
-def test_recommend_warns_in_every_fitted_row_when_the_last_three_moves_exceed_the_threshold(tvs, warned):
+def test_recommend_warns_in_every_fitted_row_when_the_last_three_moves_exceed_the_threshold(tvs, warned, capsys, tmp_path):
     assert SETTLED_MOVES == 3 and MAX_SETTLED_MOVE == 0.05
     payload = _moving_payload(tvs)
     rec = recommend_fixed_density(payload, EDMEulerScheduler())
@@ -139,6 +171,15 @@ def test_recommend_warns_in_every_fitted_row_when_the_last_three_moves_exceed_th
         assert "0.020 + 0.020 + 0.020 = 0.060" in said[0] and "steps 3900-4000" in said[0]
     # the defaults carry no such warning: they are the trainer's, not fitted to the moving π
     assert not any(w.startswith("pi was still moving") for r in rec.trainers if "default" in r for w in r["default"]["warnings"])
+    # the command says it once before the fits, and on each fitted family's line
+    from helpers.cli import run
+
+    (tmp_path / "s.json").write_text(json.dumps(payload))
+    rc, out, err = run(capsys, "recommend", tmp_path / "s.json")
+    assert rc == 0, err
+    families = [ln for ln in out.splitlines() if ln.startswith("  ") and " n_eff " in ln and "--" not in ln]
+    assert families and all(ln.endswith("| warning: pi was still moving (above)") == warned for ln in families), families
+    assert ("warning: pi was still moving: its last 3 refreshes" in out) == warned
 
 
 @pytest.mark.parametrize(

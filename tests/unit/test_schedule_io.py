@@ -570,14 +570,11 @@ def test_schedules_written_before_the_sampler_package_load_bit_for_bit():
         sampler.save_to_scheduler(again)
         resaved = json.loads(json.dumps(read_schedule(again)))
         assert resaved.pop("package_version") == diffusers_infonoise.__version__  # the writer's version, by design
-        # added since: pi's moves; loading made the one move of this sampler's life, the base density to the stored pi
-        moved = 0.5 * float((torch.tensor(payload["pi"], dtype=torch.float64) - sampler.base_masses).abs().sum())
-        assert resaved.pop("pi_moves") == {"steps": [0], "tv": [pytest.approx(moved, abs=1e-15)]}, name
+        # added since: pi's moves at refreshes; loading is a start, no move: an empty history
+        assert resaved.pop("pi_moves") == {"steps": [], "tv": []}, name
         # the one addition since: the target_space setting, at the value these schedules had (issue 31, settings.py)
         expected = {k: v for k, v in case["resaved"].items() if k != "package_version"}
         expected["hyperparameters"] = {**expected["hyperparameters"], "target_space": "phi"}
         assert resaved == expected, name
         described = {**case["describe"], "hyperparameters": {**case["describe"]["hyperparameters"], "target_space": "phi"}}
-        if described.get("last_refresh"):  # and the move in the refresh's description
-            described["last_refresh"] = {**described["last_refresh"], "pi_moved": moved}
         assert json.loads(json.dumps(sampler.describe())) == described, name
