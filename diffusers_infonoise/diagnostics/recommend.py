@@ -61,7 +61,7 @@ MIN_SETTLED_REFRESHES = 3
 #: a stored π has settled when its last SETTLED_MOVES changes (``pi_moves``) moved it by at most MAX_SETTLED_MOVE in
 #: all (their sum bounds TV(π, π SETTLED_MOVES changes before)): the library's tolerance of an estimate against its
 #: target (METHOD.md §5, TV ≤ 0.05). Measured on π's history in the fair races' runs (benchmarks/results/pi_settling.md):
-#: after no mid-run refresh at or below it did π move more than 0.05 further; above it, more than 0.1 at about a third
+#: after the mid-run refreshes at or below it π moved at most 0.058 further; after a third of those above it, over 0.1
 SETTLED_MOVES = 3
 MAX_SETTLED_MOVE = 0.05
 #: a range family covers π*'s central quantiles [RANGE_TAIL, 1 − RANGE_TAIL] (METHOD.md §6.1)
