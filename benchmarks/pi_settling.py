@@ -1,10 +1,11 @@
 """When has π settled? The threshold of ``infonoise recommend``'s warning (METHOD.md §6.1), measured on π's history.
 
 Every InfoNoise run of a quality race writes π at each refresh (``<run>/schedule/history.jsonl``, the training
-monitor). For each refresh k from the third on, S_k is the sum of the total variations of π's last three changes (what a
-stored schedule saved there carries in ``pi_moves``, :data:`~diffusers_infonoise.diagnostics.recommend.SETTLED_MOVES`)
-and D_k = TV(π_k, π at the run's end): how far π still went. A schedule saved at refresh k (a mid-run checkpoint, a
-run cut short) is fitted by ``infonoise recommend``; the warning's threshold on S_k should say when D_k is large::
+monitor). For each refresh k from the fourth on (the third after π left the base), S_k is the sum of the total
+variations of π's last three changes (what a stored schedule saved there carries in ``pi_moves``,
+:data:`~diffusers_infonoise.diagnostics.recommend.SETTLED_MOVES`) and D_k = TV(π_k, π at the run's end): how far π
+still went. A schedule saved at refresh k (a mid-run checkpoint, a run cut short) is fitted by ``infonoise
+recommend``; the warning's threshold on S_k should say when D_k is large::
 
     python -m benchmarks.pi_settling    # reads benchmarks/results/quality_race_*/runs/*/schedule/history.jsonl
 

@@ -90,6 +90,7 @@ def main():
         json.dump(
             {
                 "pi": sampler.probs.tolist() if sampler.probs is not None else None,
+                "pi_moves": sampler.pi_moves,
                 "m_hat": [None if v != v else v for v in sampler.estimator.m_hat.tolist()],
                 "optimizer_step": sampler.optimizer_step,
                 "num_draws": sampler.num_draws,

@@ -59,6 +59,7 @@ def worker(rank: int, world: int, port: int, outdir: str, target_space: str = "p
         torch.save(
             {
                 "probs": sampler.probs,
+                "pi_moves": sampler.pi_moves,
                 "m_hat": sampler.estimator.m_hat,
                 "hashes": hashes,
                 "cap": sampler.estimator.mmse_cap,
@@ -99,6 +100,7 @@ def resume_worker(rank: int, world: int, port: int, outdir: str, target_space: s
         torch.save(
             {
                 "probs": resumed.probs,
+                "pi_moves": resumed.pi_moves,
                 "stream": stream,
                 "after": after,
                 "next": sampler.sample(16).sigmas,

@@ -58,6 +58,8 @@ def test_checkpoint_of_one_rank_resumes_every_rank_exactly(tmp_path, target_spac
     mp.spawn(W.worker, args=(2, free_port(), str(tmp_path), target_space), nprocs=2, join=True)
     ref = torch.load(tmp_path / "rank0.pt")
     assert torch.equal(r0["probs"], ref["probs"]) and torch.equal(r1["probs"], ref["probs"])
+    # π's moves (stored schedules carry them) resume with it: the same steps and TVs, bit for bit, on both ranks
+    assert r0["pi_moves"] == r1["pi_moves"] == ref["pi_moves"] and len(ref["pi_moves"]["tv"]) >= 2
     if target_space == "reducible":  # the fit was active at the end on both ranks (3 windows: steps 2, 4, 6)
         assert r0["fitted"] == r1["fitted"] and r0["fitted"] > 0
     # the saved open statistics are both ranks' (step 2's batch of 1024 on each: 2048 samples), merged at

@@ -39,6 +39,7 @@ def test_both_patterns_finish_with_every_rank_holding_the_same_pi(uninterrupted)
     assert m0["pi"] is not None and m0["optimizer_step"] == m1["optimizer_step"] == STEPS
     for a, b in ((m0, m1), (e0, e1), (m0, e0)):  # both ranks alike, and the saving pattern changes nothing
         assert a["pi"] == b["pi"] and a["m_hat"] == b["m_hat"] and a["weights"] == b["weights"]
+        assert a["pi_moves"] == b["pi_moves"] and a["pi_moves"]["tv"]  # π's moves too (stored schedules carry them)
         assert a["mmse_cap"] == b["mmse_cap"] and a["min_gap"] == b["min_gap"] == 2.0  # data statistics of both ranks
 
 
@@ -53,6 +54,7 @@ def test_resume_from_the_mid_run_checkpoint_is_exact(uninterrupted, tmp_path, pa
     r0, r1 = launch(again, "--save_on", pattern, "--resume_from_checkpoint", str(again / ckpt.name))
     for r in (r0, r1):
         assert r["pi"] == ref["pi"] and r["m_hat"] == ref["m_hat"] and r["weights"] == ref["weights"]
+        assert r["pi_moves"] == ref["pi_moves"]
         assert r["optimizer_step"] == STEPS and r["num_draws"] == ref["num_draws"]
         assert r["mmse_cap"] == ref["mmse_cap"] and r["min_gap"] == ref["min_gap"]
 
@@ -65,3 +67,4 @@ def test_resume_from_the_last_checkpoint_trains_nothing(uninterrupted, tmp_path)
     for r in (r0, r1):
         assert r["global_step"] == r["optimizer_step"] == STEPS
         assert r["pi"] == ref["pi"] and r["weights"] == ref["weights"] and r["num_draws"] == ref["num_draws"]
+        assert r["pi_moves"] == ref["pi_moves"]
