@@ -95,11 +95,18 @@ def _adaptive_without_schedule(run: dict) -> bool:
 
 def allocation_tv(race: Race, run: dict, reference: dict | None) -> float | None:
     """TV(φ, ρ̂) of a run (METHOD.md §5's check): its effective allocation φ = π·w on the bins of an
-    InfoNoise schedule against that schedule's final ρ̂. An InfoNoise run is measured against its own ρ̂;
-    a fixed density against ``reference``, the InfoNoise run of the same race and seed."""
+    InfoNoise schedule against that schedule's final ρ̂. An InfoNoise run is measured against its own ρ̂ (with an
+    importance target space, φ = π·w times the per-sample factor: the TV its schedule records); a fixed density
+    against ``reference``, the InfoNoise run of the same race and seed."""
+    from diffusers_infonoise.sampler.infonoise import IMPORTANCE_TARGET_SPACES
+
     own = run.get("schedule") or {}
     if _adaptive_without_schedule(run):
         return None
+    if own.get("rho_hat") and (own.get("hyperparameters") or {}).get("target_space") in IMPORTANCE_TARGET_SPACES:
+        # the loss's per-sample factor makes φ = ρ̂^τ (METHOD.md §4.1), which π·w alone does not show: the library's
+        # own measure, stored with the schedule
+        return own.get("tv_phi_rho")
     ref = own if own.get("rho_hat") else reference
     if not ref or not ref.get("rho_hat"):
         return None

@@ -138,6 +138,15 @@ def _per_seed_speedups(sp: dict) -> str:
     return ", ".join(f"{p['speedup']:.2f}" if p["speedup"] is not None else f"<{p['speedup_upper_bound']:.2f}" for p in sp["per_seed"])
 
 
+def command_lines(meta: dict) -> list[str]:
+    """The results file's command lines: the last invocation that ran runs (a tier filled over several, with --only
+    or --restore, says how the rest were made in its note) and, for a report-only one, the command that re-reported."""
+    lines = [f"Command (the last invocation that ran; the note says how the rest were made): `{meta['command']}`  "]
+    if meta.get("report_regenerated_with"):
+        lines.append(f"Re-reported with: `{meta['report_regenerated_with']}`  ")
+    return lines
+
+
 def write_markdown(tier, races, summary, meta, path: Path, parts: tuple = ()):
     reading = ""
     if path.exists():
@@ -147,7 +156,7 @@ def write_markdown(tier, races, summary, meta, path: Path, parts: tuple = ()):
     L = [
         f"# Quality race — `{tier}` tier",
         "",
-        f"Command: `{meta['command']}`  ",
+        *command_lines(meta),
         (
             f"Wall time: {meta['wall_time_s']:.0f} s with {meta['jobs']} job(s) × {meta['threads']} thread(s)"
             if meta.get("wall_time_s") is not None

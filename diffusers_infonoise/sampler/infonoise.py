@@ -33,7 +33,7 @@ from .starts import describe_bound
 logger = get_logger(__name__)
 
 #: the study target spaces whose draws carry a per-sample factor (settings.InfoNoiseSettings.target_space)
-_IMPORTANCE_SPACES = ("importance", "rho_draws")
+IMPORTANCE_TARGET_SPACES = ("importance", "rho_draws")
 
 __all__ = [
     "InfoNoiseTrainingTimestepSampler",
@@ -70,7 +70,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
 
     def __init__(self, path: NoisePath, **kwargs):
         super().__init__(path, **kwargs)
-        if self.settings.target_space in _IMPORTANCE_SPACES and path.is_discrete:
+        if self.settings.target_space in IMPORTANCE_TARGET_SPACES and path.is_discrete:
             raise ValueError(
                 f"target_space: {self.settings.target_space!r} weights each draw by its density, which a VP path's integer "
                 "timesteps do not have; it is for the EDM and flow paths (give 'phi', the default, 'pi' or 'reducible')"
@@ -159,7 +159,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
         ``"importance"``, ``"rho_draws"``; None otherwise and while on the base): the loss's effective allocation
         is then ρ̂ per unit ln σ, and ``c = 1/Σ_k ρ̂_k/w_k`` (bin masses, w at the centres) makes its mean under π 1
         (docs/METHOD.md §4)."""
-        if self.settings.target_space not in _IMPORTANCE_SPACES or self.probs is None:
+        if self.settings.target_space not in IMPORTANCE_TARGET_SPACES or self.probs is None:
             return None
         cached = getattr(self, "_importance_table", None)
         if cached is None or cached[0] is not self.probs:  # once per π (a refresh or a load makes a new one), not per batch
@@ -175,7 +175,7 @@ class InfoNoiseTrainingTimestepSampler(_AdaptiveSampler):
     def _effective_allocation(self) -> torch.Tensor:
         """(K,) float64 bin masses of the effective allocation ``φ = π·w`` normalised (METHOD.md §4); with an
         importance study space (``target_space``), ``π·w`` times the per-sample factor: ρ̂ (or ρ̂^τ) itself."""
-        if self.settings.target_space in _IMPORTANCE_SPACES and self.probs is not None:
+        if self.settings.target_space in IMPORTANCE_TARGET_SPACES and self.probs is not None:
             return self._rho_mass(self.settings.temperature)
         probs = self.probs if self.probs is not None else self.base_masses
         phi = probs * self._bin_weights()

@@ -162,6 +162,25 @@ def test_allocation_width_by_hand():
     assert allocation_metrics.allocation_tv(race, {"sampler": "kingma_gao"}, run["schedule"]) is None
 
 
+def test_allocation_tv_by_hand_and_with_an_importance_factor():
+    """x0 loss unweighted (w = 1): φ = π = (0.8, 0.2) against ρ̂ masses (0.5, 0.5) (ρ̂ per unit ln σ 0.5 and 0.25 on bins
+    1 and 2 wide) is TV 0.3. With an importance target space the per-sample factor makes φ = ρ̂ (METHOD.md §4.1), which
+    π alone does not show: the report takes the TV the schedule records."""
+    race = tiers.tier_races("recheck_full")[0]
+    schedule = {
+        "edges": [0.0, 1.0, 3.0],
+        "pi": [0.8, 0.2],
+        "rho_hat": [0.5, 0.25],
+        "prediction_type": "sample",
+        "loss_weighting": "none",
+        "tv_phi_rho": 0.0,
+        "hyperparameters": {"target_space": "phi"},
+    }
+    assert allocation_metrics.allocation_tv(race, {"sampler": "infonoise", "schedule": schedule}, None) == pytest.approx(0.3)
+    importance = {**schedule, "hyperparameters": {"target_space": "importance"}}
+    assert allocation_metrics.allocation_tv(race, {"sampler": "infonoise", "schedule": importance}, None) == 0.0
+
+
 def test_stored_schedule_reads_the_payload_with_the_library_reader(tmp_path):
     """A run's ``schedule``: the kept fields of the payload the saved scheduler stores, floats to 6
     decimals; a run without a scheduler folder has none, a corrupted payload is refused."""
@@ -382,3 +401,22 @@ def test_relabel_files_an_arms_runs_under_another_name_and_says_why(tmp_path):
     (runs / "r__infonoise__s0.json").write_text(json.dumps({"run_id": "r__infonoise__s0", "sampler": "infonoise"}))
     with pytest.raises(ValueError, match="exists already"):
         relabel(runs, "infonoise", "infonoise-profile_bound_data", "again")
+
+
+def test_a_report_only_results_file_names_the_invocation_that_ran_and_the_one_that_re_reported(tmp_path, monkeypatch):
+    from benchmarks.race import report
+
+    monkeypatch.setattr(report, "get_tier", lambda tier: type("T", (), {"sizing": None})())
+    out = tmp_path / "quality_race_x.json"
+    ran = {"command": "python -m benchmarks.quality_race --tier x --only a", "jobs": 2}
+    out.write_text(json.dumps({"meta": ran}))
+    again = {"command": "python -m benchmarks.quality_race --tier x --report_only"}
+    meta = report.results_meta(again, out, report_only=True, note="n", tier="x", runs=[])
+    assert meta["command"] == ran["command"] and meta["report_regenerated_with"] == again["command"]
+    lines = report.command_lines(meta)
+    assert len(lines) == 2 and "--only a`" in lines[0] and "--report_only`" in lines[1]
+    # a run that trains has one line: its own command
+    fresh = report.results_meta(ran, tmp_path / "absent.json", report_only=False, note=None, tier="x", runs=[])
+    assert report.command_lines(fresh) == [
+        f"Command (the last invocation that ran; the note says how the rest were made): `{ran['command']}`  "
+    ]
