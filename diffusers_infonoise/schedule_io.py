@@ -46,6 +46,8 @@ __all__ = [
     "ScheduleError",
     "ScheduleSourceError",
     "local_or_hub",
+    "hub_unreadable",
+    "env_true",
     "read_json_file",
     "load_scheduler_config",
     "read_schedule_from",
@@ -406,6 +408,55 @@ class ScheduleSourceError(ValueError):
     """A source of a stored schedule or a model (folder, file, Hub repo) that cannot be read, or holds none."""
 
 
+#: seconds a connection to the Hub may take before it counts as unreachable (huggingface_hub then retries for most of
+#: a minute before its own error)
+HUB_CONNECT_TIMEOUT = 3.0
+
+
+def env_true(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to a true value (1, ON, YES, TRUE), as huggingface_hub reads it."""
+    import os
+
+    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_unreadable(repo_id: str, *, dataset: bool = False, cache_dir: str | None = None) -> str | None:
+    """Why the Hub repo ``repo_id`` (a data set's with ``dataset``) cannot be read here, or None when it can be: it is
+    in a local cache (``cache_dir``, the Hub's, and for a data set ``datasets``'), or the Hub answers a connection
+    within :data:`HUB_CONNECT_TIMEOUT` seconds. Offline (``HF_HUB_OFFLINE``, and ``HF_DATASETS_OFFLINE`` for a data
+    set) no connection is attempted. Never raises."""
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    kind = "datasets" if dataset else "models"
+    caches = [Path(d) / f"{kind}--{repo_id.replace('/', '--')}" for d in (cache_dir, constants.HF_HUB_CACHE) if d]
+    if dataset:
+        from datasets import config
+
+        caches += [Path(d) / repo_id.replace("/", "___") for d in (cache_dir, config.HF_DATASETS_CACHE) if d]
+    if any(c.is_dir() for c in caches):
+        return None
+    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE" if dataset else "") if name and env_true(name)]
+    offline = offline or (["HF_HUB_OFFLINE"] if constants.HF_HUB_OFFLINE else [])  # huggingface_hub's reading, at its import
+    if offline:
+        return f"{offline[0]} is set and it is not in the Hub cache"
+    host = urlsplit(constants.ENDPOINT).hostname
+    try:
+        _ask_hub(constants.ENDPOINT, HUB_CONNECT_TIMEOUT)
+    except Exception as err:  # httpx's or requests' connection errors, by huggingface_hub version: any is "unreachable"
+        return f"the Hub ({host}) cannot be reached ({getattr(err, 'strerror', None) or err}) and it is not in the Hub cache"
+    return None
+
+
+def _ask_hub(endpoint: str, timeout: float) -> None:
+    """One HEAD request to the Hub through huggingface_hub's own HTTP session (its proxies and certificates: a bare
+    socket would miss a proxy and refuse a Hub that answers); raises when nothing answers within ``timeout`` seconds."""
+    from huggingface_hub.utils import get_session
+
+    get_session().head(endpoint, timeout=timeout)
+
+
 def local_or_hub(spec) -> Path | str:
     """Where a source named on the command line is read from: a local path (a :class:`~pathlib.Path` to a regular file
     or a folder) or a Hub repo id (the ``str``), decided without touching the network.
@@ -498,6 +549,9 @@ def _hub_download(repo_id: str, revision: str | None, cache_dir: str | None) -> 
         )
     except ImportError:  # pragma: no cover - huggingface_hub is a dependency
         raise ScheduleSourceError(f"{repo_id}: huggingface_hub is not installed to read it from the Hub ({_TRIED_HUB})") from None
+    why = hub_unreadable(repo_id, cache_dir=cache_dir)  # a few seconds, where huggingface_hub retries for most of a minute
+    if why:
+        raise ScheduleSourceError(f"{repo_id}: cannot be read from the Hub here: {why} ({_TRIED_HUB})")
     offline_hint = False
     for filename in ("/".join(PIPELINE_SCHEDULER), SCHEDULER_FILE):
         try:

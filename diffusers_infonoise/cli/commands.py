@@ -20,6 +20,7 @@ from .loading import (
     _read_json,
     _scheduler_from_config,
     _stored_and_grid,
+    scheduler_option,
 )
 
 
@@ -158,7 +159,7 @@ def _cmd_compare(args) -> int:
 
     if args.samplers is None and args.profile is None:
         raise CLIError("compare: give --samplers, --profile or both")
-    scheduler, where = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
+    scheduler, where = scheduler_option(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
     if args.profile is not None:
         _print_schedule_fit(scheduler, where, Path(args.profile))
         if args.samplers is None:
@@ -220,18 +221,20 @@ _UNSTORED_ADAPTIVE = ("kingma_gao", "loss_slope")
 
 def _moves_lines(payload: dict) -> list[str]:
     """``infonoise show``'s line on π's last changes (the payload's ``pi_moves``; none in payloads written before it)."""
-    from ..diagnostics.recommend import MAX_SETTLED_MOVE, SETTLED_MOVES, pi_still_moving
+    from ..diagnostics.recommend import MAX_SETTLED_MOVE, SETTLED_MOVES, judged_moves, pi_still_moving
 
     moves = payload.get("pi_moves") or {}
     if not moves.get("tv"):
         return []
     pairs = ", ".join(f"{t:.3f} at step {s}" for s, t in zip(moves["steps"], moves["tv"]))
-    if len(moves["tv"]) < SETTLED_MOVES:
-        verdict = f"fewer than {SETTLED_MOVES} changes: not judged"
+    _, judged, whole = judged_moves(payload)
+    first = " (the first, from the base density, not counted)" if whole else ""
+    if len(judged) < SETTLED_MOVES:
+        verdict = f"fewer than {SETTLED_MOVES} changes{first}: " + ("too few to tell, a fit of it warns" if whole else "not judged")
     elif pi_still_moving(payload):
-        verdict = f"still moving (the last {SETTLED_MOVES} sum above {MAX_SETTLED_MOVE:g}): a fit of it warns"
+        verdict = f"still moving (the last {SETTLED_MOVES} sum above {MAX_SETTLED_MOVE:g}{first}): a fit of it warns"
     else:
-        verdict = f"settled (the last {SETTLED_MOVES} sum to at most {MAX_SETTLED_MOVE:g}; docs/METHOD.md 6.1)"
+        verdict = f"settled (the last {SETTLED_MOVES} sum to at most {MAX_SETTLED_MOVE:g}{first}; docs/METHOD.md 6.1)"
     return [f"  pi moved         TV {pairs}; {verdict}"]
 
 
@@ -702,7 +705,7 @@ def _cmd_recommend(args) -> int:
     else:
         source, scheduler, what = _recommend_source(args)
         if args.scheduler:
-            scheduler, _ = _load_scheduler(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
+            scheduler, _ = scheduler_option(args.scheduler, revision=args.revision, cache_dir=args.cache_dir)
     rec = recommend_fixed_density(  # its errors name the argument: main shows them led by its flag
         source,
         scheduler,
@@ -741,7 +744,7 @@ def _cmd_recommend(args) -> int:
     )
     for name, fit in rec.families.items():
         params = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fit.params.items())
-        warn = " | warning: pi was still moving (above)" if t.warnings else ""
+        warn = f" | warning: {t.warnings[0].split(':')[0]} (above)" if t.warnings else ""
         print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}  n_eff {1 / fit.rv:.2f}x batch{warn}")
     for row in rec.trainers:
         if "unsupported" in row:

@@ -93,6 +93,23 @@ def _load_scheduler(spec: str, *, revision=None, cache_dir=None):
     return _scheduler_from_config(config, where), where
 
 
+def scheduler_option(spec: str, *, revision=None, cache_dir=None):
+    """:func:`_load_scheduler` for the ``--scheduler`` option: its errors led by the flag, and a bare name that is
+    neither a shortcut nor a local file or folder refused at once (a typo of ``edm``, ``sd3``: a Hub repo of diffusers
+    is named ``owner/name``, and asking the Hub for the name would take seconds to fail)."""
+    import os
+
+    if "/" not in spec and spec.lower() not in _SCHEDULER_SHORTCUTS and not os.path.lexists(spec):
+        raise CLIError(
+            f"--scheduler: {spec!r} is none of {', '.join(_SCHEDULER_SHORTCUTS)} and no local file or folder; or give a "
+            "scheduler or pipeline folder, a scheduler_config.json, or a Hub repo id (owner/name)"
+        )
+    try:
+        return _load_scheduler(spec, revision=revision, cache_dir=cache_dir)
+    except CLIError as err:
+        raise CLIError(f"--scheduler: {err}") from None
+
+
 def _parse_samplers(text: str | None) -> list[str]:
     from ..sampler import SAMPLER_NAMES
 
@@ -245,6 +262,7 @@ def _load_pipeline_parts(model_path: str, model_subfolder: str | None, scheduler
 
         if not p.joinpath(*PIPELINE_SCHEDULER).is_file():
             raise CLIError(f"--model: {p} has no scheduler/scheduler_config.json; pass --scheduler")
-        scheduler_spec = str(p)
-    scheduler, where = _load_scheduler(scheduler_spec)
+        scheduler, where = _load_scheduler(str(p))
+    else:
+        scheduler, where = scheduler_option(scheduler_spec)
     return model, scheduler, where, subfolder

@@ -39,6 +39,7 @@ __all__ = [
     "FAMILIES",
     "MIN_SETTLED_REFRESHES",
     "SETTLED_MOVES",
+    "judged_moves",
     "MAX_SETTLED_MOVE",
     "NotAdapted",
     "RANGE_TAIL",
@@ -229,13 +230,34 @@ def schedule_settledness(payload: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
+def judged_moves(payload: dict) -> tuple[list, list, bool]:
+    """``(steps, tvs, whole)``: the changes of a stored π that tell whether it settled (METHOD.md §6.1), from the
+    payload's ``pi_moves``, and whether they are all its changes since the run's start. The first refresh of a run
+    that started on its base density is left out: it turns the warm-up's samples into π, a jump that says nothing of
+    settling. ``whole`` is True when the history holds every refresh (``num_updates`` of them, no start)."""
+    moves = payload.get("pi_moves") or {}
+    steps, tvs = list(moves.get("steps") or []), list(moves.get("tv") or [])
+    start = (payload.get("start") or {}).get("choice", "base")  # no record: a run from before starts were recorded
+    whole = start == "base" and 0 < len(tvs) == int(payload.get("num_updates") or 0)
+    return (steps[1:], tvs[1:], True) if whole else (steps, tvs, False)
+
+
 def pi_still_moving(payload: dict) -> str | None:
     """A warning when a stored π was still moving (METHOD.md §6.1), else None: its last :data:`SETTLED_MOVES` changes
-    (the payload's ``pi_moves``) moved it by more than :data:`MAX_SETTLED_MOVE` in total variation, summed. None too
-    for payloads that keep fewer changes (written before π's moves were kept, or a state resumed from one)."""
-    moves = payload.get("pi_moves") or {}
-    steps, tvs = list(moves.get("steps") or [])[-SETTLED_MOVES:], list(moves.get("tv") or [])[-SETTLED_MOVES:]
-    if len(tvs) < SETTLED_MOVES or sum(tvs) <= MAX_SETTLED_MOVE:
+    after the first (:func:`judged_moves`) moved it by more than :data:`MAX_SETTLED_MOVE` in total variation, summed;
+    or, for a run whose whole history is kept, fewer than :data:`SETTLED_MOVES` such changes (too few to tell). None
+    for payloads that keep fewer changes of a longer history (written before π's moves were kept, or a state resumed
+    from one): not judged."""
+    steps, tvs, whole = judged_moves(payload)
+    if len(tvs) < SETTLED_MOVES:
+        if not whole:
+            return None
+        return (
+            f"pi moved too few times to tell whether it settled: {len(tvs)} change(s) after its first refresh (which "
+            f"turns the warm-up into pi), {SETTLED_MOVES} are needed (METHOD.md 6.1): a longer run may fit elsewhere"
+        )
+    steps, tvs = steps[-SETTLED_MOVES:], tvs[-SETTLED_MOVES:]
+    if sum(tvs) <= MAX_SETTLED_MOVE:
         return None
     return (
         f"pi was still moving: its last {SETTLED_MOVES} refreshes (steps {steps[0]}-{steps[-1]}) moved it by TV "

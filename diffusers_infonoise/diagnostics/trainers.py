@@ -115,6 +115,8 @@ MODEL_ERROR_SHARE = 0.05
 MIN_TV_GAIN = 0.01
 #: a row warns of a noisier loss when its n_eff is below its default's by more than this share (METHOD.md §6.1)
 N_EFF_MARGIN = 0.05
+#: train_unconditional.py's one loss on the EDM path (its --prediction_type only picks the sign of c_out)
+_EDM_RECIPE = {"prediction_type": "sample", "loss_weighting": "edm"}
 #: the losses of the flow trainers' scripts: the velocity, or the x0 error of a preconditioned output, unweighted
 _FLOW_LOSS = {"prediction_type": "flow", "loss_weighting": "none"}
 _X0_LOSS = {"prediction_type": "sample", "loss_weighting": "none"}
@@ -856,7 +858,7 @@ TRAINERS: tuple[TrainerScripts, ...] = (
         (TrainerSetting("edm_lognormal", _infonoise_edm),),
         "diffusers_infonoise/training/args.py",
         "the EDM recipe: prediction_type sample, loss_weighting edm",
-        None,
+        ((_EDM_RECIPE, ""),),  # --diffusion edm trains through D with λ(σ) whatever --prediction_type says
     ),
     TrainerScripts(
         "diffusers-infonoise",

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import os
 import sys
-from pathlib import Path
 
 from ..argtypes import (
     auto_arg,
@@ -41,6 +40,7 @@ from ..sampler import (
     make_sampler,
     unread_settings,
 )
+from ..schedule_io import env_true, hub_unreadable
 from .datasets import DataConfig
 from .loop import AcceleratorConfig, OptimizerConfig, RunConfig
 from .outputs import HubTarget
@@ -62,7 +62,6 @@ __all__ = [
     "unread_infonoise_flags",
     "sampler_start",
     "check_sources",
-    "hub_unreadable",
     "check_mixed_precision_device",
     "option_errors",
     "script_command",
@@ -432,53 +431,8 @@ def check_mixed_precision_device(parser: argparse.ArgumentParser, args) -> None:
         return
     gpu = any(getattr(torch, kind, None) is not None and getattr(torch, kind).is_available() for kind in ("cuda", "xpu"))
     gpu = gpu or torch.backends.mps.is_available()
-    if _env_true("ACCELERATE_USE_CPU") or not gpu:
+    if env_true("ACCELERATE_USE_CPU") or not gpu:
         parser.error("--mixed_precision fp16: needs a GPU, and this run trains on the CPU; accepted here: no or bf16")
-
-
-#: seconds a connection to the Hub may take before it counts as unreachable (huggingface_hub then retries for most of
-#: a minute before its own error)
-HUB_CONNECT_TIMEOUT = 3.0
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading
-
-
-def hub_unreadable(repo_id: str, *, dataset: bool = False, cache_dir: str | None = None) -> str | None:
-    """Why the Hub repo ``repo_id`` (a data set's with ``dataset``) cannot be read here, or None when it can be: it is
-    in a local cache (``cache_dir``, the Hub's, and for a data set ``datasets``'), or the Hub answers a connection
-    within :data:`HUB_CONNECT_TIMEOUT` seconds. Offline (``HF_HUB_OFFLINE``, and ``HF_DATASETS_OFFLINE`` for a data
-    set) no connection is attempted. Never raises."""
-    from urllib.parse import urlsplit
-
-    from huggingface_hub import constants
-
-    kind = "datasets" if dataset else "models"
-    caches = [Path(d) / f"{kind}--{repo_id.replace('/', '--')}" for d in (cache_dir, constants.HF_HUB_CACHE) if d]
-    if dataset:
-        from datasets import config
-
-        caches += [Path(d) / repo_id.replace("/", "___") for d in (cache_dir, config.HF_DATASETS_CACHE) if d]
-    if any(c.is_dir() for c in caches):
-        return None
-    offline = [name for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE" if dataset else "") if name and _env_true(name)]
-    if offline:
-        return f"{offline[0]} is set and it is not in the Hub cache"
-    host = urlsplit(constants.ENDPOINT).hostname
-    try:
-        _ask_hub(constants.ENDPOINT, HUB_CONNECT_TIMEOUT)
-    except Exception as err:  # httpx's or requests' connection errors, by huggingface_hub version: any is "unreachable"
-        return f"the Hub ({host}) cannot be reached ({getattr(err, 'strerror', None) or err}) and it is not in the Hub cache"
-    return None
-
-
-def _ask_hub(endpoint: str, timeout: float) -> None:
-    """One HEAD request to the Hub through huggingface_hub's own HTTP session (its proxies and certificates: a bare
-    socket would miss a proxy and refuse a Hub that answers); raises when nothing answers within ``timeout`` seconds."""
-    from huggingface_hub.utils import get_session
-
-    get_session().head(endpoint, timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -93,7 +93,36 @@ def test_show_hub_repo_offline(capsys, saved, tmp_path, monkeypatch):
     rc, out, _ = run(capsys, "show", "someone/learned", "--cache-dir", tmp_path)
     assert rc == 0 and "someone/learned" in out and "3 optimizer steps" in out
     rc, _, err = run(capsys, "show", "someone/not-cached", "--cache-dir", tmp_path)
-    assert_one_line_error(rc, err, "not available offline", "HF_HUB_OFFLINE")
+    assert_one_line_error(
+        rc, err, "someone/not-cached: cannot be read from the Hub here: HF_HUB_OFFLINE is set and it is not in the Hub cache"
+    )
+
+
+def test_an_uncached_hub_repo_that_the_hub_cannot_answer_fails_after_one_short_attempt(capsys, tmp_path, monkeypatch):
+    """Online mode where nothing answers: one connection of a few seconds, then the error (huggingface_hub's own
+    retries took about 50 s before theirs), for a SOURCE and for --scheduler alike."""
+    import huggingface_hub.constants as hub_constants
+
+    from diffusers_infonoise import schedule_io
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asked = []
+
+    def unreachable(endpoint, timeout):
+        asked.append(timeout)
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(schedule_io, "_ask_hub", unreachable)
+    rc, _, err = run(capsys, "show", "someone/not-cached", "--cache-dir", tmp_path)
+    assert_one_line_error(rc, err, "someone/not-cached: cannot be read from the Hub here", "cannot be reached (Network is unreachable)")
+    rc, _, err = run(capsys, "compare", "--scheduler", "someone/not-cached", "--samplers", "uniform", "--cache-dir", tmp_path)
+    assert_one_line_error(rc, err, "--scheduler: someone/not-cached: cannot be read from the Hub here")
+    assert asked == [schedule_io.HUB_CONNECT_TIMEOUT] * 2 and asked[0] <= 5
+    # a bare name is no Hub repo of diffusers: refused at once, naming the flag and the shortcuts
+    rc, _, err = run(capsys, "compare", "--scheduler", "nonsense", "--samplers", "uniform")
+    assert_one_line_error(rc, err, "--scheduler: 'nonsense' is none of edm, ddpm, flow and no local file or folder")
+    assert len(asked) == 2
 
 
 def test_compare(capsys, saved, tmp_path):

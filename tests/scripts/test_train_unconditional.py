@@ -517,7 +517,7 @@ def test_a_mistyped_owner_name_path_is_refused_without_waiting_for_the_hub(flag,
     and reads a repo in the cache as before."""
     import huggingface_hub
 
-    from diffusers_infonoise.training import args as training_args
+    from diffusers_infonoise import schedule_io
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -527,7 +527,7 @@ def test_a_mistyped_owner_name_path_is_refused_without_waiting_for_the_hub(flag,
         connections.append((endpoint, timeout))
         raise OSError(101, "Network is unreachable")
 
-    monkeypatch.setattr(training_args, "_ask_hub", connect)
+    monkeypatch.setattr(schedule_io, "_ask_hub", connect)
     argv = [flag, "rnus/zA", "--output_dir", str(tmp_path / "out")]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     says = rf"{flag}: rnus/zA: no such local folder \(\./rnus does not exist either\).*HF_HUB_OFFLINE is set and it is not in the Hub cache"

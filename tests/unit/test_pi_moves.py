@@ -195,3 +195,36 @@ def test_show_lists_the_moves_and_says_whether_pi_settled(capsys, tmp_path, tvs,
     assert rc == 0, err
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("pi moved")]
     assert f"TV {tvs[0]:.3f} at step {4000 - 50 * (len(tvs) - 1)}" in line and says in line, line
+
+
+def test_the_first_refresh_of_a_run_on_its_base_is_not_counted_as_a_move_toward_settling(capsys, tmp_path):
+    """A run on its base density: its first refresh turns the warm-up's samples into π (TV 0.33 here), which says
+    nothing of settling. After 3 refreshes only 2 changes tell (too few: a warning that says so, not "still moving");
+    after 4, the last 3 after the first (each < 0.001 on Gaussian data's exact errors) say settled."""
+    from helpers.cli import run
+
+    def saved(steps):
+        s = _sampler(num_training_steps=4000)
+        _train(s, steps)
+        sched = EDMEulerScheduler()
+        s.save_to_scheduler(sched)
+        return s, read_schedule(sched)
+
+    s, three = saved(4)  # warm-up 2: refreshes at steps 2, 3, 4
+    assert s.num_updates == 3 and three["pi_moves"]["tv"][0] > 0.3 and sum(three["pi_moves"]["tv"][1:]) < 0.002
+    said = pi_still_moving(three)
+    assert said.startswith("pi moved too few times to tell whether it settled: 2 change(s) after its first refresh"), said
+    (tmp_path / "three.json").write_text(json.dumps(three))
+    rc, out, err = run(capsys, "recommend", tmp_path / "three.json")
+    assert rc == 0, err
+    families = [ln for ln in out.splitlines() if ln.startswith("  ") and " n_eff " in ln and "--" not in ln]
+    assert families and all(ln.endswith("| warning: pi moved too few times to tell whether it settled (above)") for ln in families)
+    assert "still moving" not in out
+    _, four = saved(5)
+    assert len(four["pi_moves"]["tv"]) == 4 and pi_still_moving(four) is None
+    sched = EDMEulerScheduler()
+    sched.register_to_config(_infonoise_schedule=three)
+    sched.save_pretrained(tmp_path / "show")
+    rc, out, err = run(capsys, "show", tmp_path / "show")
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("pi moved")]
+    assert "the first, from the base density, not counted" in line and "too few to tell" in line, line

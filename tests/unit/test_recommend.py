@@ -329,6 +329,30 @@ def test_edm_log_normal_round_trip():
     assert row["default"]["tv"] > 0.2 > row["settings"][0]["tv"]  # EDM's (-1.2, 1.2) is elsewhere
 
 
+def test_the_edm_row_of_this_packages_scripts_is_fitted_for_the_edm_recipe_whatever_loss_is_given():
+    """train_unconditional.py --diffusion edm trains the EDM recipe (sample through D, λ(σ)) whatever --prediction_type
+    says: a schedule of the unweighted ε loss (w = 1/σ²) with ρ̂ ∝ N(pm, ps)·w gives the row a recipe's schedule of the
+    same ρ̂ (π = ρ̂/λ) gives, and the row says for which loss it is fitted."""
+    pm, ps = -0.4, 0.9
+
+    def eps_w(sig):
+        return sig**-2
+
+    def rows(pi, w, prediction_type, loss_weighting):
+        payload, _ = stored_schedule(EDMEulerScheduler(), pi, w, prediction_type=prediction_type, loss_weighting=loss_weighting)
+        (row,) = recommend_fixed_density(payload, EDMEulerScheduler(), trainers="diffusers-infonoise").trainers
+        return row
+
+    eps = rows(lambda x: normal_pdf(x, pm, ps), eps_w, "epsilon", "none")
+    recipe = rows(lambda x: normal_pdf(x, pm, ps) * eps_w(torch.exp(x)) / edm_w(torch.exp(x)), edm_w, "sample", "edm")
+    assert "this trainer's loss (prediction_type sample, loss_weighting edm)" in eps["notes"][0] and not recipe["notes"]
+    for flag in ("--edm_p_mean", "--edm_p_std"):
+        got = numbers_after(eps["settings"][0]["flags"], flag)
+        assert got == pytest.approx(numbers_after(recipe["settings"][0]["flags"], flag), abs=2e-3)
+    # and not the ε loss's own draws (π = ρ̂/w_ε = N(pm, ps)): the recipe's ρ̂/λ = N(pm, ps)·σ_d²/(σ² + σ_d²) sits lower
+    assert numbers_after(eps["settings"][0]["flags"], "--edm_p_mean") < pm - 0.3
+
+
 def test_allocation_tv_is_total_variation_on_cell_masses():
     path = path_from_scheduler(FlowMatchEulerDiscreteScheduler())
     x = log_sigma_grid(path, 40)

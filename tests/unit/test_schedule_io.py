@@ -510,6 +510,7 @@ def test_a_source_is_local_or_hub_by_what_exists_here_and_every_error_says_which
     (the device was never opened: reading /dev/zero never ends); and every error says which was tried."""
     import huggingface_hub
 
+    from diffusers_infonoise import schedule_io
     from diffusers_infonoise.schedule_io import ScheduleSourceError, read_schedule_from
 
     asked = []
@@ -519,6 +520,9 @@ def test_a_source_is_local_or_hub_by_what_exists_here_and_every_error_says_which
         raise OSError("the network is down")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub)
+    monkeypatch.setattr(schedule_io, "_ask_hub", lambda endpoint, timeout: None)  # the Hub answers; the download fails
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     (tmp_path / "loop").symlink_to("loop")
