@@ -128,6 +128,10 @@ def validate_payload(payload: Any) -> dict:
     steps = payload["optimizer_steps"]
     if type(steps) is not int or steps < 0:
         raise ScheduleError(f"{CONFIG_KEY}: optimizer_steps must be an int >= 0, got {steps!r}")
+    for key in ("num_updates", "warmup_steps_resolved"):  # optional: counters of how far the run adapted
+        count = payload.get(key)
+        if count is not None and (type(count) is not int or count < 0):
+            raise ScheduleError(f"{CONFIG_KEY}: {key} must be an int >= 0 (or absent), got {count!r}")
     start = payload.get("start")
     if start is not None and not (isinstance(start, dict) and start.get("choice") in ("base", "stored", "profile")):
         raise ScheduleError(f"{CONFIG_KEY}: start must be null or an object with choice 'base', 'stored' or 'profile', got {start!r}")

@@ -43,10 +43,26 @@ def _mode_sigma(density, log_sigma) -> float:
     return math.exp(float(log_sigma[int(torch.argmax(density))]))
 
 
+def _json_safe(value):
+    """``value`` with every non-finite float as null: JSON has no Infinity or NaN, and strict readers refuse them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
+        json.dump(_json_safe(data), fh, indent=1, allow_nan=False)
+
+
+def _n_eff(n_eff: float) -> str:
+    """n_eff per batch as printed: 2 decimals, and 2 significant digits below 0.1 (never a flat 0.00)."""
+    return f"{n_eff:.2f}" if n_eff >= 0.1 else f"{n_eff:.2g}"
 
 
 def _cmd_show(args) -> int:
@@ -660,7 +676,7 @@ def _recommend_source(args):
 
 
 def _figures_text(d: dict) -> str:
-    return f"TV {d['tv']:.3f}  n_eff {d['n_eff_per_batch']:.2f}x batch"
+    return f"TV {d['tv']:.3f}  n_eff {_n_eff(d['n_eff_per_batch'])}x batch"
 
 
 def _recommend_refused(rec, what: str, args) -> int:
@@ -745,7 +761,7 @@ def _cmd_recommend(args) -> int:
     for name, fit in rec.families.items():
         params = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fit.params.items())
         warn = f" | warning: {t.warnings[0].split(':')[0]} (above)" if t.warnings else ""
-        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}  n_eff {1 / fit.rv:.2f}x batch{warn}")
+        print(f"  {name:<20} {params:<30} TV {fit.tv:.3f}  n_eff {_n_eff(1 / fit.rv)}x batch{warn}")
     for row in rec.trainers:
         if "unsupported" in row:
             print(f"{row['trainer']}: nothing for a {path['kind']} path: {row['unsupported']}")

@@ -616,3 +616,14 @@ def test_show_says_when_the_draws_follow_rho_hat(capsys, tmp_path):
     rc, out, _ = run(capsys, "compare", "--scheduler", tmp_path, "--samplers", "infonoise,edm_lognormal", "--json", tmp_path / "c.json")
     assert rc == 0 and "study variant target_space=pi" in out
     assert json.loads((tmp_path / "c.json").read_text())["infonoise"] == {"shows": "stored schedule", "target_space": "pi"}
+
+
+def test_json_outputs_are_strict_json_and_n_eff_never_prints_a_flat_zero(tmp_path):
+    """--json wrote Infinity where a fit's loss variance was unbounded (strict readers refuse it); n_eff 0.0042 printed
+    as 0.00x."""
+    from diffusers_infonoise.cli import commands
+
+    commands._write_json(tmp_path / "x.json", {"rv": math.inf, "rows": [{"tv": math.nan, "n": 1.5}], "name": "a"})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"rv": None, "rows": [{"tv": None, "n": 1.5}], "name": "a"}
+    assert "Infinity" not in (tmp_path / "x.json").read_text()
+    assert [commands._n_eff(v) for v in (0.894, 0.1, 0.0042, 0.0)] == ["0.89", "0.10", "0.0042", "0"]

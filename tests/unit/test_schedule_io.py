@@ -263,6 +263,10 @@ def _corrupt(payload, how):
         p["version"] = True
     elif how == "version_float":
         p["version"] = 1.0
+    elif how == "updates_text":
+        p["num_updates"] = "abc"
+    elif how == "warmup_negative":
+        p["warmup_steps_resolved"] = -5
     elif how == "steps_negative":
         p["optimizer_steps"] = -4
     elif how == "nested_edges":  # issue 20: passed validation
@@ -311,6 +315,8 @@ def _corrupt(payload, how):
         ("version_true", "version"),
         ("version_float", "version"),
         ("steps_negative", "optimizer_steps"),
+        ("updates_text", r"num_updates must be an int >= 0 \(or absent\), got 'abc'"),
+        ("warmup_negative", r"warmup_steps_resolved must be an int >= 0 \(or absent\), got -5"),
         ("nested_edges", "edges must be a flat list of numbers"),
         ("m_hat_huge", r"m_hat must hold finite x0-space errors in \[0, 1e\+30\].*1e\+308"),
         ("three_bins", "the stored schedule has 3 bins; a schedule has at least 4"),
