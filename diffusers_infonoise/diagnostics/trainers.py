@@ -283,19 +283,34 @@ def _onetrainer_crash_x(shift: float, n: int = TRAINER_STEPS) -> float:
     return z + math.log(shift)
 
 
+#: how far (relative) a printed UNIFORM shift may move from the fit to avoid OneTrainer's crash at the table's end
+ONETRAINER_SHIFT_MOVE = 0.01
+
+
+class Unrepresentable(ValueError):
+    """A fitted setting that no value the trainer represents comes near: the row is dropped with this reason."""
+
+
 def _onetrainer_uniform_shift(shift: float, n: int = TRAINER_STEPS) -> float:
     """The 4-significant-digit shift nearest ``shift`` whose UNIFORM draws never index past OneTrainer's table: whether
     one does depends on float32 rounding (none in [1, 1.5]; 55% of the shifts in [2, 2.5] do, 88% in [3, 5]), so the
-    neighbours in the fourth digit are tried, outward, until one does not."""
+    neighbours in the fourth digit are tried, outward, within :data:`ONETRAINER_SHIFT_MOVE` of ``shift``.
+
+    Raises:
+        Unrepresentable: no such shift that near (a farther one would draw elsewhere than the fit).
+    """
     k = _round(shift)
     if _onetrainer_uniform_crash(k, n) == 0.0:
         return k
     step = 10.0 ** (math.floor(math.log10(abs(k))) - 3)
-    for i in range(1, 5000):
+    for i in range(1, int(ONETRAINER_SHIFT_MOVE * k / step) + 1):
         for cand in (_round(k + i * step), _round(k - i * step)):
             if cand > 0 and _onetrainer_uniform_crash(cand, n) == 0.0:
                 return cand
-    return 1.0
+    raise Unrepresentable(
+        f"no timestep_shift within {ONETRAINER_SHIFT_MOVE:.0%} of the fit {_fmt(k)} keeps OneTrainer's float32 UNIFORM draws "
+        "inside its table (each gives t = 1000 near u = 1): no row"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1061,7 +1076,11 @@ def _trainer_rows(target: RecommendTarget, trainer: str) -> list[dict]:
                 flags, draws = s.build({}, path)
             else:
                 params, clamped = _clamp(s, own, fitted_parameters(own, s.family), path)
-                flags, draws = s.build(params, path)
+                try:
+                    flags, draws = s.build(params, path)
+                except Unrepresentable as err:
+                    dropped.append(f"{s.family}: {err}")
+                    continue
             flags += loss_flags
             fig = _figures(draws, own)
             label = s.family or flags

@@ -334,6 +334,22 @@ def test_onetrainer_uniform_shift_never_indexes_past_its_table():
     assert "past its table" in " ".join(setting["warnings"])
 
 
+def test_onetrainer_uniform_shift_is_dropped_where_no_shift_near_the_fit_avoids_the_crash():
+    """Near a shift of 5 every 4-digit shift within 1% crashes (checked here on the float32 grid of u near 1, as above);
+    the nearest that does not was 4.094, 18% away, a density elsewhere than the fit: no row, and the reason given."""
+    u = 1.0 - torch.arange(1, 1 << 14, dtype=torch.float32) * 2.0**-24
+    t = u * N
+    assert all(bool(((N * k * t / ((k - 1) * t + N)).int() >= N).any()) for k in (round(4.95 + i * 0.001, 3) for i in range(101)))
+    with pytest.raises(T.Unrepresentable, match="no timestep_shift within 1% of the fit 5 "):
+        T._onetrainer_uniform_shift(5.0)
+    target = target_of(FlowMatchEulerDiscreteScheduler(), math.log(5.0), 1.0, prediction_type="flow")
+    flow = rows(target, "onetrainer")[0]
+    fitted = fitted_parameters(target, "shift_uniform")["shift"]
+    assert T._round(fitted) == 5.0  # the logistic fit of a logistic's location ln 5 (its draw density)
+    assert not [x for x in flow["settings"] if x["family"] == "shift_uniform"]
+    assert any(line.startswith("shift_uniform: no timestep_shift within 1%") for line in flow["dropped"]), flow["dropped"]
+
+
 def test_onetrainer_vp_range(gen):
     sched = DDPMScheduler()
     target = target_of(sched, -1.0, 0.7, prediction_type="epsilon", num_levels=48)
