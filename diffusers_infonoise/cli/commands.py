@@ -145,6 +145,10 @@ def _cmd_show(args) -> int:
             f"METHOD.md section 5 wants <= floor + 0.02); TV(phi, rho_hat) = {total_variation(phi, rho, x):.3f}, "
             "large by design"
         )
+    elif rho is not None and (payload.get("adapted") is False or payload.get("num_updates") == 0):
+        out.append(  # METHOD.md section 5's check is of an adapted pi: the base density is far from rho_hat by design
+            "  phi vs rho_hat   not judged: pi is still the base density (saved before its first refresh, within the warm-up)"
+        )
     elif rho is not None:
         out.append(
             f"  phi vs rho_hat   {window_mass(phi, rho, x):.1%} of phi inside rho_hat's central 90% window; "

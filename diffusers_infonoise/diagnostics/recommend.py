@@ -123,9 +123,10 @@ class RecommendTarget:
         self.rho_mass = self.rho_hat * self.widths / float((self.rho_hat * self.widths).sum())
         if self.m_hat is None:
             self.m_hat = self.rho_hat * torch.exp(2 * self.log_sigma)
-            self.notes.append("m_hat taken as rho_hat*sigma^2 (METHOD.md 2; only rho_hat is stored)")
-        if self.s_hat is None:
-            self.notes.append("the per-level loss's RMS taken as its mean m_hat (its spread is not stored)")
+            if not any(n.startswith(_M_HAT_NOTE) for n in self.notes):  # a source may have said why already
+                self.notes.append(f"{_M_HAT_NOTE} (METHOD.md 2; only rho_hat is stored)")
+        if self.s_hat is None and not any(n.startswith(_S_HAT_NOTE) for n in self.notes):
+            self.notes.append(f"{_S_HAT_NOTE} (its spread is not stored)")
         mass = self.draw_density() * (self.edges[1:] - self.edges[:-1])
         if not float(mass.sum()) > 0:
             e = grid_edges(self.log_sigma)
@@ -350,23 +351,35 @@ def _optional_series(profile, key: str, k: int) -> torch.Tensor | None:
     return torch.tensor([math.nan if v is None else float(v) for v in values], dtype=_F64)
 
 
+_M_HAT_NOTE = "m_hat taken as rho_hat*sigma^2"
+_S_HAT_NOTE = "the per-level loss's RMS taken as its mean m_hat"
+
+
 def _profile_errors(profile, x: torch.Tensor, rho: torch.Tensor, meta: dict):
-    """``(m_hat, s_hat, model_error)`` of a profile (see :class:`RecommendTarget`): m̂ = q·σ² where the profile
-    holds q (filled), else ρ̂·σ²; ŝ² = m̂² + n·se² from the standard errors over n probe samples when both are
-    recorded; model error where the measured error reaches σ² (VE σ)."""
+    """``(m_hat, s_hat, model_error, notes)`` of a profile (see :class:`RecommendTarget`): m̂ = q·σ² where the
+    profile holds q (filled), else ρ̂·σ²; ŝ² = m̂² + n·se² from the standard errors over n probe samples of a model
+    when both are recorded; model error where the measured error reaches σ² (VE σ). ``notes``: why a recorded q or
+    se was not used."""
     k, sig2 = x.numel(), torch.exp(2 * x)
+    notes = []
     q = _optional_series(profile, "q", k)
     m_hat = q * sig2 if q is not None and bool(torch.isfinite(q).all()) and bool((q >= 0).all()) else None
+    if q is not None and m_hat is None:
+        notes.append(f"{_M_HAT_NOTE} (METHOD.md 2): the profile's q holds NaN or negative values, not used")
     mmse = _optional_series(profile, "mmse", k)
     se = _optional_series(profile, "mmse_se", k)
     n = meta.get("num_probe_samples")
     s_hat = None
-    if m_hat is not None and se is not None and isinstance(n, int) and n >= 2 and bool(torch.isfinite(se).all()):
+    if meta.get("source") == "dataset":  # its se is the spread of posterior variances over queries, not of a loss
+        notes.append(f"{_S_HAT_NOTE} (a data set's profile records the spread of posterior variances, not of the loss)")
+    elif se is not None and not bool((torch.isfinite(se) & (se >= 0)).all()):
+        notes.append(f"{_S_HAT_NOTE}: the profile's mmse_se holds NaN or negative values, not used")
+    elif m_hat is not None and se is not None and isinstance(n, int) and n >= 2:
         s_hat = torch.sqrt(m_hat**2 + n * se**2)
     model_error = None
     if mmse is not None and meta.get("source") == "model":
         model_error = torch.isfinite(mmse) & (mmse >= sig2)
-    return m_hat, s_hat, model_error
+    return m_hat, s_hat, model_error, notes
 
 
 def target_from_profile(
@@ -412,7 +425,7 @@ def target_from_profile(
     w = objective.x0_loss_weight(torch.exp(x), sigma_data=path.data_scale or 0.5)
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
         raise ValueError("loss_weighting: the x0-space weight w(sigma) must be finite and > 0 on the profile's grid")
-    m_hat, s_hat, model_error = _profile_errors(profile, x, rho, meta)
+    m_hat, s_hat, model_error, notes = _profile_errors(profile, x, rho, meta)
     return RecommendTarget(
         log_sigma=x.clone(),
         rho_hat=normalize_density(rho, x),
@@ -423,6 +436,7 @@ def target_from_profile(
         m_hat=m_hat,
         s_hat=s_hat,
         model_error=model_error,
+        notes=notes,
         dynamic_shift=_dynamic(scheduler),
     )
 

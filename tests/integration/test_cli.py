@@ -627,3 +627,26 @@ def test_json_outputs_are_strict_json_and_n_eff_never_prints_a_flat_zero(tmp_pat
     assert json.loads((tmp_path / "x.json").read_text()) == {"rv": None, "rows": [{"tv": None, "n": 1.5}], "name": "a"}
     assert "Infinity" not in (tmp_path / "x.json").read_text()
     assert [commands._n_eff(v) for v in (0.894, 0.1, 0.0042, 0.0)] == ["0.89", "0.10", "0.0042", "0"]
+
+
+def test_show_does_not_judge_the_base_density_of_a_schedule_saved_in_its_warm_up(capsys, tmp_path):
+    """Saved after 2 of 5 warm-up steps with losses measured: rho_hat is there, pi is the base density; TV(phi, rho_hat)
+    0.95 against "floor + 0.02" read as a failure of a run that had not adapted by design."""
+    from diffusers import EDMEulerScheduler
+
+    from diffusers_infonoise import make_sampler
+
+    sched = EDMEulerScheduler()
+    s = make_sampler("infonoise", sched, loss_weighting="edm", warmup_steps=5, refresh_every=1, num_bins=16)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        lv = s.sample(512, generator=g)
+        s.update(lv, (lv.sigmas**2 * 0.25 / (lv.sigmas**2 + 0.25)).float())  # Gaussian data's MMSE, s_d = 0.5
+        s.step()
+    with pytest.warns(UserWarning, match="has not adapted"):
+        s.save_to_scheduler(sched)
+    sched.save_pretrained(tmp_path / "warm")
+    rc, out, err = run(capsys, "show", tmp_path / "warm")
+    assert rc == 0, err
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("phi vs rho_hat")]
+    assert "not judged: pi is still the base density" in line and "wants <=" not in line

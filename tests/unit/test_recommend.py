@@ -228,6 +228,32 @@ def test_tv_and_the_loss_variance_ratio_by_hand():
     assert "per-level loss's RMS taken as its mean" in " ".join(target.notes)
 
 
+def test_a_profiles_spread_is_used_only_where_it_is_a_losss_and_every_unused_series_is_said():
+    """ŝ² = m̂² + n·se² (n probe samples) from a model's profile. A data set's profile records the spread of posterior
+    variances across queries, not of a loss: not used, and said (it was "not stored"). A negative or NaN se, or a q
+    with a hole, is not used either, and the note says which (q with a hole was dropped without a word)."""
+    sched = FlowMatchEulerDiscreteScheduler()
+    x = log_sigma_grid(path_from_scheduler(sched), 32)
+    sig = torch.exp(x)
+    m = sig**2 * 0.25 / (sig**2 + 0.25)  # Gaussian data's MMSE, std 0.5
+    prof = profile_from_errors(sig, m, m * 0.01, gate=None, num_samples=64).to_dict()
+
+    def target(meta=None, **series):
+        return target_from_profile({**prof, **series, "meta": {**prof.get("meta", {}), **(meta or {})}}, sched)
+
+    model = target({"source": "model", "num_probe_samples": 64})
+    q = torch.tensor(prof["q"], dtype=torch.float64)
+    se = torch.tensor(prof["mmse_se"], dtype=torch.float64)
+    assert not model.notes and torch.allclose(model.s_hat, torch.sqrt((q * sig**2) ** 2 + 64 * se**2), rtol=1e-12)
+    (note,) = target({"source": "dataset"}).notes
+    assert note.endswith("(a data set's profile records the spread of posterior variances, not of the loss)")
+    (note,) = target({"source": "model", "num_probe_samples": 64}, mmse_se=[-v for v in prof["mmse_se"]]).notes
+    assert note.endswith("the profile's mmse_se holds NaN or negative values, not used")
+    holed = target({"source": "model", "num_probe_samples": 64}, q=[None if i == 3 else v for i, v in enumerate(prof["q"])])
+    assert holed.notes[0] == "m_hat taken as rho_hat*sigma^2 (METHOD.md 2): the profile's q holds NaN or negative values, not used"
+    assert torch.allclose(holed.m_hat, holed.rho_hat * sig**2, rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------------------------
 # round trips through stored schedules and profiles
 # ----------------------------------------------------------------------------------------------
