@@ -982,7 +982,7 @@ def _warnings(fig: dict, default: dict, target: RecommendTarget) -> list[str]:
     if a < 0.5 * b:
         out.append(f"n_eff {sa}x batch, below half the default's {sb}x: the weighted loss is {b / a:.1f}x noisier per step")
     elif a < b * (1 - N_EFF_MARGIN):
-        out.append(f"n_eff {sa}x batch, {1 - a / b:.0%} below the default's {sb}x")
+        out.append(f"n_eff {sa}x batch, {1 - a / b:.1%} below the default's {sb}x")
     share = _model_error_share(fig["_masses"][0], target)
     if share >= MODEL_ERROR_SHARE:
         out.append(

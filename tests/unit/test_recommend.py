@@ -661,7 +661,7 @@ def test_the_n_eff_warning_is_in_the_rows_line_and_a_no_op_row_is_dropped(capsys
     rc, out, err = run(capsys, "recommend", tmp_path / "flow.json", "--trainer", "kohya", "--prediction-type", "sample")
     assert rc == 0, err
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("logit_normal") and "--weighting_scheme logit_normal" in ln]
-    assert re.search(r"n_eff [0-9.]+x batch +--weighting_scheme .* \| warning: n_eff [0-9.]+x batch, [0-9]+% below the default's", line), (
+    assert re.search(r"n_eff [0-9.]+x batch +--weighting_scheme .* \| warning: n_eff [0-9.]+x batch, [0-9.]+% below the default's", line), (
         line
     )
 

@@ -469,7 +469,9 @@ def test_the_n_eff_warning_needs_the_margin_and_prints_the_difference():
 
     assert warn(0.97, 1.0) == [] and warn(0.999, 1.0) == []
     (w,) = warn(0.94, 1.0)
-    assert "n_eff 0.94x batch, 6% below the default's 1x" == w
+    assert "n_eff 0.94x batch, 6.0% below the default's 1x" == w
+    (w,) = warn(0.946, 1.0)  # 5.4% below: not "5% below" under a threshold of more than 5%
+    assert "5.4% below the default's" in w
     (w,) = warn(0.998, 1.06)
     a, b = re.findall(r"[0-9.]+(?=x)", w)
     assert a != b
