@@ -346,7 +346,11 @@ def _clamped_normal(mu: float, var: float, bounds: Bounds) -> tuple[float, float
     ``s² ∓ z·d·s − (var + d²) = 0`` (d = mu − B), or at a corner of two lines; the feasible candidate of least KL."""
     cons = []
     zp, zc = _normal_z(PILE_UP), _normal_z(CRASH / 10)  # a tenth: room for the 4 digits the flags print
-    for side, b, z in (("lo", bounds.lo, zp), ("hi", bounds.hi, zp), ("lo", bounds.crash_lo, zc), ("hi", bounds.crash_hi, zc)):
+    # the crash limits also move in by 1e-3·|B|, twice what printing m to 4 digits can move it when m ≈ B: a very
+    # narrow fit (s ~ 1e-5) pressed against a limit would otherwise cross it once rounded
+    crash_lo = None if bounds.crash_lo is None else bounds.crash_lo + 1e-3 * abs(bounds.crash_lo)
+    crash_hi = None if bounds.crash_hi is None else bounds.crash_hi - 1e-3 * abs(bounds.crash_hi)
+    for side, b, z in (("lo", bounds.lo, zp), ("hi", bounds.hi, zp), ("lo", crash_lo, zc), ("hi", crash_hi, zc)):
         if b is not None and math.isfinite(b):
             cons.append((side, b, z))
 

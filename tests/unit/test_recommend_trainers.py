@@ -479,6 +479,22 @@ def test_the_n_eff_warning_needs_the_margin_and_prints_the_difference():
     assert "below half" in w and "2.5x noisier" in w
 
 
+@pytest.mark.parametrize("side", ["hi", "lo"])
+@pytest.mark.parametrize("var", [1e-10, 1e-6, 1e-2])
+def test_a_very_narrow_fit_against_a_crash_limit_stays_inside_once_printed(side, var):
+    """π* with moments (B ∓ 1e-4, var) beside a crash limit at B = ±24 ln 2 (float32's sigmoid(z) = 1 above it): the
+    clamp, then the 4 significant digits the flags print. Without a margin for the printing, std 1e-5 and a mean
+    16.6353 print as 16.64, past B: every draw would crash. The printed normal's own tail beyond B, from its CDF
+    (erfc), is below CRASH."""
+    b = 24 * math.log(2) * (1 if side == "hi" else -1)
+    bounds = T.Bounds(-30.0, 30.0, crash_hi=b) if side == "hi" else T.Bounds(-30.0, 30.0, crash_lo=b)
+    mu = b - 1e-4 if side == "hi" else b + 1e-4
+    m, s = T._clamped_normal(mu, var, bounds)
+    m, s = float(f"{m:.4g}"), float(f"{s:.4g}")  # what the flags print
+    z = (b - m) / s if side == "hi" else (m - b) / s
+    assert z > 0 and 0.5 * math.erfc(z / math.sqrt(2)) < T.CRASH
+
+
 def test_the_clamp_names_the_trainers_range_and_the_grid_apart():
     """A profile on ln σ in [−3, 3] (cells to ±3 ± h/2) with π* = N(−2.5, 1.5²): 37% of the moment fit lies below the
     grid, so diffusers' SD3 row is clamped. Its trainer (shift-1 table, s in [1/1000, 999/1000]) represents VE σ
