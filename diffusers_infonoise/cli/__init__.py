@@ -242,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--infonoise_schedule_from reads) or a profile.json of 'infonoise profile'; omit it with --model and --dataset",
     )
     _add_measure_args(p, required=False)
+    # measuring's own flags are left unset here unless given, so that one given with a SOURCE (which they do not
+    # apply to) is told; the command fills in their defaults when it measures
+    measured = [a for a in p._actions if a.option_strings and a.dest not in ("model", "help", "no_progress")]
+    defaults = {a.dest: (a.option_strings[0], a.type(a.default) if a.type and isinstance(a.default, str) else a.default) for a in measured}
+    for a in measured:
+        a.default = argparse.SUPPRESS
+    p.set_defaults(measure_defaults=defaults)
     p.add_argument(
         "--scheduler",
         default=None,

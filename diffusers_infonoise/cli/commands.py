@@ -717,6 +717,15 @@ def _cmd_recommend(args) -> int:
             "use_dynamic_shifting true (a Flux pipeline's); for a static shift give --scheduler a scheduler config (folder "
             "or JSON) with that shift, and no --mu"
         )
+    given = [flag for dest, (flag, _) in args.measure_defaults.items() if hasattr(args, dest)]
+    if args.source is not None and given:
+        raise CLIError(
+            f"{', '.join(given)}: measure a profile of --model; SOURCE already holds rho_hat on its own grid (a stored "
+            "schedule's bins, a profile's points): leave them out, or give --model instead of SOURCE"
+        )
+    for dest, (_, default) in args.measure_defaults.items():
+        if not hasattr(args, dest):
+            setattr(args, dest, default)
     if args.model is not None:
         if args.dataset is None:
             raise CLIError("--dataset: a profile of --model needs data: a built-in data set name or a datasets.save_to_disk directory")

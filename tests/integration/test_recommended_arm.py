@@ -81,9 +81,12 @@ def test_the_arm_name_parses_and_sits_last_in_the_transfer_tier():
     # its profile is the one `infonoise profile` / `infonoise recommend --model --dataset` measure by default
     from diffusers_infonoise.cli import build_parser
 
-    cli = build_parser().parse_args(["recommend", "--model", "m", "--dataset", "d"])
+    cli = build_parser().parse_args(["profile", "--model", "m", "--dataset", "d"])
     settings = recommended.PROFILE_SETTINGS
     assert (cli.num_samples, cli.num_levels, cli.num_noise_draws, cli.batch_size, cli.gate) == (*settings.values(), "auto")
+    # recommend fills in the same defaults when it measures (they are unset until then, so that one given with a SOURCE is told)
+    rec = build_parser().parse_args(["recommend", "--model", "m", "--dataset", "d"])
+    assert not hasattr(rec, "num_levels") and {k: v for k, (_, v) in rec.measure_defaults.items() if k in settings} == settings
     # --smoke keeps it
     smoke = {r.name: r for r in tiers.smoke_races(tiers.tier_races("transfer"))}
     assert ARM in smoke["tf-bin16"].samplers and ARM in smoke["tf-ft16-x0.25"].samplers

@@ -546,6 +546,9 @@ def test_recommend_errors_are_one_line_naming_the_argument(capsys, pipes, tmp_pa
     assert_one_line_error(rc, err, "SOURCE:")
     rc, _, err = run(capsys, "recommend", pipes / "learned", "--model", pipes / "plain", "--dataset", "digits")
     assert_one_line_error(rc, err, "SOURCE, --model")
+    # measuring's flags with a SOURCE: its grid is the source's (they were ignored without a word)
+    rc, _, err = run(capsys, "recommend", pipes / "learned", "--num-levels", 16, "--gate", "none")
+    assert_one_line_error(rc, err, "--num-levels, --gate:", "SOURCE already holds rho_hat on its own grid")
     # a bare VP payload does not hold its alphas_cumprod table: the training's scheduler is needed
     payload, _ = stored_schedule(
         DDPMScheduler(), lambda x: normal_pdf(x, 0.0, 1.0), lambda sig: 1 / sig**2, prediction_type="epsilon", loss_weighting="none"
