@@ -77,11 +77,17 @@ def fair_races() -> list[Race]:
     return [_fair(races[name], centres, extra=(RECOMMENDED_ARM,)) for name, centres in FAIR_ORACLES.items()]
 
 
+#: issue 47, step 3 on the budget tier's fine-tunes: B (``target_space=importance``), the best-measured candidate of
+#: the fair_candidates tier (never behind the default on six tasks, ahead at x4), beside the fair arms
+FAIR_BUDGET_CANDIDATES = ("infonoise-target_space=importance",)
+
+
 def fair_budget_races() -> list[Race]:
-    """Issue 47, step 1 on the fine-tunes at the longer budget: the budget tier's three 800-step fine-tunes with their
-    fair oracles (:data:`FAIR_BUDGET_ORACLES`), likewise, evaluated every 100 steps (8 evaluations)."""
+    """Issue 47, steps 1 and 3 on the fine-tunes at the longer budget: the budget tier's three 800-step fine-tunes
+    with their fair oracles (:data:`FAIR_BUDGET_ORACLES`) and candidate B (:data:`FAIR_BUDGET_CANDIDATES`), likewise,
+    evaluated every 100 steps (8 evaluations)."""
     races = {r.name: r for r in budget_races()}
-    return [_fair(races[name], centres, evaluations=8) for name, centres in FAIR_BUDGET_ORACLES.items()]
+    return [_fair(races[name], centres, evaluations=8, extra=FAIR_BUDGET_CANDIDATES) for name, centres in FAIR_BUDGET_ORACLES.items()]
 
 
 #: issue 47, step 3: the candidates raced beside the fair arms (run with ``--reuse fair``: only these are new), per task.
@@ -155,7 +161,8 @@ TIERS = [
     Tier(
         "fair_budget",
         fair_budget_races,
-        sizing="the budget tier's three 800-step fine-tunes; 3 seeds of every arm; 8 evaluations a run",
+        sizing="the budget tier's three 800-step fine-tunes; 3 seeds of every arm, candidate B's (importance) included; "
+        "8 evaluations a run",
         priority=fair_priority(fair_budget_races()),
         summaries=(FAIR,),
     ),
