@@ -689,6 +689,8 @@ def _recommend_refused(rec, what: str, args) -> int:
     if args.json:
         _write_json(Path(args.json), {**rec.to_dict(), "settings": {k: v for k, v in vars(args).items() if k != "func"}})
         print(f"wrote {args.json}")
+    if args.plot:
+        print(f"--plot: {args.plot} not written: nothing was fitted to draw")
     return 0
 
 

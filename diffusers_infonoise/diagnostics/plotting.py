@@ -202,7 +202,7 @@ def plot_allocations(
     for i, a in enumerate(allocations):
         label = f"φ {a.name}"
         if rho is not None and a.log_sigma.shape == x0.shape and torch.allclose(a.log_sigma, x0):
-            label += f": {window_mass(a.phi, rho, x0, central):.0%} in window, TV {total_variation(a.phi, rho, x0):.2f}"
+            label += f": {window_mass(a.phi, rho, x0, central):.0%} in window, TV(φ, ρ̂) {total_variation(a.phi, rho, x0):.2f}"
         ax.plot(a.log_sigma.numpy(), a.phi.numpy(), color=f"C{i}", lw=1.6, label=label)
     ax.set_xlabel("log σ (VE)")
     ax.set_ylabel("density per unit log σ")
@@ -238,7 +238,7 @@ def plot_profile(profile: Profile, allocations: Sequence[Allocation] = (), path=
             a.phi.numpy(),
             color=f"C{i}",
             lw=1.6,
-            label=f"φ {a.name}: {s['window_mass']:.0%} in window, TV {s['total_variation']:.2f}",
+            label=f"φ {a.name}: {s['window_mass']:.0%} in window, TV(φ, ρ̂) {s['total_variation']:.2f}",
         )
     if profile.gate.pivot is not None:
         ax.axvline(math.log(profile.gate.pivot), color="k", ls=":", lw=1, label=f"gate pivot c = {profile.gate.pivot:.3g}")

@@ -499,6 +499,11 @@ def test_plots(tmp_path):
     prof = dg.profile_from_errors(centres, dg.analytic_mmse_gaussian(centres, 0.5), mmse_se=torch.full((16,), 1e-3))
     allocs = [dg.allocation(n, sched, log_sigma=prof.log_sigma) for n in ("edm_lognormal", "log_uniform")]
     assert isinstance(dg.plot_profile(prof, allocs, tmp_path / "profile.png"), Figure)
-    assert isinstance(dg.plot_allocations(allocs, rho=prof.rho_hat), Figure)
+    fig = dg.plot_allocations(allocs, rho=prof.rho_hat)
+    # each φ's legend names which TV it is (recommend's rows print TV(π, π*), a different pair) and its value
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    for a in allocs:
+        tv = dg.total_variation(a.phi, dg.normalize_density(prof.rho_hat, prof.log_sigma), prof.log_sigma)
+        assert any(x.startswith(f"φ {a.name}:") and x.endswith(f"TV(φ, ρ̂) {tv:.2f}") for x in labels), labels
     with pytest.raises(TypeError, match="sampler"):
         dg.plot_schedule("edm")

@@ -619,9 +619,10 @@ def test_an_unsettled_schedule_is_refused_with_its_reason_and_no_flags(capsys, t
         recommend_parameters(payload, sched)
     assert recommend_fixed_density(payload, sched).refused.startswith("pi was refreshed 1 time")
     (tmp_path / "s.json").write_text(json.dumps(payload))
-    rc, out, err = run(capsys, "recommend", tmp_path / "s.json", "--json", tmp_path / "r.json")
+    rc, out, err = run(capsys, "recommend", tmp_path / "s.json", "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png")
     assert rc == 0, err
     assert "no flags: stored schedule" in out and "pi was refreshed 1 time(s)" in out
+    assert f"--plot: {tmp_path / 'r.png'} not written" in out and not (tmp_path / "r.png").exists()  # said, not silent
     assert "--edm_p_mean" not in out and "TV" not in out
     assert json.loads((tmp_path / "r.json").read_text())["refused"].startswith("pi was refreshed 1 time")
     # saved within its warm-up: the base density, refused as such
