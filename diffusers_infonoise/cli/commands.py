@@ -788,7 +788,11 @@ def _cmd_recommend(args) -> int:
         print(f"  {'default':<20} {_figures_text(d)}  {d['flags']}" + (" | warning: " + "; ".join(d["warnings"]) if d["warnings"] else ""))
         for s in row["settings"]:
             warn = " | warning: " + "; ".join(s["warnings"]) if s["warnings"] else ""
-            print(f"  {s['family'] or 'choice':<20} {_figures_text(s)}  {s['flags']}{warn}")
+            first, *more = s["flags"].split("\n")  # a config file's keys, one a line (ai-toolkit's YAML): below the row
+            head = "the lines below" if more else first
+            print(f"  {s['family'] or 'choice':<20} {_figures_text(s)}  {head}{warn}")
+            for line in [first, *more] if more else []:
+                print(f"      {line}")
         for line in row["dropped"]:
             print(f"  ({line})")
     if args.plot:

@@ -664,7 +664,8 @@ def _ai_toolkit_range(p: dict, path: NoisePath) -> tuple[str, Draws]:
     # sigma = inf) left out
     lo = max(1, _N - round(_N * p["s_max"]))
     hi = min(_N - 1, _N - round(_N * p["s_min"]) + 1)
-    return f"timestep_type: linear, min_denoising_steps: {lo}, max_denoising_steps: {hi}", _ai_toolkit_levels(lo, hi)
+    # one YAML key a line: what pastes under train: (a comma-separated line is no YAML mapping)
+    return f"timestep_type: linear\nmin_denoising_steps: {lo}\nmax_denoising_steps: {hi}", _ai_toolkit_levels(lo, hi)
 
 
 # musubi-tuner -----------------------------------------------------------------------------------

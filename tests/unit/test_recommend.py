@@ -273,6 +273,32 @@ def test_logit_normal_in_flow_s_is_a_normal_in_log_sigma():
     assert torch.allclose(torch.log(FlowPath.s_to_sigma(s)), logit, atol=1e-12)
 
 
+def test_ai_toolkits_row_is_yaml_printed_a_key_a_line(capsys, tmp_path):
+    """ai-toolkit reads a YAML config: its range row is one key a line (a comma-separated line is no YAML mapping), and
+    the command prints those lines under the row, so that they paste under train: as they are. A narrow π* =
+    N(0.5, 0.3²) in ln σ on the unshifted flow table: the row's integers are those of the fit's timestep range, index i
+    of linspace(1000, 1) being s = 1 − i/1000 (i = 1000 − 1000·s)."""
+    import yaml
+
+    sched = FlowMatchEulerDiscreteScheduler()
+    payload, _ = stored_schedule(sched, lambda x: normal_pdf(x, 0.5, 0.3), flow_velocity_w, prediction_type="flow", loss_weighting="none")
+    (row,) = recommend_fixed_density(payload, sched, trainers="ai-toolkit").trainers
+    (rng,) = [x for x in row["settings"] if x["family"] == "timestep_range"]
+    keys = yaml.safe_load(rng["flags"])
+    fit = fitted_parameters(recommend_fixed_density(payload, sched).target, "timestep_range")
+    assert keys == {
+        "timestep_type": "linear",
+        "min_denoising_steps": 1000 - round(1000 * fit["s_max"]),
+        "max_denoising_steps": 1000 - round(1000 * fit["s_min"]) + 1,
+    }
+    (tmp_path / "s.json").write_text(json.dumps(payload))
+    rc, out, err = run(capsys, "recommend", tmp_path / "s.json", "--trainer", "ai-toolkit")
+    assert rc == 0, err
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("timestep_range") and "the lines below" in line)
+    assert yaml.safe_load("\n".join(line.strip() for line in lines[at + 1 : at + 4])) == keys
+
+
 def test_a_schedule_built_from_logit_normal_gives_back_its_mean_and_std():
     """The SD3 table's shift of 3 is in the path; diffusers' --logit_mean counts the other way on it (METHOD.md §1):
     u ~ logit-normal(logit_mean, std) indexes the descending table, so ln σ = ln 3 − logit_mean + std·z."""
