@@ -54,8 +54,10 @@ def two_point_mmse(sigma):
 
 def two_point_mmse_with_prior(p: float, sigma: float) -> float:
     """E[(x0 − E[x0|x])²] for x0 = +1 with probability p, else −1, and x = x0 + σz: the posterior mean is
-    tanh(atanh(2p − 1) + x/σ²); the expectation over z by the trapezoid rule on a dense grid (σ ≳ 0.1)."""
-    z = np.linspace(-12, 12, 200001)
+    tanh(atanh(2p − 1) + x/σ²); the expectation over z by the trapezoid rule on a grid of step 10⁻³ (σ ≳ 0.1). The
+    integrand is analytic in z with poles π·σ/2 from the real axis, so the rule's error is about e^(−π²σ/h): at
+    machine precision here (a step of 1.2·10⁻⁴, 8 times finer, gives the same values to 3·10⁻¹⁴ for σ ≥ 0.05)."""
+    z = np.linspace(-12, 12, 24001)
     phi = np.exp(-(z**2) / 2) / np.sqrt(2 * np.pi)
     err = 0.0
     for x0, w in ((1.0, p), (-1.0, 1 - p)):
